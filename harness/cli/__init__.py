@@ -1,0 +1,24 @@
+"""The ``harness`` command line (typer). One module per subcommand group."""
+
+from __future__ import annotations
+
+import typer
+
+from harness.cli import lab as lab_cli
+
+app = typer.Typer(
+    name="harness",
+    help="anibench: benchmark network-management AI agents on a real SRv6 brownfield.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(lab_cli.app, name="lab")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from harness.cli.common import configure_logging
+
+    configure_logging()
+    app()

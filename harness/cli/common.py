@@ -1,0 +1,61 @@
+"""Shared pieces of the command line: error handling, console, logging set-up."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Tables and results go to stdout; progress and errors to stderr.
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print ``error: message`` on stderr (one line) and exit with ``code``."""
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn the project's errors into one clear line and a non-zero exit; Ctrl-C exits 130."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from substrate.errors import SubstrateError
+        from substrate.signals import Terminated
+
+        try:
+            return fn(*args, **kwargs)
+        except SubstrateError as e:
+            fail(str(e))
+        except (KeyboardInterrupt, Terminated):
+            err.print("interrupted: cleaned up", highlight=False)
+            raise typer.Exit(130) from None
+        except AnibenchError as e:
+            fail(str(e))
+
+    return wrapper  # type: ignore[return-value]
+
+
+class AnibenchError(Exception):
+    """Root of errors raised by the harness (bad option values, unknown task, ...)."""
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Configure structlog to write to stderr (never stdout: MCP stdio servers use it)."""
+    import logging
+
+    import structlog
+
+    level = logging.DEBUG if verbose else logging.WARNING
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+    )

@@ -1,0 +1,178 @@
+"""``harness lab``: deploy, inspect, use and remove labs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.cli.common import err, fail, friendly_errors, out
+
+app = typer.Typer(help="Deploy and manage labs (real FRR routers in Linux namespaces).", no_args_is_help=True)
+
+TopologyOpt = Annotated[
+    str, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file.")
+]
+
+
+@app.command("up")
+@friendly_errors
+def up(
+    name: Annotated[str, typer.Option("--name", "-n", help="Lab name (unique on this machine).")],
+    topology: TopologyOpt = "grid:5x5",
+    scenario: Annotated[
+        Path | None, typer.Option("--scenario", help="Scenario file (harness scenario build) to deploy instead of a bare topology.")
+    ] = None,
+    foreground: Annotated[
+        bool, typer.Option("--foreground", help="Stay attached; destroy the lab on Ctrl-C or SIGTERM.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Bound on the wait for convergence, seconds.")] = 60.0,
+) -> None:
+    """Deploy a lab and return once IS-IS has converged (every router has every loopback and locator)."""
+    from substrate import Lab, Topology
+
+    t0 = time.monotonic()
+    with err.status("deploying...") as status:
+        say = lambda m: status.update(f"{m}...")  # noqa: E731
+        if scenario is not None:
+            from substrate.scenario.deploy import deploy_scenario
+
+            lab = deploy_scenario(scenario, name, detached=not foreground, progress=say)
+        else:
+            lab = Lab.create(Topology.from_spec(topology), name, detached=not foreground, converge_timeout_s=timeout, progress=say)
+    routers, hosts = len(lab.routers()), len(lab.topology.hosts)
+    out.print(
+        f"lab [bold]{lab.name}[/] up: {routers} routers, {hosts} hosts, IS-IS converged, "
+        f"{time.monotonic() - t0:.1f} s",
+        highlight=False,
+    )
+    if lab.record.features:
+        err.print(lab.record.features, highlight=False, style="dim")
+    if foreground:
+        from substrate.signals import terminate_gracefully
+
+        out.print("Ctrl-C to destroy it.")
+        with lab, terminate_gracefully():
+            import threading
+
+            threading.Event().wait()
+
+
+@app.command("down")
+@friendly_errors
+def down(name: Annotated[str, typer.Argument(help="Lab name.")]) -> None:
+    """Destroy a lab: its processes, namespaces, links and runtime files."""
+    from substrate import Lab
+
+    t0 = time.monotonic()
+    Lab.attach(name).destroy()
+    out.print(f"lab {name} destroyed in {time.monotonic() - t0:.2f} s", highlight=False)
+
+
+@app.command("ls")
+@friendly_errors
+def ls() -> None:
+    """List the labs on this machine."""
+    from substrate import Lab
+
+    records = Lab.list()
+    if not records:
+        out.print("no labs")
+        return
+    table = Table("name", "status", "backend", "topology", "routers", "hosts", "created")
+    for r in records:
+        lab = Lab(r)
+        status = "up" if lab.alive() else ("creating" if r.status == "creating" else "dead (harness lab cleanup)")
+        table.add_row(
+            r.name, status, r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
+        )
+    out.print(table)
+
+
+@app.command("show")
+@friendly_errors
+def show(name: Annotated[str, typer.Argument(help="Lab name.")]) -> None:
+    """List a lab's nodes with roles and interfaces."""
+    from substrate import Lab
+
+    lab = Lab.attach(name)
+    table = Table("node", "role", "node id", "interfaces")
+    for n in lab.nodes():
+        table.add_row(n.name, n.role.value, "" if n.node_id is None else str(n.node_id), " ".join(n.interfaces))
+    out.print(table)
+
+
+@app.command(
+    "exec",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+@friendly_errors
+def exec_(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Lab name.")],
+    node: Annotated[str, typer.Argument(help="Node name.")],
+    timeout: Annotated[float, typer.Option(help="Deadline, seconds (exit 124 when reached).")] = 30.0,
+) -> None:
+    """Run a command inside a node: harness lab exec LAB NODE -- CMD [ARGS...]. Exits with its status."""
+    from substrate import Lab
+
+    argv = list(ctx.args)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        fail("no command given: harness lab exec LAB NODE -- CMD [ARGS...]", code=2)
+    r = Lab.attach(name).exec(node, argv, timeout_s=timeout)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr)
+    if r.timed_out:
+        err.print(f"timed out after {timeout:g} s", highlight=False)
+    raise typer.Exit(r.returncode if r.returncode >= 0 else 128 - r.returncode)
+
+
+@app.command("export")
+@friendly_errors
+def export(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Directory to write into.")],
+    topology: TopologyOpt = "grid:5x5",
+    lab: Annotated[str | None, typer.Option("--lab", help="Export a deployed lab's topology instead.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Name in the Containerlab file.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="Export format.")] = "containerlab",
+) -> None:
+    """Write the topology as a Containerlab lab (topology file + frr.conf/daemons per router)."""
+    from substrate import Lab, Topology
+    from substrate.export import write_containerlab
+
+    if fmt != "containerlab":
+        fail(f"unknown export format {fmt!r}; available: containerlab", code=2)
+    if lab is not None:
+        handle = Lab.attach(lab)
+        topo, label = handle.topology, name or handle.name
+    else:
+        topo = Topology.from_spec(topology)
+        label = name or topo.name.replace(":", "-")
+    path = write_containerlab(topo, label, output)
+    out.print(f"wrote {path}", highlight=False)
+
+
+@app.command("cleanup")
+@friendly_errors
+def cleanup(
+    all_labs: Annotated[bool, typer.Option("--all", help="Also remove running labs, not only leftovers.")] = False,
+) -> None:
+    """Remove what crashed labs left behind (anibench's namespaces, processes, run dirs only)."""
+    from substrate import cleanup as do_cleanup
+    from substrate.features import check_root_and_tools
+
+    check_root_and_tools(need_frr=False)
+    rep = do_cleanup(all_labs=all_labs)
+    out.print(
+        f"removed {len(rep.labs)} lab(s){': ' + ', '.join(rep.labs) if rep.labs else ''}; "
+        f"{len(rep.namespaces)} stray namespace(s); {rep.processes} process(es) killed"
+        + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else ""),
+        highlight=False,
+    )

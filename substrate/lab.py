@@ -1,0 +1,552 @@
+"""The lab handle: a deployed topology that any process can attach to by name.
+
+A :class:`Lab` is created once (``Lab.create``) and attached from other processes
+(``Lab.attach(name)``): the MCP servers, the observer and the CLI all run in their own processes.
+Its record (``/run/anibench/labs/<name>/lab.json``) holds the topology and, per node, the
+namespace and the host PID of the node's init, which is all that is needed to run commands in a
+node.
+
+Lifecycle: a lab made with ``with Lab.create(...) as lab:`` is destroyed when the block ends,
+whether normally, by an exception, by Ctrl-C or by SIGTERM (see :mod:`substrate.signals`). A
+failed bring-up destroys what it had created before raising. ``Lab.create(..., detached=True)``
+(what ``harness lab up`` does) leaves the lab running after the creating process exits, until
+``Lab.attach(name).destroy()`` (``harness lab down``). :func:`cleanup` removes what crashed
+processes left behind, and only that: anibench's namespaces (prefix ``anibench-``), the processes
+inside them, and lab records whose owner is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from substrate import addressing as addr
+from substrate.errors import (
+    BringUpError,
+    ConvergenceTimeout,
+    EnvironmentProblem,
+    ExecError,
+    LabExistsError,
+    LabNotFoundError,
+    NodeNotFoundError,
+    SubstrateError,
+)
+from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
+from substrate.process import DEFAULT_MAX_OUTPUT, ExecResult
+from substrate.signals import terminate_gracefully
+from substrate.topology import Role, Topology
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Lab names: used in namespace names and paths.
+LAB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
+RECORD_SCHEMA_VERSION = 1
+#: Parallelism for per-node operations (exec fan-out). Commands are mostly waiting on the kernel
+#: or on FRR, so more threads than cores pays off.
+DEFAULT_WORKERS = 16
+
+
+class NodeState(BaseModel):
+    """Runtime state of one deployed node."""
+
+    name: str
+    role: Role
+    netns: str = Field(description="Name of the node's network namespace (ip netns).")
+    init_pid: int = Field(default=0, description="Host PID of the node's init (PID 1 inside the node).")
+    init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
+    daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
+
+
+class LabRecord(BaseModel):
+    """What is persisted about a lab (``lab.json``); versioned."""
+
+    schema_version: int = RECORD_SCHEMA_VERSION
+    name: str
+    backend: str = "netns"
+    status: Literal["creating", "up"] = "creating"
+    detached: bool = Field(default=False, description="Outlives its creator (harness lab up).")
+    owner_pid: int = Field(description="PID of the process that created the lab.")
+    created_at: float
+    topology: Topology
+    nodes: dict[str, NodeState] = Field(default_factory=dict)
+    features: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
+
+
+@dataclass
+class NodeInfo:
+    """A node as seen by users of a lab: name, role, and its router number when it is a router."""
+
+    name: str
+    role: Role
+    node_id: int | None = None
+    interfaces: list[str] = field(default_factory=list)
+
+
+def validate_lab_name(name: str) -> str:
+    """Return ``name`` if it is a valid lab name, else raise SubstrateError saying the rule."""
+    if not LAB_NAME_RE.fullmatch(name):
+        raise SubstrateError(
+            f"invalid lab name {name!r}: use 1-24 characters, lowercase letters, digits and '-', starting with a letter or digit"
+        )
+    return name
+
+
+def _pid_start(pid: int) -> int:
+    """Start time of a process (field 22 of /proc/PID/stat), 0 if it does not exist."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def pid_alive(pid: int, start: int | None = None) -> bool:
+    """True if ``pid`` runs (not a zombie) and, if ``start`` is given, is the same process as
+    when recorded (PIDs are reused)."""
+    if pid <= 0:
+        return False
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return fields[0] != "Z" and (not start or int(fields[19]) == start)
+
+
+class Lab:
+    """Handle to a deployed lab. Thread-safe for exec; one instance per process is enough."""
+
+    def __init__(self, record: LabRecord):
+        from substrate.backends import get_backend
+
+        self.record = record
+        self._backend = get_backend(record.backend)
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- creation, attachment, listing ---------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        topology: Topology,
+        name: str,
+        *,
+        backend: str = "netns",
+        detached: bool = False,
+        converge_timeout_s: float = 60.0,
+        frr_extra: dict[str, list[str]] | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> Lab:
+        """Deploy ``topology`` as lab ``name`` and wait until the underlay has converged.
+
+        Args:
+            topology: what to deploy.
+            name: lab name (see :data:`LAB_NAME_RE`); unique on the machine.
+            backend: registered backend name (``netns``).
+            detached: keep the lab after this process exits (else a context manager or
+                :func:`cleanup` destroys it).
+            converge_timeout_s: bound on the wait for IS-IS convergence.
+            frr_extra: per router, extra configuration blocks appended to its frr.conf.
+            progress: called with a short message at each bring-up stage.
+
+        Returns:
+            The lab, converged: every router has every other router's loopback, locator and
+            base-host prefixes in its kernel routing table.
+
+        Raises:
+            SubstrateError: bad name. EnvironmentProblem: not root, FRR or a kernel feature missing.
+            LabExistsError: the name is taken. BringUpError / ConvergenceTimeout: deployment failed
+            (everything created was destroyed first). KeyboardInterrupt / Terminated: same cleanup.
+        """
+        validate_lab_name(name)
+        from substrate.backends import get_backend
+
+        be = get_backend(backend)
+        be.check_environment()
+        LABS_DIR.mkdir(parents=True, exist_ok=True)
+        d = lab_dir(name)
+        try:
+            d.mkdir()
+        except FileExistsError:
+            raise LabExistsError(
+                f"lab {name!r} already exists (harness lab down {name}; or harness lab cleanup if it is a leftover)"
+            ) from None
+        record = LabRecord(
+            name=name, backend=backend, detached=detached, owner_pid=os.getpid(), created_at=time.time(), topology=topology
+        )
+        lab = cls(record)
+        lab._save()
+        say = progress or (lambda _m: None)
+        with terminate_gracefully():
+            try:
+                be.deploy(lab, frr_extra or {}, say)
+                record.status = "up"
+                lab._save()
+                say("waiting for IS-IS convergence")
+                lab.wait_converged(timeout_s=converge_timeout_s)
+            except BaseException as exc:
+                try:
+                    lab.destroy()
+                except Exception:  # noqa: BLE001 - the original error matters more
+                    pass
+                if isinstance(exc, (SubstrateError, KeyboardInterrupt)) or not isinstance(exc, Exception):
+                    raise
+                raise BringUpError(f"bring-up of lab {name!r} failed: {exc}") from exc
+        return lab
+
+    @classmethod
+    def attach(cls, name: str) -> Lab:
+        """Attach to a deployed lab by name.
+
+        Raises:
+            LabNotFoundError: no such lab (the message lists the labs that exist).
+        """
+        path = lab_dir(name) / "lab.json"
+        try:
+            record = LabRecord.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            names = [r.name for r in cls.list()]
+            known = f"; labs here: {', '.join(names)}" if names else "; no labs are deployed"
+            raise LabNotFoundError(f"no lab named {name!r}{known}") from None
+        except ValueError as e:
+            raise LabNotFoundError(f"lab {name!r} has an unreadable record ({e}); run harness lab cleanup") from None
+        return cls(record)
+
+    @staticmethod
+    def list() -> list[LabRecord]:
+        """Records of every lab on this machine (including half-created and dead ones)."""
+        out = []
+        if LABS_DIR.is_dir():
+            for d in sorted(LABS_DIR.iterdir()):
+                try:
+                    out.append(LabRecord.model_validate_json((d / "lab.json").read_text()))
+                except (OSError, ValueError):
+                    continue
+        return out
+
+    def _save(self) -> None:
+        d = lab_dir(self.name)
+        tmp = d / "lab.json.tmp"
+        tmp.write_text(self.record.model_dump_json(indent=1))
+        os.replace(tmp, d / "lab.json")
+
+    def save_meta(self, **meta: Any) -> None:
+        """Persist upper-layer data in the lab record (e.g. the deployed scenario's path)."""
+        self.record.meta.update(meta)
+        self._save()
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def topology(self) -> Topology:
+        return self.record.topology
+
+    @property
+    def dir(self) -> Path:
+        """The lab's runtime directory on the host (never visible inside nodes)."""
+        return lab_dir(self.name)
+
+    def nodes(self) -> list[NodeInfo]:
+        """Every node with its role, router number and interfaces (topology order)."""
+        topo = self.topology
+        return [
+            NodeInfo(n.name, n.role, n.node_id, [lk.endpoint_of(n.name).interface for lk in topo.links_of(n.name)])
+            for n in topo.nodes
+        ]
+
+    def node_names(self, role: Role | None = None) -> list[str]:
+        """Node names, optionally only those of one role."""
+        return [n.name for n in self.topology.nodes if role is None or n.role is role]
+
+    def routers(self) -> list[str]:
+        """Names of P and PE routers."""
+        return [n.name for n in self.topology.routers]
+
+    def state(self, node: str) -> NodeState:
+        """Runtime state of a node.
+
+        Raises:
+            NodeNotFoundError: unknown node (the message lists the nodes).
+        """
+        try:
+            return self.record.nodes[node]
+        except KeyError:
+            raise NodeNotFoundError(
+                f"lab {self.name!r} has no node {node!r}; nodes: {', '.join(self.node_names())}"
+            ) from None
+
+    def alive(self) -> bool:
+        """True when the lab is up and every node's init is running."""
+        return self.record.status == "up" and bool(self.record.nodes) and all(
+            pid_alive(s.init_pid, s.init_start) for s in self.record.nodes.values()
+        )
+
+    # -- running commands ----------------------------------------------------------------------
+
+    def exec(
+        self,
+        node: str,
+        argv: Sequence[str],
+        *,
+        timeout_s: float = 10.0,
+        input: str | bytes | None = None,
+        confined: bool = False,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+    ) -> ExecResult:
+        """Run ``argv`` inside ``node`` (its network, mount, PID, UTS and IPC namespaces).
+
+        Args:
+            node: node name.
+            argv: program and arguments (no shell; use :meth:`sh` for a script).
+            timeout_s: deadline; on expiry the command's process group is killed, returncode 124.
+            input: bytes or text fed to stdin (else stdin is /dev/null).
+            confined: drop the capabilities that could reach outside the node (mount, module
+                loading, ptrace, raw I/O, ...); used for agent-supplied commands (A0).
+            max_output: cap per stream, in bytes.
+
+        Raises:
+            NodeNotFoundError: unknown node. ExecError: the node is not running.
+        """
+        st = self.state(node)
+        if not argv:
+            raise ExecError("empty command")
+        prefix = self._backend.exec_prefix(self, st, confined=confined)
+        return self._backend.run(
+            self, node, [*prefix, *argv], argv=list(argv), timeout_s=timeout_s, input=input, max_output=max_output
+        )
+
+    def sh(self, node: str, script: str, **kw: Any) -> ExecResult:
+        """Run a bash script inside ``node`` (same options as :meth:`exec`)."""
+        return self.exec(node, ["bash", "-c", script], **kw)
+
+    def vtysh(self, node: str, *commands: str, timeout_s: float = 15.0) -> ExecResult:
+        """Run FRR ``vtysh -c`` commands in ``node`` (in order, one vtysh session).
+
+        Raises:
+            NodeNotFoundError: unknown node. ExecError: the node is a host (no FRR).
+        """
+        st = self.state(node)
+        if st.role is Role.HOST:
+            raise ExecError(f"{node} is a host: it runs no FRR")
+        argv = ["vtysh"]
+        for c in commands:
+            argv += ["-c", c]
+        return self.exec(node, argv, timeout_s=timeout_s)
+
+    def host_exec(self, argv: Sequence[str], *, timeout_s: float = 10.0, input: str | None = None) -> ExecResult:
+        """Run a command on the host (for iproute2 ``-n`` / ``-batch`` and the like)."""
+        from substrate.process import run_bounded
+
+        return run_bounded(list(argv), timeout_s=timeout_s, input=input)
+
+    def map(self, fn: Callable[[T], R], items: Iterable[T], workers: int = DEFAULT_WORKERS) -> list[R]:
+        """Apply ``fn`` to ``items`` in parallel threads; results in input order."""
+        items = list(items)
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lab-{self.name}")
+        return list(self._pool.map(fn, items))
+
+    def check(self, results: Iterable[ExecResult]) -> None:
+        """Raise ExecError with the first failing command's summary if any result failed."""
+        for r in results:
+            if not r.ok:
+                raise ExecError(r.summary())
+
+    # -- FRR daemons ---------------------------------------------------------------------------
+
+    def daemon_pid(self, node: str, daemon: str) -> int | None:
+        """Host-visible PID of an FRR daemon in ``node``, or None when it is not running."""
+        r = self.exec(node, ["cat", f"/run/frr/{daemon}.pid"], timeout_s=5)
+        if not r.ok:
+            return None
+        pid = r.stdout.strip()
+        alive = self.exec(node, ["kill", "-0", pid], timeout_s=5)
+        return int(pid) if pid.isdigit() and alive.ok else None
+
+    def start_daemon(self, node: str, daemon: str, *, load_config: bool = True) -> None:
+        """Start an FRR daemon in ``node`` and, by default, load its part of ``/etc/frr/frr.conf``
+        (``vtysh -b -d DAEMON``, as watchfrr does after a restart). Adds it to the node's daemons.
+
+        Raises:
+            ExecError: the daemon did not start or its configuration was refused.
+        """
+        from substrate.frr import daemon_argv
+
+        self.check([self.exec(node, daemon_argv(daemon), timeout_s=15)])
+        if load_config:
+            self.check([self.exec(node, ["vtysh", "-b", "-d", daemon], timeout_s=30)])
+        st = self.state(node)
+        if daemon not in st.daemons:
+            st.daemons.append(daemon)
+            self._save()
+
+    def kill_daemon(self, node: str, daemon: str) -> bool:
+        """SIGKILL an FRR daemon in ``node`` (a crash). Returns False if it was not running."""
+        r = self.sh(node, f'p=$(cat /run/frr/{daemon}.pid 2>/dev/null) && kill -9 "$p" && rm -f /run/frr/{daemon}.pid')
+        return r.ok
+
+    # -- state checks --------------------------------------------------------------------------
+
+    def expected_underlay_prefixes(self, router: str) -> set[str]:
+        """Prefixes ``router`` must have learnt through IS-IS: every other router's loopback and
+        locator, and every other PE's base-host links."""
+        out: set[str] = set()
+        for n in self.topology.routers:
+            if n.name == router or n.node_id is None:
+                continue
+            out.add(str(addr.loopback(n.node_id).network))
+            out.add(str(addr.locator(n.node_id)))
+            k = 0
+            for lk in self.topology.links_of(n.name):
+                if self.topology.node(lk.peer_of(n.name).node).role is Role.HOST:
+                    out.add(str(addr.base_host_prefix(n.node_id, k)))
+                    k += 1
+        return out
+
+    def missing_underlay_prefixes(self, router: str) -> set[str]:
+        """Expected IS-IS prefixes absent from ``router``'s kernel main table (empty when converged)."""
+        r = self.host_exec(["ip", "-n", self.state(router).netns, "-6", "-j", "route", "show", "table", "main"])
+        if not r.ok:
+            return {"<cannot read routing table>"}
+        have = set()
+        for route in json.loads(r.stdout or "[]"):
+            dst = route.get("dst", "")
+            have.add(dst if "/" in dst else f"{dst}/128")
+        return self.expected_underlay_prefixes(router) - have
+
+    def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
+        """Poll until every router's kernel has every expected underlay prefix.
+
+        Returns:
+            Seconds waited.
+
+        Raises:
+            ConvergenceTimeout: after ``timeout_s``, naming a router and what it still misses.
+        """
+        t0 = time.monotonic()
+        pending = set(routers if routers is not None else self.routers())
+        missing: dict[str, set[str]] = {}
+        while pending:
+            results = self.map(lambda rt: (rt, self.missing_underlay_prefixes(rt)), sorted(pending))
+            missing = {rt: m for rt, m in results if m}
+            pending = set(missing)
+            if not pending:
+                break
+            if time.monotonic() - t0 > timeout_s:
+                rt = sorted(pending)[0]
+                raise ConvergenceTimeout(
+                    f"lab {self.name}: IS-IS not converged after {timeout_s:.0f} s; {len(pending)} router(s) incomplete, "
+                    f"e.g. {rt} lacks {', '.join(sorted(missing[rt])[:4])}"
+                )
+            time.sleep(0.1)  # poll interval, not a settle delay: the loop exits as soon as state holds
+        return time.monotonic() - t0
+
+    # -- teardown ------------------------------------------------------------------------------
+
+    def destroy(self) -> None:
+        """Stop every process of the lab, delete its namespaces and its record. Idempotent."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        self._backend.destroy(self)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Lab:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with terminate_gracefully():
+            self.destroy()
+
+
+@dataclass
+class CleanupReport:
+    """What :func:`cleanup` removed."""
+
+    labs: list[str] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    processes: int = 0
+    kept: list[str] = field(default_factory=list)
+
+
+def _list_netns() -> list[str]:
+    try:
+        return sorted(p.name for p in Path("/run/netns").iterdir())
+    except OSError:
+        return []
+
+
+def cleanup(all_labs: bool = False) -> CleanupReport:
+    """Remove leftovers of crashed labs; only anibench's.
+
+    A lab is a leftover when any of its nodes is dead, when it was not detached and its owner
+    process is gone, or when its record is unreadable. Namespaces named ``anibench-*`` that
+    belong to no kept lab are removed with every process inside them. With ``all_labs`` every
+    anibench lab goes, running or not.
+
+    Returns:
+        What was removed and which labs were kept.
+    """
+    from substrate.backends.netns import delete_netns, kill_netns_processes
+
+    report = CleanupReport()
+    keep_ns: set[str] = set()
+    if LABS_DIR.is_dir():
+        for d in sorted(LABS_DIR.iterdir()):
+            if not d.is_dir():
+                continue
+            try:
+                record = LabRecord.model_validate_json((d / "lab.json").read_text())
+            except (OSError, ValueError):
+                record = None
+            if record is not None and not all_labs:
+                owner_alive = pid_alive(record.owner_pid)
+                creating = record.status == "creating" and owner_alive
+                lab = Lab(record)
+                if creating or (lab.alive() and (record.detached or owner_alive)):
+                    report.kept.append(record.name)
+                    keep_ns.update(s.netns for s in record.nodes.values())
+                    keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)
+                    continue
+            if record is not None:
+                try:
+                    Lab(record).destroy()
+                except SubstrateError:
+                    pass
+            shutil.rmtree(d, ignore_errors=True)
+            report.labs.append(d.name)
+    for ns in _list_netns():
+        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns:
+            continue
+        m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
+        if m and pid_alive(int(m.group(1))) and not all_labs:
+            continue  # a feature probe running right now
+        report.processes += kill_netns_processes([ns])
+        delete_netns([ns])
+        report.namespaces.append(ns)
+    return report
+
+
+def require_up(lab: Lab) -> Lab:
+    """Return ``lab`` if it is up, else raise EnvironmentProblem naming a dead node."""
+    if lab.alive():
+        return lab
+    dead = [n for n, s in lab.record.nodes.items() if not pid_alive(s.init_pid, s.init_start)]
+    raise EnvironmentProblem(f"lab {lab.name} is not running (dead nodes: {', '.join(dead) or 'all'}); run harness lab cleanup")

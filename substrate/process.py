@@ -1,0 +1,159 @@
+"""Running a command with a deadline and bounded captured output.
+
+Used for every command the substrate runs (inside nodes or on the host). The child gets its own
+session so that a timeout kills the whole process group (``nsenter`` forks the command inside the
+node's PID namespace; killing only ``nsenter`` would leave the command running).
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+#: Default cap on captured bytes per stream (stdout, stderr).
+DEFAULT_MAX_OUTPUT = 1 << 20
+#: How often to look whether the command exited while its pipes stay open (a background child
+#: holds them), and how long to keep reading after that. Not a sleep: select returns on data.
+_POLL_S = 0.05
+_BACKGROUND_GRACE_S = 0.1
+TRUNCATION_MARK = "\n[... output truncated by anibench: {dropped} more bytes not shown ...]\n"
+
+
+@dataclass
+class ExecResult:
+    """Outcome of one command.
+
+    Attributes:
+        node: node the command ran in ("" for the host).
+        argv: the command as given by the caller (without the namespace-entering prefix).
+        returncode: exit status; negative for a signal; 124 when the deadline killed it (as GNU
+            ``timeout`` does).
+        stdout, stderr: decoded output (UTF-8, invalid bytes replaced), each capped at
+            ``max_output`` bytes with a truncation mark.
+        duration_s: wall-clock seconds from start to exit.
+        timed_out: the deadline was reached and the process group was killed.
+        truncated: some output was dropped.
+    """
+
+    node: str
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    truncated: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Exited 0 within the deadline."""
+        return self.returncode == 0 and not self.timed_out
+
+    def summary(self, limit: int = 300) -> str:
+        """One line for errors: command, status and the head of stderr (or stdout)."""
+        what = " ".join(self.argv)
+        status = "timed out" if self.timed_out else f"exit {self.returncode}"
+        text = (self.stderr.strip() or self.stdout.strip()).replace("\n", " | ")
+        where = f"{self.node}: " if self.node else ""
+        return f"{where}`{what[:200]}` {status}: {text[:limit]}"
+
+
+def run_bounded(
+    argv: list[str],
+    *,
+    timeout_s: float,
+    input: str | bytes | None = None,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    env: dict[str, str] | None = None,
+    node: str = "",
+    shown_argv: list[str] | None = None,
+) -> ExecResult:
+    """Run ``argv`` until it exits or ``timeout_s`` passes; capture at most ``max_output`` bytes
+    of each stream (the rest is read and dropped, so the child never blocks on a full pipe).
+
+    Raises:
+        FileNotFoundError / PermissionError: the program cannot be started.
+    """
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        env=env,
+    )
+    if input is not None:
+        data = input.encode() if isinstance(input, str) else input
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    bufs = {1: bytearray(), 2: bytearray()}
+    dropped = {1: 0, 2: 0}
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    sel.register(proc.stdout, selectors.EVENT_READ, 1)
+    sel.register(proc.stderr, selectors.EVENT_READ, 2)
+    deadline = t0 + timeout_s
+    timed_out = False
+    try:
+        exited_at: float | None = None
+        while sel.get_map():
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                timed_out = exited_at is None
+                break
+            if exited_at is not None and now - exited_at > _BACKGROUND_GRACE_S:
+                break  # the command exited; a background child still holds the pipes
+            events = sel.select(min(remaining, _POLL_S))
+            for key, _ in events:
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                buf = bufs[key.data]
+                room = max_output - len(buf)
+                if room > 0:
+                    buf += chunk[:room]
+                dropped[key.data] += max(0, len(chunk) - max(room, 0))
+            if exited_at is None and not events and proc.poll() is not None:
+                exited_at = time.monotonic()
+        if not timed_out:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    finally:
+        if timed_out:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+        sel.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    out, err = (bufs[i].decode(errors="replace") for i in (1, 2))
+    if dropped[1]:
+        out += TRUNCATION_MARK.format(dropped=dropped[1])
+    if dropped[2]:
+        err += TRUNCATION_MARK.format(dropped=dropped[2])
+    return ExecResult(
+        node=node,
+        argv=list(shown_argv if shown_argv is not None else argv),
+        returncode=124 if timed_out else proc.returncode,
+        stdout=out,
+        stderr=err,
+        duration_s=time.monotonic() - t0,
+        timed_out=timed_out,
+        truncated=bool(dropped[1] or dropped[2]),
+    )

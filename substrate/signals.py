@@ -1,0 +1,38 @@
+"""Turning SIGTERM (and SIGHUP) into an exception, so that ``with`` blocks and ``finally`` clauses
+run and labs are destroyed when a process is asked to stop. Ctrl-C already raises
+KeyboardInterrupt."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM or SIGHUP.
+
+    A BaseException (like KeyboardInterrupt) so that ``except Exception`` does not swallow it.
+    """
+
+
+def _raise(signum: int, frame: object) -> None:
+    raise Terminated(f"received signal {signal.Signals(signum).name}")
+
+
+@contextlib.contextmanager
+def terminate_gracefully() -> Iterator[None]:
+    """Within the block, SIGTERM/SIGHUP raise :class:`Terminated` in the main thread.
+
+    Outside the main thread (where Python cannot install handlers) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, _raise) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
