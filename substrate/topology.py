@@ -191,7 +191,12 @@ class Topology(BaseModel):
             next_id = 1
             for raw in nodes:
                 n = dict(raw)
-                role = Role(n.get("role", "P"))
+                try:
+                    role = Role(n.get("role", "P"))
+                except ValueError:
+                    raise TopologyError(
+                        f"node {n.get('name')!r}: unknown role {n.get('role')!r} (use P, PE or host)"
+                    ) from None
                 if role is not Role.HOST and n.get("node_id") is None:
                     guess = _digits_of(str(n.get("name", "")))
                     if guess is not None and guess not in used_ids and 1 <= guess <= MAX_ROUTERS:

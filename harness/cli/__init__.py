@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from harness.cli import demo as demo_cli
 from harness.cli import lab as lab_cli
 
 app = typer.Typer(
@@ -14,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(lab_cli.app, name="lab")
+app.command("demo")(demo_cli.demo)
 
 
 def main() -> None:

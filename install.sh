@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets anibench up on a Debian 12 (bookworm) machine, as root: the system packages the labs need,
+# then a virtual environment in .venv with anibench and its test dependencies.
+# Idempotent: run it again at will.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install.sh: run as root (sudo ./install.sh): it installs system packages" >&2
+  exit 1
+fi
+
+# frr: the routers (zebra, staticd, isisd, bgpd, vtysh); iproute2: netns, veth, seg6/seg6local;
+# nftables/iptables: tenant firewalls, NAT, loss faults; util-linux: unshare/nsenter/setpriv for
+# node isolation; tcpdump, iputils-ping, traceroute, netcat: data-plane probes; python3-venv: .venv.
+PKGS=(frr frr-pythontools iproute2 nftables iptables util-linux procps tcpdump iputils-ping
+      traceroute netcat-openbsd python3 python3-venv)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The distribution's FRR service is not used (each lab node runs its own daemons); make sure it
+# does not hold the default sockets where an init system started it.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet frr 2>/dev/null; then
+  systemctl disable --now frr >/dev/null 2>&1 || true
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+echo "anibench installed: .venv/bin/harness ($(.venv/bin/python --version))"

@@ -1,0 +1,301 @@
+"""Real-lab tests of the netns substrate: isolation, exec, SRv6 uSID forwarding, lifecycle, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from substrate import Lab, Topology, cleanup
+from substrate import addressing as a
+from substrate.errors import (
+    BringUpError,
+    EnvironmentProblem,
+    LabExistsError,
+    LabNotFoundError,
+    NodeNotFoundError,
+    SubstrateError,
+)
+from substrate.paths import LABS_DIR, NETNS_PREFIX
+from tests.conftest import REPO, unique_name
+
+pytestmark = pytest.mark.lab
+HARNESS = [sys.executable, "-m", "harness.cli.__main__"]
+
+
+def lab_netns(name: str) -> list[str]:
+    """Network namespaces of lab ``name`` that exist right now."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{NETNS_PREFIX}{name}-")]
+
+
+def lab_processes(name: str) -> list[int]:
+    pids: list[int] = []
+    for ns in lab_netns(name):
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+        pids += [int(p) for p in out.split()]
+    return pids
+
+
+def assert_gone(name: str) -> None:
+    assert lab_netns(name) == []
+    assert not (LABS_DIR / name).exists()
+
+
+# -- isolation -------------------------------------------------------------------------------
+
+
+def test_node_has_own_hostname_pid1_and_frr_dirs(line3: Lab) -> None:
+    for node in ("r1", "r2"):
+        r = line3.sh(node, "hostname; cat /etc/hostname; cat /proc/1/comm; grep ^hostname /etc/frr/frr.conf; ls /run/frr")
+        lines = r.stdout.split()
+        assert lines[:3] == [node, node, "sleep"], r.stdout
+        assert f"hostname {node}" in r.stdout and "zebra.pid" in r.stdout
+    # two routers see different /etc/frr: each has its own
+    assert line3.exec("r1", ["cat", "/etc/frr/frr.conf"]).stdout != line3.exec("r2", ["cat", "/etc/frr/frr.conf"]).stdout
+
+
+def test_node_cannot_see_host_processes_or_directories(line3: Lab, tmp_path: Path) -> None:
+    marker = Path("/tmp") / f"anibench-marker-{os.getpid()}"
+    marker.write_text("secret")
+    try:
+        r = line3.sh("r1", f"ps -eo comm; ls -A /root; ls /work /run/anibench {marker} {tmp_path} 2>&1; cat /etc/shadow | wc -c")
+    finally:
+        marker.unlink()
+    comms = set(r.stdout.split())
+    assert "python" not in comms and "pytest" not in comms and "sleep" in comms
+    assert "No such file" in r.stdout
+    assert "secret" not in r.stdout
+    assert r.stdout.strip().endswith("0")  # /etc/shadow masked
+    # host PIDs are not visible: the node's /proc holds only its own few processes
+    n = line3.sh("r1", "ls -d /proc/[0-9]* | wc -l").stdout.strip()
+    assert int(n) < 15
+    # the lab's runtime directory (where run files live) is not reachable by any path
+    assert (line3.dir / "lab.json").exists()
+    assert line3.exec("r1", ["test", "-e", str(line3.dir / "lab.json")]).returncode == 1
+
+
+def test_confined_exec_cannot_mount_or_load_modules(line3: Lab) -> None:
+    r = line3.sh("r1", "mount -t tmpfs x /tmp", confined=True)
+    assert r.returncode != 0 and "permission denied" in r.stderr.lower()
+    r = line3.sh("r1", "grep ^CapBnd /proc/self/status", confined=True)
+    bnd = int(r.stdout.split()[1], 16)
+    assert not bnd & (1 << 21)  # CAP_SYS_ADMIN
+    assert not bnd & (1 << 16)  # CAP_SYS_MODULE
+    assert bnd & (1 << 12)  # CAP_NET_ADMIN kept: the node's network stays configurable
+    r = line3.sh("r1", "ip link add sr9 type bridge && ip link del sr9", confined=True)
+    assert r.ok, r.stderr
+    # /proc/sys outside net is read-only even for root
+    assert not line3.sh("r1", "echo 1 > /proc/sys/kernel/sysrq").ok
+
+
+def test_node_sees_only_its_own_interfaces(line3: Lab) -> None:
+    r = line3.exec("r2", ["ip", "-j", "link"])
+    names = sorted(link["ifname"] for link in json.loads(r.stdout))
+    assert names == ["eth1", "eth2", "lo", "sr0"]
+    assert line3.exec("h1", ["ip", "-6", "route", "show", "default"]).stdout.startswith("default via fd00:1:1::1")
+
+
+# -- exec ------------------------------------------------------------------------------------
+
+
+def test_exec_captures_exit_code_and_streams(line3: Lab) -> None:
+    r = line3.sh("r1", "echo out; echo err >&2; exit 3")
+    assert (r.returncode, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
+    r = line3.exec("r1", ["cat"], input="piped")
+    assert r.stdout == "piped"
+
+
+def test_exec_timeout_kills_the_command(line3: Lab) -> None:
+    t0 = time.monotonic()
+    r = line3.exec("r1", ["sleep", "30"], timeout_s=0.5)
+    assert r.timed_out and r.returncode == 124
+    assert time.monotonic() - t0 < 5
+    assert "sleep 30" not in line3.exec("r1", ["ps", "-eo", "args"]).stdout
+
+
+def test_exec_output_is_bounded(line3: Lab) -> None:
+    r = line3.exec("r1", ["head", "-c", "5000000", "/dev/zero"], max_output=1000)
+    assert r.truncated and len(r.stdout) < 1200 and "truncated" in r.stdout
+
+
+def test_exec_unknown_node_lists_nodes(line3: Lab) -> None:
+    with pytest.raises(NodeNotFoundError, match=r"no node 'r9'; nodes: r1, r2, r3, h1, h3"):
+        line3.exec("r9", ["true"])
+
+
+def test_vtysh_and_attach_from_another_process(line3: Lab) -> None:
+    r = line3.vtysh("r2", "show isis neighbor")
+    assert r.ok and r.stdout.count(" Up ") == 2
+    code = (
+        "from substrate import Lab; lab = Lab.attach(%r); "
+        "print(lab.vtysh('r1', 'show running-config').stdout)" % line3.name
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert "router isis CORE" in out.stdout and "hostname r1" in out.stdout
+    with pytest.raises(LabNotFoundError, match="no lab named 'nope'"):
+        Lab.attach("nope")
+
+
+# -- underlay and SRv6 -------------------------------------------------------------------------
+
+
+def test_underlay_isis_and_locators(grid3: Lab) -> None:
+    for rt in grid3.routers():
+        assert grid3.missing_underlay_prefixes(rt) == set()
+    r = grid3.vtysh("r5", "show isis neighbor json")
+    assert r.ok
+    assert grid3.vtysh("r5", "show isis neighbor").stdout.count(" Up ") == 4
+    # each router's locator is installed as End with the NEXT-C-SID flavor (RFC 9800)
+    route = json.loads(grid3.exec("r5", ["ip", "-6", "-j", "route", "show", str(a.locator(5))]).stdout)
+    end = [x for x in route if x.get("encap") == "seg6local"]
+    assert end and end[0]["action"] == "End" and end[0]["flavors"] == ["next-csid"]
+    assert (end[0]["lblen"], end[0]["nflen"]) == (32, 16)
+
+
+def _packets(lab: Lab, node: str, prefix: str) -> int:
+    out = json.loads(lab.exec(node, ["ip", "-6", "-s", "-j", "route", "show", prefix]).stdout)
+    return sum(x["stats64"]["packets"] for x in out if x.get("encap") == "seg6local")
+
+
+def test_usid_segment_list_steers_packets_through_chosen_router(grid3: Lab) -> None:
+    """h1 -> h3 along r1 => r5 => r3: r5 is not on a shortest path (r1-r2-r3 is), so only the
+    segment list can take packets there. r5's End counter proves the path; r7's stays put."""
+    dt6 = a.function_sid(3, 0xE000)
+    h3 = "fd00:1:3::2"
+    h3_net = str(a.base_host_prefix(3, 0))
+    segs = a.usid_segment_list([5], 3, 0xE000)
+    assert [str(s) for s in segs] == ["fcbb:bb00:5:3:e000::"]
+    grid3.check([grid3.exec("r3", ["ip", "-6", "route", "add", str(dt6), "encap", "seg6local", "action", "End.DT6",
+                                   "table", "main", "count", "dev", "sr0"])])
+    try:
+        # control: plain IS-IS forwarding reaches h3 without touching r5's SID
+        before = _packets(grid3, "r5", str(a.locator(5)))
+        assert grid3.exec("h1", ["ping", "-6", "-c", "3", "-i", "0.2", "-W", "1", h3]).ok
+        assert _packets(grid3, "r5", str(a.locator(5))) == before
+        grid3.check([grid3.exec("r1", ["ip", "-6", "route", "add", h3_net, "encap", "seg6", "mode", "encap.red",
+                                       "segs", ",".join(map(str, segs)), "dev", "eth1", "metric", "1"])])
+        r5_0, r7_0, dt_0 = (_packets(grid3, "r5", str(a.locator(5))), _packets(grid3, "r7", str(a.locator(7))),
+                            _packets(grid3, "r3", str(dt6)))
+        ping = grid3.exec("h1", ["ping", "-6", "-c", "10", "-i", "0.05", "-W", "1", h3])
+        assert ping.ok, ping.stdout
+        assert _packets(grid3, "r5", str(a.locator(5))) - r5_0 == 10
+        assert _packets(grid3, "r3", str(dt6)) - dt_0 == 10
+        assert _packets(grid3, "r7", str(a.locator(7))) == r7_0
+    finally:
+        grid3.exec("r1", ["ip", "-6", "route", "del", h3_net, "metric", "1"])
+        grid3.exec("r3", ["ip", "-6", "route", "del", str(dt6)])
+
+
+def test_two_labs_side_by_side(line3: Lab, grid3: Lab) -> None:
+    assert line3.alive() and grid3.alive()
+    # same interface and node names in both, no clash; each lab's r1 has its own neighbours
+    assert "eth1" in line3.exec("r1", ["ip", "link"]).stdout and "eth1" in grid3.exec("r1", ["ip", "link"]).stdout
+    assert line3.vtysh("r1", "show isis neighbor").stdout.count(" Up ") == 1
+    assert grid3.vtysh("r1", "show isis neighbor").stdout.count(" Up ") == 2
+
+
+# -- lifecycle and bad input -------------------------------------------------------------------
+
+
+def test_duplicate_name_is_refused_and_existing_lab_untouched(line3: Lab) -> None:
+    with pytest.raises(LabExistsError, match="already exists"):
+        Lab.create(Topology.from_spec("line:2"), line3.name)
+    assert line3.alive() and line3.exec("r1", ["true"]).ok
+
+
+def test_bad_lab_name_is_refused() -> None:
+    with pytest.raises(SubstrateError, match="invalid lab name"):
+        Lab.create(Topology.from_spec("line:2"), "Bad Name!")
+
+
+def test_failed_bringup_leaves_nothing(monkeypatch) -> None:
+    name = unique_name("t-fail")
+    with pytest.raises(BringUpError, match="FRR failed to start"):
+        Lab.create(Topology.from_spec("line:2:nohosts"), name, frr_extra={"r1": ["router isis CORE\n bogus-command"]})
+    assert_gone(name)
+
+
+def test_not_root_and_missing_frr_are_reported_before_anything_is_made(monkeypatch, tmp_path) -> None:
+    import substrate.features as f
+
+    name = unique_name("t-env")
+    monkeypatch.setattr(f.os, "geteuid", lambda: 1000)
+    with pytest.raises(EnvironmentProblem, match="need root"):
+        Lab.create(Topology.from_spec("line:2"), name)
+    monkeypatch.undo()
+    monkeypatch.setattr(f, "FRR_DAEMON_DIR", tmp_path)
+    with pytest.raises(EnvironmentProblem, match=r"apt install frr"):
+        Lab.create(Topology.from_spec("line:2"), name)
+    assert_gone(name)
+
+
+def test_sigterm_during_bringup_destroys_the_lab() -> None:
+    name = unique_name("t-term")
+    p = subprocess.Popen([*HARNESS, "lab", "up", "-t", "grid:3x3", "-n", name], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not lab_netns(name) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lab_netns(name), "bring-up never started"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode != 0, err
+    assert_gone(name)
+    assert lab_processes(name) == []
+
+
+def test_cleanup_removes_crashed_labs_only() -> None:
+    keep = Lab.create(Topology.from_spec("line:2:nohosts"), unique_name("t-keep"), detached=True)
+    crashed = unique_name("t-crash")
+    code = (
+        "import os; from substrate import Lab, Topology; "
+        f"Lab.create(Topology.from_spec('line:2'), {crashed!r}); os._exit(0)"  # owner dies without cleanup
+    )
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+        assert lab_netns(crashed)
+        pids = lab_processes(crashed)
+        assert pids
+        rep = cleanup()
+        assert crashed in rep.labs and keep.name in rep.kept
+        assert_gone(crashed)
+        assert all(not Path(f"/proc/{p}").exists() or "Z" in Path(f"/proc/{p}/stat").read_text().split(")")[1][:3]
+                   for p in pids)
+        assert keep.alive() and keep.exec("r1", ["true"]).ok
+    finally:
+        keep.destroy()
+    assert_gone(keep.name)
+
+
+@pytest.mark.slow
+def test_up_down_twenty_times_leaks_nothing() -> None:
+    def zebras() -> int:
+        return int(subprocess.run(["pgrep", "-c", "-x", "zebra"], capture_output=True, text=True).stdout or 0)
+
+    before_ns = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    before_zebra = zebras()
+    for i in range(20):
+        name = f"t-cycle{i}-{os.getpid() % 10000}"
+        with Lab.create(Topology.from_spec("line:2"), name) as lab:
+            assert lab.exec("h1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:1:2::2"]).ok
+        assert_gone(name)
+    after_ns = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+    assert {n for n in after_ns - before_ns if n.startswith(NETNS_PREFIX)} == set()
+    assert zebras() == before_zebra
+
+
+def test_cli_errors_are_one_line_and_nonzero() -> None:
+    r = subprocess.run([*HARNESS, "lab", "up", "-t", "mesh:3", "-n", unique_name("t-cli")], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert re.fullmatch(r"error: unknown topology spec 'mesh:3'.*\n", r.stderr), r.stderr
+    r = subprocess.run([*HARNESS, "lab", "exec", "nope", "r1", "--", "true"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("error: no lab named 'nope'")
