@@ -369,6 +369,16 @@ class Lab:
             if not r.ok:
                 raise ExecError(r.summary())
 
+    def config_lock(self, nodes: Iterable[str], *, holder: str, timeout_s: float = 5.0):  # noqa: ANN201
+        """Context manager holding the configuration locks of ``nodes`` (see :mod:`substrate.locks`).
+
+        Raises:
+            ConfigLockHeld: a lock stayed held by someone else for ``timeout_s``.
+        """
+        from substrate.locks import config_lock
+
+        return config_lock(self.dir, nodes, holder=holder, timeout_s=timeout_s)
+
     # -- FRR daemons ---------------------------------------------------------------------------
 
     def daemon_pid(self, node: str, daemon: str) -> int | None:
