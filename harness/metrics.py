@@ -1,0 +1,123 @@
+"""Process metrics of one run, computed from its trajectory (pure functions).
+
+Definitions follow NetConfArena, section III-D ("Process-level evaluation", action quality and
+completion mode). A trajectory is the list of tool calls recorded by the ANI server, in order; each
+call is a dict with at least:
+
+- ``tool``: the tool name;
+- ``arguments``: its arguments (any JSON value);
+- ``is_error``: whether the device or environment rejected the call;
+- ``kind``: one of :data:`KINDS` -- ``config`` (changes configuration), ``validation`` (a check the
+  agent runs: ping, show, plan/dry-run), ``read`` (configuration retrieval), ``wait``, ``submit``,
+  ``other``.
+
+Each call is one turn (an agent that issues several tool calls in one model turn is counted once
+per call: the server sees calls, not model turns).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["ACTION_KINDS", "KINDS", "config_attempted", "error_action_rate", "repeat_action_rate", "submitted"]
+
+#: The kinds of call a trajectory may contain.
+KINDS = frozenset({"config", "validation", "read", "wait", "submit", "other"})
+#: The kinds that NetConfArena's action-quality metrics count: configuration and validation actions.
+ACTION_KINDS = frozenset({"config", "validation"})
+
+Call = Mapping[str, Any]
+
+
+def _kind(call: Call) -> str:
+    kind = call["kind"]
+    if kind not in KINDS:
+        raise ValueError(f"unknown call kind {kind!r} (tool {call.get('tool')!r}); expected one of {sorted(KINDS)}")
+    return kind
+
+
+def _actions(calls: Sequence[Call]) -> list[int]:
+    return [i for i, c in enumerate(calls) if _kind(c) in ACTION_KINDS]
+
+
+def _same_action(a: Call, b: Call) -> bool:
+    def key(c: Call) -> tuple[str, str]:
+        return (c["tool"], json.dumps(c.get("arguments"), sort_keys=True, default=str))
+
+    return key(a) == key(b)
+
+
+def error_action_rate(calls: Sequence[Call]) -> float | None:
+    """Fraction of configuration and validation actions rejected by the device or environment.
+
+    Source: NetConfArena III-D, "the explicit error-action rate counts parsed configuration or
+    validation actions that are rejected by the device or environment".
+
+    Args:
+        calls: The run's trajectory (see the module docstring).
+
+    Returns:
+        ``rejected / actions`` over calls of kind ``config`` or ``validation``, where rejected means
+        ``is_error``; ``None`` when the run issued no such action (the rate is undefined, and a
+        report averages only over the runs that define it).
+
+    Raises:
+        KeyError: A call lacks ``kind``.
+        ValueError: A call has an unknown ``kind``.
+    """
+    idx = _actions(calls)
+    if not idx:
+        return None
+    return sum(1 for i in idx if calls[i].get("is_error")) / len(idx)
+
+
+def repeat_action_rate(calls: Sequence[Call]) -> float | None:
+    """Fraction of configuration and validation actions that repeat the previous turn identically.
+
+    Source: NetConfArena III-D, "the repeat-action rate counts consecutive turns that issue
+    identical configuration or validation actions". Our reading: an action repeats when the call in
+    the immediately preceding turn has the same tool and the same arguments (compared as canonical
+    JSON). A check repeated after a ``wait`` or a read is therefore not a repeat (polling is
+    legitimate), and the rate uses the same denominator as :func:`error_action_rate`.
+
+    Args:
+        calls: The run's trajectory (see the module docstring).
+
+    Returns:
+        ``repeats / actions`` over calls of kind ``config`` or ``validation``; ``None`` when the run
+        issued no such action.
+
+    Raises:
+        KeyError: A call lacks ``kind`` or ``tool``.
+        ValueError: A call has an unknown ``kind``.
+    """
+    idx = _actions(calls)
+    if not idx:
+        return None
+    repeats = sum(1 for i in idx if i > 0 and _same_action(calls[i], calls[i - 1]))
+    return repeats / len(idx)
+
+
+def config_attempted(calls: Sequence[Call]) -> bool:
+    """Whether the run made any configuration attempt (a ``config`` call, accepted or rejected).
+
+    Source: NetConfArena III-D, early submission is "a submit action issued with no configuration
+    attempt over the entire run".
+
+    Raises:
+        KeyError: A call lacks ``kind``.
+        ValueError: A call has an unknown ``kind``.
+    """
+    return any(_kind(c) == "config" for c in calls)
+
+
+def submitted(calls: Sequence[Call]) -> bool:
+    """Whether the agent submitted: a ``submit`` call that the server accepted (not ``is_error``).
+
+    Raises:
+        KeyError: A call lacks ``kind``.
+        ValueError: A call has an unknown ``kind``.
+    """
+    return any(_kind(c) == "submit" and not c.get("is_error") for c in calls)

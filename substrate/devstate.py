@@ -1,0 +1,477 @@
+"""Device state: capture, compare and restore what services put on a node.
+
+A :class:`DeviceState` is the part of a node's state that services and agents change and that a
+reset or a rollback must put back exactly:
+
+- kernel routes of every table that are not derived from addresses (proto ``kernel``) and not
+  installed by FRR (zebra/IS-IS/BGP/static protocols: FRR re-installs those from its config),
+  including SRv6 ``seg6`` encapsulation and ``seg6local`` behaviours with their counters flag;
+- policy-routing rules (``ip rule``, both families);
+- interface addresses (not link-local), interface admin state and MTU, virtual devices;
+- the nftables ruleset (counter values normalised away when comparing);
+- a few sysctls (IPv4/IPv6 forwarding) and the SRv6 encapsulation source (``ip sr tunsrc``);
+- FRR's running configuration (routers).
+
+Each item is kept in canonical ``ip`` command syntax, so the same string is both the comparison
+key and the command that re-creates it. :func:`restore` computes the difference between the
+current and the target state and applies only that (one ``ip -batch`` per family, one ``nft -f``,
+``frr-reload.py`` only when FRR's configuration differs), then captures again and reports
+anything it could not put back. Used by lab reset (scenario baseline) and by the A1 server's
+snapshot/rollback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from substrate.errors import SubstrateError
+from substrate.topology import Role
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+
+#: Route protocols whose routes FRR owns (RTPROT_* numbers and iproute2 names): zebra 11,
+#: bgp 186, isis 187, ospf 188, rip 189, ripng 190, nhrp 191, eigrp 192, ldp 193, sharp 194,
+#: pbr 195, static 196, openfabric 197, srte 198 (FRR lib/route_types / zebra/rt_netlink.h).
+FRR_PROTOCOLS = frozenset(
+    {"zebra", "bgp", "isis", "ospf", "rip", "ripng", "nhrp", "eigrp", "ldp", "sharp", "pbr", "static",
+     "openfabric", "srte"} | {str(n) for n in (11, *range(186, 199))}
+)
+_SKIP_TYPES = frozenset({"local", "broadcast", "anycast", "multicast"})
+_SEP = "\n@@ANIBENCH@@ "
+
+_CAPTURE_SCRIPT = r"""
+s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
+tables() { echo main; ip "$1" route show table all | sed -n 's/.* table \([^ ]*\).*/\1/p' | sort -u; }
+for f in 4 6; do
+  s routes$f
+  for t in $(tables -$f | sort -u); do
+    [ "$t" = local ] && continue
+    printf '@@TABLE %s\n' "$t"; ip -$f -s -d -j route show table "$t"
+  done
+done
+s rules4; ip -4 -j rule show
+s rules6; ip -6 -j rule show
+s addrs; ip -j addr show
+s links; ip -d -j link show
+s nft; nft list ruleset 2>&1
+s sysctl; cat /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv6/conf/all/forwarding
+s tunsrc; ip sr tunsrc show 2>/dev/null
+"""
+_FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
+
+
+class SnapshotError(SubstrateError):
+    """A device's state could not be captured or represented."""
+
+
+class LinkState(BaseModel):
+    """Interface facts a restore checks: kind (veth, bridge, ...), admin state, MTU."""
+
+    kind: str = ""
+    up: bool
+    mtu: int
+
+
+class DeviceState(BaseModel):
+    """Restorable state of one node (see module docstring). JSON-serialisable, versioned."""
+
+    schema_version: int = 1
+    node: str
+    taken_at: float = Field(default_factory=time.time)
+    routes4: list[str] = Field(default_factory=list, description="IPv4 routes as `route add` arguments.")
+    routes6: list[str] = Field(default_factory=list, description="IPv6 routes as `route add` arguments.")
+    rules4: list[str] = Field(default_factory=list, description="IPv4 rules as `rule add` arguments.")
+    rules6: list[str] = Field(default_factory=list, description="IPv6 rules as `rule add` arguments.")
+    addresses: list[str] = Field(default_factory=list, description="`addr add ADDR/LEN dev IF` arguments.")
+    links: dict[str, LinkState] = Field(default_factory=dict)
+    nft: str = Field(default="", description="`nft list ruleset` output.")
+    forwarding: tuple[str, str] = ("0", "0")
+    tunsrc: str = ""
+    frr_config: str | None = Field(default=None, description="FRR running configuration (routers).")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What equality is judged on: everything but timestamps and counter values."""
+        d = self.model_dump(exclude={"taken_at", "schema_version"})
+        d["nft"] = normalize_nft(self.nft)
+        for k in ("routes4", "routes6", "addresses"):
+            d[k] = sorted(d[k])
+        return d
+
+    def same_as(self, other: DeviceState) -> bool:
+        """True when both states are equal for every restorable item."""
+        return self.fingerprint() == other.fingerprint()
+
+    def diff(self, target: DeviceState) -> list[str]:
+        """Human-readable differences, as ``+ item`` (in target, missing here) / ``- item``."""
+        out: list[str] = []
+        a, b = self.fingerprint(), target.fingerprint()
+        for key in ("routes4", "routes6", "rules4", "rules6", "addresses"):
+            have, want = set(a[key]), set(b[key])
+            out += [f"+ {key}: {x}" for x in sorted(want - have)]
+            out += [f"- {key}: {x}" for x in sorted(have - want)]
+        for name in sorted(set(self.links) | set(target.links)):
+            x, y = self.links.get(name), target.links.get(name)
+            if x != y:
+                out.append(f"~ link {name}: {_link_text(x)} -> {_link_text(y)}")
+        if a["nft"] != b["nft"]:
+            out.append("~ nftables ruleset differs")
+        if self.forwarding != target.forwarding:
+            out.append(f"~ forwarding {self.forwarding} -> {target.forwarding}")
+        if self.tunsrc != target.tunsrc:
+            out.append(f"~ sr tunsrc {self.tunsrc!r} -> {target.tunsrc!r}")
+        if a["frr_config"] != b["frr_config"]:
+            out.append("~ FRR running configuration differs")
+        return out
+
+
+def _link_text(x: LinkState | None) -> str:
+    return "absent" if x is None else f"{x.kind or 'dev'} {'up' if x.up else 'down'} mtu {x.mtu}"
+
+
+def normalize_nft(text: str) -> str:
+    """nftables ruleset text with counter values and quota usage removed (they change with traffic)."""
+    text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
+    text = re.sub(r"(quota (?:over )?\d+ \w+) used \d+ \w+", r"\1", text)
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def normalize_frr(text: str) -> str:
+    """FRR running-config without the banner lines vtysh prints before ``frr version``."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("frr version"):
+            return "\n".join(lines[i:]).strip() + "\n"
+    return text.strip() + "\n"
+
+
+# -- canonical forms -------------------------------------------------------------------------
+
+
+def _dst(route: dict[str, Any], family: int) -> str:
+    dst = route.get("dst", "default")
+    if dst == "default":
+        return "0.0.0.0/0" if family == 4 else "::/0"
+    return dst if "/" in dst else f"{dst}/{32 if family == 4 else 128}"
+
+
+def _gw(nh: dict[str, Any]) -> str:
+    if "gateway" in nh:
+        return f"via {nh['gateway']}"
+    via = nh.get("via")
+    if isinstance(via, dict):
+        fam = "inet6" if via.get("family") == "inet6" else "inet"
+        return f"via {fam} {via['host']}"
+    return ""
+
+
+def _encap(route: dict[str, Any]) -> str:
+    enc = route.get("encap")
+    if enc is None:
+        return ""
+    if enc == "seg6":
+        return f"encap seg6 mode {route['mode']} segs {','.join(route['segs'])}"
+    if enc == "seg6local":
+        parts = ["encap seg6local action", route["action"]]
+        for key in ("table", "vrftable", "nh4", "nh6", "iif", "oif"):
+            if key in route:
+                parts += [key, str(route[key])]
+        if route.get("flavors"):
+            parts += ["flavors", ",".join(route["flavors"])]
+            for key in ("lblen", "nflen"):
+                if key in route:
+                    parts += [key, str(route[key])]
+        if "stats64" in route:
+            parts.append("count")
+        return " ".join(parts)
+    raise SnapshotError(f"cannot represent route with encap {enc!r}: {route}")
+
+
+def route_args(route: dict[str, Any], family: int, table: str = "main") -> str | None:
+    """Canonical ``route add`` arguments of one ``ip -s -d -j route show table T`` entry, or None
+    when the route is not restorable state (address-derived, FRR-owned, local-table bookkeeping).
+
+    Routes are read one table at a time because with ``table all`` iproute2's JSON gives the
+    route's table and a seg6local End.DT6 ``table`` parameter the same key."""
+    rtype = route.get("type", "unicast")
+    proto = str(route.get("protocol", "boot"))
+    if rtype in _SKIP_TYPES or proto in FRR_PROTOCOLS or proto == "kernel":
+        return None
+    parts = [] if rtype == "unicast" else [rtype]
+    parts.append(_dst(route, family))
+    # key attributes first (table, metric, proto): `route del` needs exactly these, and putting the
+    # route's table before `encap` keeps it apart from a seg6local End.DT6 `table` parameter
+    if table != "main":
+        parts.append(f"table {table}")
+    if "metric" in route:
+        parts.append(f"metric {route['metric']}")
+    if proto != "boot":
+        parts.append(f"proto {proto}")
+    enc = _encap(route)
+    if enc:
+        parts.append(enc)
+    if "nexthops" in route:
+        for nh in route["nexthops"]:
+            seg = ["nexthop", _gw(nh), f"dev {nh['dev']}" if "dev" in nh else ""]
+            if nh.get("weight", 1) != 1:
+                seg.append(f"weight {nh['weight']}")
+            parts.append(" ".join(x for x in seg if x))
+    else:
+        gw = _gw(route)
+        if gw:
+            parts.append(gw)
+        if "dev" in route:
+            parts.append(f"dev {route['dev']}")
+    if "prefsrc" in route:
+        parts.append(f"src {route['prefsrc']}")
+    scope = route.get("scope")
+    if scope and scope not in ("global", "universe") and not (scope == "link" and "gateway" not in route and rtype == "unicast"):
+        parts.append(f"scope {scope}")
+    return " ".join(parts)
+
+
+_ROUTE_KEY_END = frozenset({"encap", "via", "dev", "nexthop", "src", "scope"})
+
+
+def route_del_args(args: str) -> str:
+    """The ``route del`` arguments of a route in canonical ``route add`` form: everything before
+    the first forwarding attribute (type, destination, table, metric, proto), which is what the
+    kernel keys a route on."""
+    words = args.split()
+    out = []
+    for w in words:
+        if w in _ROUTE_KEY_END:
+            break
+        out.append(w)
+    return " ".join(out)
+
+
+def rule_args(rule: dict[str, Any]) -> str | None:
+    """Canonical ``rule add`` arguments of one ``ip -j rule`` entry (None for the three default
+    rules every namespace has: local 0, main 32766, default 32767)."""
+    prio = rule.get("priority")
+    table = str(rule.get("table", ""))
+    plain = set(rule) <= {"priority", "src", "table"} and rule.get("src") == "all"
+    if plain and (prio, table) in ((0, "local"), (32766, "main"), (32767, "default")):
+        return None
+    parts = [f"priority {prio}"]
+    if rule.get("not"):
+        parts.append("not")
+    if rule.get("src", "all") != "all":
+        parts.append(f"from {rule['src']}/{rule['srclen']}" if "srclen" in rule else f"from {rule['src']}")
+    if rule.get("dst", "all") != "all":
+        parts.append(f"to {rule['dst']}/{rule['dstlen']}" if "dstlen" in rule else f"to {rule['dst']}")
+    for key, word in (("iif", "iif"), ("oif", "oif"), ("ipproto", "ipproto"), ("tos", "tos")):
+        if key in rule:
+            parts.append(f"{word} {rule[key]}")
+    if "fwmark" in rule:
+        parts.append(f"fwmark {rule['fwmark']}" + (f"/{rule['fwmask']}" if "fwmask" in rule else ""))
+    for key in ("sport", "dport"):
+        if key in rule:
+            parts.append(f"{key} {rule[key]}")
+    action = rule.get("action")
+    if action in ("blackhole", "unreachable", "prohibit"):
+        parts.append(action)
+    elif table:
+        parts.append(f"lookup {table}")
+    return " ".join(parts)
+
+
+# -- capture ---------------------------------------------------------------------------------
+
+
+def _sections(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for chunk in text.split(_SEP)[1:]:
+        name, _, body = chunk.partition("\n")
+        out[name.strip()] = body
+    return out
+
+
+def _json(text: str) -> list[dict[str, Any]]:
+    text = text.strip()
+    return json.loads(text) if text else []
+
+
+def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
+    """Build a DeviceState from the capture script's output.
+
+    Raises:
+        SnapshotError: a section is missing or unreadable.
+    """
+    sec = _sections(text)
+    try:
+        state = DeviceState(node=node)
+        for fam in (4, 6):
+            routes = []
+            for chunk in sec[f"routes{fam}"].split("@@TABLE ")[1:]:
+                table, _, body = chunk.partition("\n")
+                routes += [route_args(r, fam, table.strip()) for r in _json(body)]
+            setattr(state, f"routes{fam}", sorted({r for r in routes if r}))
+            rules = [rule_args(r) for r in _json(sec[f"rules{fam}"])]
+            setattr(state, f"rules{fam}", [r for r in rules if r])
+        for iface in _json(sec["addrs"]):
+            for ai in iface.get("addr_info", []):
+                if ai.get("scope") == "link" or ai.get("dynamic") or ai.get("scope") == "host" and iface["ifname"] == "lo" and ai["local"] in ("127.0.0.1", "::1"):
+                    continue
+                state.addresses.append(f"{ai['local']}/{ai['prefixlen']} dev {iface['ifname']}")
+        state.addresses.sort()
+        for link in _json(sec["links"]):
+            kind = (link.get("linkinfo") or {}).get("info_kind", "")
+            state.links[link["ifname"]] = LinkState(kind=kind, up="UP" in link.get("flags", []), mtu=link.get("mtu", 0))
+        state.nft = sec["nft"].strip()
+        fwd = sec["sysctl"].split()
+        state.forwarding = (fwd[0], fwd[1]) if len(fwd) == 2 else ("?", "?")
+        m = re.search(r"tunsrc addr (\S+)", sec.get("tunsrc", ""))
+        state.tunsrc = m.group(1) if m and m.group(1) != "::" else ""
+        if with_frr:
+            frr_text = sec.get("frr", "")
+            state.frr_config = normalize_frr(frr_text) if "frr version" in frr_text else None
+        return state
+    except (KeyError, ValueError, IndexError) as e:
+        raise SnapshotError(f"{node}: cannot parse device state ({e})") from None
+
+
+def capture(lab: Lab, node: str) -> DeviceState:
+    """Capture one node's restorable state with a single command inside the node.
+
+    Raises:
+        NodeNotFoundError, SnapshotError.
+    """
+    is_router = lab.state(node).role is not Role.HOST
+    script = _CAPTURE_SCRIPT + (_FRR_SECTION if is_router else "")
+    r = lab.sh(node, script, timeout_s=20)
+    if r.timed_out:
+        raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
+    return parse_capture(node, r.stdout, with_frr=is_router)
+
+
+def capture_many(lab: Lab, nodes: list[str] | None = None) -> dict[str, DeviceState]:
+    """Capture several nodes in parallel (default: every node)."""
+    names = nodes if nodes is not None else lab.node_names()
+    return dict(zip(names, lab.map(lambda n: capture(lab, n), names), strict=True))
+
+
+# -- restore ---------------------------------------------------------------------------------
+
+
+class RestoreReport(BaseModel):
+    """What :func:`restore` did on one node."""
+
+    node: str
+    changed: bool = Field(description="Anything had to be changed.")
+    actions: list[str] = Field(default_factory=list, description="What was applied, in order.")
+    residual: list[str] = Field(default_factory=list, description="Differences left after the restore (empty = exact).")
+    seconds: float = 0.0
+
+
+def _batch(lab: Lab, node: str, family: int, lines: list[str]) -> list[str]:
+    if not lines:
+        return []
+    r = lab.exec(node, ["ip", f"-{family}", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=20)
+    return [] if r.ok else [f"ip -{family} batch: {r.stderr.strip()[:500]}"]
+
+
+def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *, verify: bool = True) -> RestoreReport:
+    """Make ``target.node`` equal to ``target`` again, changing only what differs.
+
+    Order: virtual links and link states, addresses, nftables, rules, routes, sysctls, FRR
+    configuration (``frr-reload.py --reload``, FRR's own tool for moving a running config to a
+    target file). A deleted veth cannot be re-created from one node (its peer is elsewhere): it
+    is reported in ``residual`` for the lab-level repair.
+
+    Args:
+        lab: the lab.
+        target: the state to return to (from :func:`capture`).
+        current: the node's present state if already captured (saves one capture).
+        verify: capture again afterwards and report residual differences.
+
+    Raises:
+        NodeNotFoundError, SnapshotError (capture failed).
+    """
+    t0 = time.monotonic()
+    node = target.node
+    cur = current or capture(lab, node)
+    rep = RestoreReport(node=node, changed=False)
+    if cur.same_as(target):
+        rep.seconds = time.monotonic() - t0
+        return rep
+    rep.changed = True
+    errors: list[str] = []
+    link_lines: list[str] = []
+    for name, want in target.links.items():
+        have = cur.links.get(name)
+        if have is None:
+            if want.kind in ("bridge",):
+                link_lines += [f"link add {name} type {want.kind}"]
+                have = LinkState(kind=want.kind, up=False, mtu=want.mtu)
+            else:
+                errors.append(f"link {name} ({want.kind or 'device'}) is missing and cannot be re-created on one node")
+                continue
+        if have.mtu != want.mtu:
+            link_lines.append(f"link set {name} mtu {want.mtu}")
+        if have.up != want.up:
+            link_lines.append(f"link set {name} {'up' if want.up else 'down'}")
+    for name, have in cur.links.items():
+        if name not in target.links and have.kind in ("bridge", "dummy", "vxlan", "tun", "veth"):
+            link_lines.append(f"link del {name}")
+    addr_add = sorted(set(target.addresses) - set(cur.addresses))
+    addr_del = sorted(set(cur.addresses) - set(target.addresses))
+    link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add]
+    if link_lines:
+        rep.actions += link_lines
+        r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(link_lines) + "\n", timeout_s=20)
+        if not r.ok:
+            errors.append(f"links/addresses: {r.stderr.strip()[:500]}")
+    if normalize_nft(cur.nft) != normalize_nft(target.nft):
+        rep.actions.append("nft: replace ruleset")
+        r = lab.exec(node, ["nft", "-f", "-"], input="flush ruleset\n" + target.nft + "\n", timeout_s=20)
+        if not r.ok:
+            errors.append(f"nft: {r.stderr.strip()[:500]}")
+    for fam in (4, 6):
+        have, want = getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}")
+        if have != want:
+            lines = [f"rule del {x}" for x in have] + [f"rule add {x}" for x in want]
+            rep.actions += [f"-{fam} {x}" for x in lines]
+            errors += _batch(lab, node, fam, lines)
+        have_r, want_r = set(getattr(cur, f"routes{fam}")), set(getattr(target, f"routes{fam}"))
+        lines = [f"route del {route_del_args(x)}" for x in sorted(have_r - want_r)]
+        lines += [f"route replace {x}" for x in sorted(want_r - have_r)]
+        if lines:
+            rep.actions += [f"-{fam} {x}" for x in lines]
+            errors += _batch(lab, node, fam, lines)
+    if cur.forwarding != target.forwarding:
+        rep.actions.append(f"sysctl forwarding {target.forwarding}")
+        r = lab.sh(node, f"echo {target.forwarding[0]} > /proc/sys/net/ipv4/ip_forward; "
+                         f"echo {target.forwarding[1]} > /proc/sys/net/ipv6/conf/all/forwarding")
+        if not r.ok:
+            errors.append(f"sysctl: {r.stderr.strip()[:200]}")
+    if cur.tunsrc != target.tunsrc:
+        rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
+        lab.exec(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"])
+    if target.frr_config is not None and cur.frr_config != target.frr_config:
+        rep.actions.append("frr-reload to target running-config")
+        errors += restore_frr(lab, node, target.frr_config)
+    if verify:
+        after = capture(lab, node)
+        rep.residual = errors + after.diff(target)
+    else:
+        rep.residual = errors
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def restore_frr(lab: Lab, node: str, config: str) -> list[str]:
+    """Move FRR's running configuration of ``node`` to ``config`` with ``frr-reload.py --reload``.
+
+    Returns error lines (empty on success).
+    """
+    path = "/tmp/anibench-frr-target.conf"
+    r = lab.sh(node, f"cat > {path} && /usr/lib/frr/frr-reload.py --reload --stdout {path}; rc=$?; rm -f {path}; exit $rc",
+               input=config, timeout_s=60)
+    return [] if r.ok else [f"frr-reload: {(r.stderr or r.stdout).strip()[-500:]}"]
