@@ -417,11 +417,10 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
             link_lines.append(f"link set {name} mtu {want.mtu}")
         if have.up != want.up:
             link_lines.append(f"link set {name} {'up' if want.up else 'down'}")
-    for name, have in cur.links.items():
-        if name not in target.links and have.kind in ("bridge", "dummy", "vxlan", "tun", "veth"):
-            link_lines.append(f"link del {name}")
+    deleted = [n for n, have in cur.links.items() if n not in target.links and have.kind in ("bridge", "dummy", "vxlan", "tun", "veth")]
+    link_lines += [f"link del {name}" for name in deleted]
     addr_add = sorted(set(target.addresses) - set(cur.addresses))
-    addr_del = sorted(set(cur.addresses) - set(target.addresses))
+    addr_del = [a for a in sorted(set(cur.addresses) - set(target.addresses)) if a.split()[-1] not in deleted]
     link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add]
     if link_lines:
         rep.actions += link_lines
