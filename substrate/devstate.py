@@ -370,11 +370,18 @@ class RestoreReport(BaseModel):
     seconds: float = 0.0
 
 
-def _batch(lab: Lab, node: str, family: int, lines: list[str]) -> list[str]:
+def _batch(lab: Lab, node: str, family: int, lines: list[str], *, deleting: bool = False) -> list[str]:
+    """Run ``ip -F -force -batch``; error lines returned. When ``deleting``, "No such process"
+    (the object is already gone, e.g. a route removed with its device) is not an error."""
     if not lines:
         return []
     r = lab.exec(node, ["ip", f"-{family}", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=20)
-    return [] if r.ok else [f"ip -{family} batch: {r.stderr.strip()[:500]}"]
+    if r.ok:
+        return []
+    errs = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("Command failed")]
+    if deleting:
+        errs = [ln for ln in errs if "No such process" not in ln and "No such file or directory" not in ln]
+    return [f"ip -{family} batch: {' | '.join(errs)[:500]}"] if errs else []
 
 
 def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *, verify: bool = True) -> RestoreReport:
@@ -435,15 +442,15 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     for fam in (4, 6):
         have, want = getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}")
         if have != want:
-            lines = [f"rule del {x}" for x in have] + [f"rule add {x}" for x in want]
-            rep.actions += [f"-{fam} {x}" for x in lines]
-            errors += _batch(lab, node, fam, lines)
+            rep.actions += [f"-{fam} rule del {x}" for x in have] + [f"-{fam} rule add {x}" for x in want]
+            errors += _batch(lab, node, fam, [f"rule del {x}" for x in have], deleting=True)
+            errors += _batch(lab, node, fam, [f"rule add {x}" for x in want])
         have_r, want_r = set(getattr(cur, f"routes{fam}")), set(getattr(target, f"routes{fam}"))
-        lines = [f"route del {route_del_args(x)}" for x in sorted(have_r - want_r)]
-        lines += [f"route replace {x}" for x in sorted(want_r - have_r)]
-        if lines:
-            rep.actions += [f"-{fam} {x}" for x in lines]
-            errors += _batch(lab, node, fam, lines)
+        dels = [f"route del {route_del_args(x)}" for x in sorted(have_r - want_r)]
+        adds = [f"route replace {x}" for x in sorted(want_r - have_r)]
+        rep.actions += [f"-{fam} {x}" for x in dels + adds]
+        errors += _batch(lab, node, fam, dels, deleting=True)
+        errors += _batch(lab, node, fam, adds)
     if cur.forwarding != target.forwarding:
         rep.actions.append(f"sysctl forwarding {target.forwarding}")
         r = lab.sh(node, f"echo {target.forwarding[0]} > /proc/sys/net/ipv4/ip_forward; "

@@ -1,0 +1,46 @@
+"""``harness report``: the statistics of a campaign from the results store (terminal, JSON, CSV)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harness.cli.common import err, fail, friendly_errors, out
+
+app = typer.Typer(help="Report a campaign from the results store.", no_args_is_help=True, add_completion=False)
+
+DEFAULT_DB = Path("results/anibench.sqlite")
+
+
+@app.command("report")
+@friendly_errors
+def report(
+    campaign: Annotated[str, typer.Argument(help="Campaign id.")],
+    db: Annotated[Path, typer.Option("--db", envvar="ANIBENCH_DB", help="Results store (SQLite).")] = DEFAULT_DB,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    csv_out: Annotated[Path | None, typer.Option(
+        "--csv", help="Also write one row per cell here, and the paired tests beside it (<name>_paired.csv).")] = None,
+) -> None:
+    """Per-cell completion and damage-free rates with Wilson and Clopper-Pearson intervals, outcome
+    labels, completion modes, cost, and exact McNemar tests between settings."""
+    from harness.report import build_report
+    from harness.store import CampaignStore
+
+    if not db.is_file():
+        fail(f"no results store at {db} (run a campaign first, or pass --db)")
+    try:
+        with CampaignStore(db) as store:
+            rep = build_report(store, campaign)
+    except sqlite3.DatabaseError as e:
+        fail(f"{db} is not a readable results store: {e}")
+    out.print(rep)
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(rep.to_json() + "\n")
+        err.print(f"wrote {json_out}", highlight=False)
+    if csv_out:
+        cells, paired = rep.to_csv(csv_out)
+        err.print(f"wrote {cells} and {paired}", highlight=False)
