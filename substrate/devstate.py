@@ -9,7 +9,7 @@ reset or a rollback must put back exactly:
 - policy-routing rules (``ip rule``, both families);
 - interface addresses (not link-local), interface admin state and MTU, virtual devices;
 - the nftables ruleset (counter values normalised away when comparing);
-- a few sysctls (IPv4/IPv6 forwarding) and the SRv6 encapsulation source (``ip sr tunsrc``);
+- a few sysctls (forwarding, SRv6, netfilter hooks for SRv6 decapsulation: :data:`SYSCTLS`) and the SRv6 encapsulation source (``ip sr tunsrc``);
 - FRR's running configuration (routers).
 
 Each item is kept in canonical ``ip`` command syntax, so the same string is both the comparison
@@ -60,9 +60,17 @@ s rules6; ip -6 -j rule show
 s addrs; ip -j addr show
 s links; ip -d -j link show
 s nft; nft list ruleset 2>&1
-s sysctl; cat /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv6/conf/all/forwarding
+s sysctl; for k in $SYSCTLS; do printf '%s=%s\n' "$k" "$(cat /proc/sys/$k 2>/dev/null)"; done
 s tunsrc; ip sr tunsrc show 2>/dev/null
 """
+#: Sysctls (paths under /proc/sys) that services depend on and a restore puts back.
+SYSCTLS = (
+    "net/ipv4/ip_forward",
+    "net/ipv6/conf/all/forwarding",
+    "net/ipv6/conf/all/seg6_enabled",
+    "net/netfilter/nf_hooks_lwtunnel",
+)
+_CAPTURE_SCRIPT = f"SYSCTLS='{' '.join(SYSCTLS)}'\n" + _CAPTURE_SCRIPT
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
 
 
@@ -91,7 +99,7 @@ class DeviceState(BaseModel):
     addresses: list[str] = Field(default_factory=list, description="`addr add ADDR/LEN dev IF` arguments.")
     links: dict[str, LinkState] = Field(default_factory=dict)
     nft: str = Field(default="", description="`nft list ruleset` output.")
-    forwarding: tuple[str, str] = ("0", "0")
+    sysctls: dict[str, str] = Field(default_factory=dict, description="Values of SYSCTLS (path -> value).")
     tunsrc: str = ""
     frr_config: str | None = Field(default=None, description="FRR running configuration (routers).")
 
@@ -121,8 +129,9 @@ class DeviceState(BaseModel):
                 out.append(f"~ link {name}: {_link_text(x)} -> {_link_text(y)}")
         if a["nft"] != b["nft"]:
             out.append("~ nftables ruleset differs")
-        if self.forwarding != target.forwarding:
-            out.append(f"~ forwarding {self.forwarding} -> {target.forwarding}")
+        for k in sorted(set(self.sysctls) | set(target.sysctls)):
+            if self.sysctls.get(k) != target.sysctls.get(k):
+                out.append(f"~ sysctl {k}: {self.sysctls.get(k)} -> {target.sysctls.get(k)}")
         if self.tunsrc != target.tunsrc:
             out.append(f"~ sr tunsrc {self.tunsrc!r} -> {target.tunsrc!r}")
         if a["frr_config"] != b["frr_config"]:
@@ -325,8 +334,9 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
             kind = (link.get("linkinfo") or {}).get("info_kind", "")
             state.links[link["ifname"]] = LinkState(kind=kind, up="UP" in link.get("flags", []), mtu=link.get("mtu", 0))
         state.nft = sec["nft"].strip()
-        fwd = sec["sysctl"].split()
-        state.forwarding = (fwd[0], fwd[1]) if len(fwd) == 2 else ("?", "?")
+        for line in sec["sysctl"].split():
+            k, _, v = line.partition("=")
+            state.sysctls[k] = v
         m = re.search(r"tunsrc addr (\S+)", sec.get("tunsrc", ""))
         state.tunsrc = m.group(1) if m and m.group(1) != "::" else ""
         if with_frr:
@@ -451,10 +461,10 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         rep.actions += [f"-{fam} {x}" for x in dels + adds]
         errors += _batch(lab, node, fam, dels, deleting=True)
         errors += _batch(lab, node, fam, adds)
-    if cur.forwarding != target.forwarding:
-        rep.actions.append(f"sysctl forwarding {target.forwarding}")
-        r = lab.sh(node, f"echo {target.forwarding[0]} > /proc/sys/net/ipv4/ip_forward; "
-                         f"echo {target.forwarding[1]} > /proc/sys/net/ipv6/conf/all/forwarding")
+    changed_sysctls = {k: v for k, v in target.sysctls.items() if v and cur.sysctls.get(k) != v}
+    if changed_sysctls:
+        rep.actions += [f"sysctl {k}={v}" for k, v in changed_sysctls.items()]
+        r = lab.sh(node, "; ".join(f"echo {v} > /proc/sys/{k}" for k, v in changed_sysctls.items()))
         if not r.ok:
             errors.append(f"sysctl: {r.stderr.strip()[:200]}")
     if cur.tunsrc != target.tunsrc:

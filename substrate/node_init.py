@@ -87,6 +87,12 @@ def main():
     if role != "host":
         sysctl("net.ipv6.conf.all.forwarding", 1)
         sysctl("net.ipv4.ip_forward", 1)
+        # run netfilter (conntrack, NAT) on packets SRv6 decapsulates, so floating-IP NAT sees
+        # replies that arrive through End.DX4 (kernel doc: nf_conntrack-sysctl, nf_hooks_lwtunnel)
+        try:
+            sysctl("net.netfilter.nf_hooks_lwtunnel", 1)
+        except OSError:
+            pass
     sysctl("kernel.hostname", hostname)
 
     root = os.path.join(node_dir, "root")
