@@ -32,7 +32,7 @@ Call = Mapping[str, Any]
 
 
 def _kind(call: Call) -> str:
-    kind = call["kind"]
+    kind: str = call["kind"]
     if kind not in KINDS:
         raise ValueError(f"unknown call kind {kind!r} (tool {call.get('tool')!r}); expected one of {sorted(KINDS)}")
     return kind
@@ -79,8 +79,9 @@ def repeat_action_rate(calls: Sequence[Call]) -> float | None:
     Source: NetConfArena III-D, "the repeat-action rate counts consecutive turns that issue
     identical configuration or validation actions". Our reading: an action repeats when the call in
     the immediately preceding turn has the same tool and the same arguments (compared as canonical
-    JSON). A check repeated after a ``wait`` or a read is therefore not a repeat (polling is
-    legitimate), and the rate uses the same denominator as :func:`error_action_rate`.
+    JSON) and is itself a configuration or validation action. A check repeated after a ``wait``
+    or a read is therefore not a repeat (polling is legitimate). The rate uses the same
+    denominator as :func:`error_action_rate`.
 
     Args:
         calls: The run's trajectory (see the module docstring).
@@ -96,7 +97,8 @@ def repeat_action_rate(calls: Sequence[Call]) -> float | None:
     idx = _actions(calls)
     if not idx:
         return None
-    repeats = sum(1 for i in idx if i > 0 and _same_action(calls[i], calls[i - 1]))
+    actions = set(idx)
+    repeats = sum(1 for i in idx if i - 1 in actions and _same_action(calls[i], calls[i - 1]))
     return repeats / len(idx)
 
 

@@ -263,6 +263,10 @@ def _f(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+def _num(x: float | None, metric: str) -> str:
+    return "–" if x is None else f"{x:,.0f}" if metric == "tokens" else f"{x:.1f}"
+
+
 def _ci(ci: tuple[float, float]) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
@@ -295,7 +299,7 @@ def _cost_table(cells: list[Cell]) -> Table:
     for col in ("setting", "steps", "tokens", "wall s", "test-case score", "error-action", "repeat-action"):
         t.add_column(col, justify="left" if col == "setting" else "right")
     for c in cells:
-        mm = [f"{_f(c.cost[m]['mean'], 1)} / {_f(c.cost[m]['median'], 1)}" for m in COST_METRICS]
+        mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
         t.add_row(c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
                   _f(c.mean_repeat_action_rate))
     return t

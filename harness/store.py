@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.cli.common import AnibenchError
+from harness.errors import AnibenchError
 
 __all__ = [
     "CampaignSpecMismatch",
@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 #: Version of the :class:`RunRecord` schema (bump on an incompatible change).
-RECORD_VERSION = 1
+RECORD_VERSION: Literal[1] = 1
 #: Version of the database layout, kept in ``PRAGMA user_version``.
 DB_VERSION = 1
 
@@ -239,9 +239,9 @@ class RunRecord(BaseModel):
     def _consistent(self) -> RunRecord:
         if self.status is RunStatus.failed and not self.error:
             raise ValueError("a failed run needs its error text")
-        if self.test_cases_passed is not None and self.test_cases_total is not None:
-            if self.test_cases_passed > self.test_cases_total:
-                raise ValueError("test_cases_passed > test_cases_total")
+        passed, total = self.test_cases_passed, self.test_cases_total
+        if passed is not None and total is not None and passed > total:
+            raise ValueError("test_cases_passed > test_cases_total")
         if self.damage_free is not None and self.damage_free == bool(self.violated_invariants):
             raise ValueError("damage_free must be true exactly when no baseline invariant is violated")
         if self.status is RunStatus.done:
@@ -256,9 +256,9 @@ class RunRecord(BaseModel):
             elif self.outcome_label is not label:
                 raise ValueError(f"outcome_label {self.outcome_label} contradicts task_pass/damage_free ({label})")
         mode = self.completion_mode
-        if self.task_pass is not None and mode in (CompletionMode.correct_submission, CompletionMode.error_submission):
-            if (mode is CompletionMode.correct_submission) != self.task_pass:
-                raise ValueError(f"completion_mode {mode} contradicts task_pass={self.task_pass}")
+        judged = mode in (CompletionMode.correct_submission, CompletionMode.error_submission)
+        if judged and self.task_pass is not None and (mode is CompletionMode.correct_submission) != self.task_pass:
+            raise ValueError(f"completion_mode {mode} contradicts task_pass={self.task_pass}")
         return self
 
 
@@ -412,7 +412,8 @@ class CampaignStore:
         row = self._db.execute("SELECT spec FROM campaigns WHERE campaign_id = ?", (campaign_id,)).fetchone()
         if row is None:
             raise UnknownCampaign(campaign_id, self.campaigns())
-        return json.loads(row[0])
+        spec: dict[str, Any] = json.loads(row[0])
+        return spec
 
     def _require(self, campaign_id: str) -> None:
         self.campaign_spec(campaign_id)
@@ -459,23 +460,25 @@ class CampaignStore:
         Returns:
             The keys put back to pending.
         """
-        where, args = ("AND campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
         with self._tx() as db:
-            keys = [r[0] for r in db.execute(f"SELECT run_key FROM runs WHERE status = 'running' {where} ORDER BY seq", args)]
-            db.execute(f"UPDATE runs SET status = 'pending', updated_at = ? WHERE status = 'running' {where}",
-                       (_now(), *args))
+            keys = self._keys("running", campaign_id)
+            db.executemany("UPDATE runs SET status = 'pending', updated_at = ? WHERE run_key = ?",
+                           [(_now(), k) for k in keys])
         return keys
+
+    def _keys(self, status: str, campaign_id: str | None, limit: int = -1) -> list[str]:
+        where, args = ("AND campaign_id = ?", (campaign_id,)) if campaign_id is not None else ("", ())
+        sql = f"SELECT run_key FROM runs WHERE status = ? {where} ORDER BY seq LIMIT ?"
+        return [r[0] for r in self._db.execute(sql, (status, *args, limit))]
 
     def pending_runs(self, campaign_id: str | None = None) -> list[str]:
         """Keys of the pending runs, in planned order (of one campaign, or of all if None)."""
-        where, args = ("AND campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
-        return [r[0] for r in self._db.execute(f"SELECT run_key FROM runs WHERE status = 'pending' {where} ORDER BY seq", args)]
+        return self._keys("pending", campaign_id)
 
     def next_pending(self, campaign_id: str | None = None) -> str | None:
         """The first pending run in planned order, or None when none is left."""
-        where, args = ("AND campaign_id = ?", (campaign_id,)) if campaign_id else ("", ())
-        row = self._db.execute(f"SELECT run_key FROM runs WHERE status = 'pending' {where} ORDER BY seq LIMIT 1", args).fetchone()
-        return row[0] if row else None
+        keys = self._keys("pending", campaign_id, limit=1)
+        return keys[0] if keys else None
 
     def mark_running(self, run_key: str) -> None:
         """Mark a pending run as running (and count the attempt).

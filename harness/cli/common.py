@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 
+from harness.errors import AnibenchError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: Tables and results go to stdout; progress and errors to stderr.
@@ -42,10 +44,6 @@ def friendly_errors(fn: F) -> F:
             fail(str(e))
 
     return wrapper  # type: ignore[return-value]
-
-
-class AnibenchError(Exception):
-    """Root of errors raised by the harness (bad option values, unknown task, ...)."""
 
 
 def configure_logging(verbose: bool = False) -> None:

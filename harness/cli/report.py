@@ -24,8 +24,11 @@ def report(
     csv_out: Annotated[Path | None, typer.Option(
         "--csv", help="Also write one row per cell here, and the paired tests beside it (<name>_paired.csv).")] = None,
 ) -> None:
-    """Per-cell completion and damage-free rates with Wilson and Clopper-Pearson intervals, outcome
-    labels, completion modes, cost, and exact McNemar tests between settings."""
+    """Report a campaign: per-setting rates with intervals, outcomes, cost, paired McNemar tests.
+
+    Completion and damage-free run rates with Wilson and Clopper-Pearson 95% intervals, outcome
+    labels, completion modes, cost per run, and exact McNemar tests between every two settings.
+    """
     from harness.report import build_report
     from harness.store import CampaignStore
 

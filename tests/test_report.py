@@ -1,0 +1,162 @@
+"""Tests of harness.report and ``harness report`` on a store filled by hand (no lab)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harness.cli.report import app
+from harness.report import build_report
+from harness.store import CampaignStore, run_key
+from tests.test_store import make_record
+
+CID = "ani-pilot"
+
+
+def save(store: CampaignStore, setting: str, variant: int, **kw: Any) -> None:
+    key = run_key(CID, setting, variant)
+    store.plan(CID, [key])
+    store.mark_running(key)
+    store.save_result(make_record(CID, setting, variant, **kw))
+
+
+FAIL = dict(task_pass=False, test_case_score=0.25, test_cases_passed=1, completion_mode="budget_hit",
+            steps=40, tokens_in=300_000, tokens_out=75_000, wall_s=600.0)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A store with the campaign of :func:`fill` and an empty campaign."""
+    return fill(tmp_path / "results" / "anibench.sqlite")
+
+
+def fill(path: Path) -> Path:
+    """Draft 7.1: A0 completes 0 of 6 paired variants, A3-T 6 of 6, no damage; plus an A1 cell
+    with two damaged runs, one harness failure (variant 5) and one run not finished yet."""
+    with CampaignStore(path) as s:
+        s.create_campaign(CID, {"factor": "ani", "settings": ["A0", "A3-T", "A1"], "variants": 6})
+        s.create_campaign("other", {})
+        for v in range(6):
+            save(s, "A0", v, **FAIL, error_action_rate=0.5, repeat_action_rate=0.25)
+            save(s, "A3-T", v, steps=3, tokens_in=40_000, tokens_out=2_000, wall_s=30.0 + v,
+                 error_action_rate=0.0 if v else None)
+        save(s, "A1", 0)
+        save(s, "A1", 1, damage_free=False, violated_invariants=["t3.isolation"])
+        save(s, "A1", 2, **FAIL)
+        save(s, "A1", 3, **FAIL, damage_free=False, violated_invariants=["t1.ping", "t2.ping"])
+        save(s, "A1", 4)
+        key = run_key(CID, "A1", 5)
+        s.plan(CID, [key])
+        s.mark_running(key)
+        s.save_result(make_record(CID, "A1", 5, status="failed", error="lab reset: r4 did not converge",
+                                  task_pass=None, test_case_score=None, damage_free=None, completion_mode=None))
+        s.plan(CID, [run_key(CID, "A1", 6)])
+    return path
+
+
+def test_cells(db: Path) -> None:
+    with CampaignStore(db) as s:
+        rep = build_report(s, CID)
+    assert rep.factor == "ani" and rep.unfinished == 1
+    a0, a3, a1 = rep.cells
+    assert [c.setting for c in rep.cells] == ["A0", "A3-T", "A1"]
+    assert (a0.n, a0.completion.k, a0.completion.rate) == (6, 0, 0.0)
+    assert a0.completion.wilson == pytest.approx((0.0, 0.3903), abs=1e-4)  # z^2/(6+z^2)
+    assert a0.completion.clopper_pearson[1] == pytest.approx(1 - 0.025 ** (1 / 6))
+    assert (a3.completion.k, a3.completion.rate) == (6, 1.0)
+    assert a3.completion.wilson[0] == pytest.approx(0.6097, abs=1e-4)
+    # no damaged run: rule-of-three bound 3/6
+    assert a0.damage_free.rate == a3.damage_free.rate == 1.0
+    assert a0.damage_rule_of_three == a3.damage_rule_of_three == 0.5
+    assert a0.outcome_labels == {"clean_success": 0, "dangerous_success": 0, "clean_failure": 6,
+                                 "destructive_failure": 0}
+    assert a0.completion_modes["budget_hit"] == 6 and a3.completion_modes["correct_submission"] == 6
+    assert a3.cost["steps"] == {"mean": 3.0, "median": 3.0}
+    assert a3.cost["tokens"]["mean"] == 42_000
+    assert a3.cost["wall_s"] == {"mean": pytest.approx(32.5), "median": pytest.approx(32.5)}
+    assert a3.mean_error_action_rate == 0.0 and a3.mean_repeat_action_rate is None
+    assert a0.mean_test_case_score == 0.25 and a0.mean_error_action_rate == 0.5
+    # the A1 cell: the failed run is apart, not an agent failure
+    assert (a1.n, a1.failed, a1.completion.k, a1.damage_free.k) == (5, 1, 3, 3)
+    assert a1.damage_rule_of_three is None
+    assert a1.outcome_labels == {"clean_success": 2, "dangerous_success": 1, "clean_failure": 1,
+                                 "destructive_failure": 1}
+    assert [(f.run_key, f.error) for f in rep.failed_runs] == [("ani-pilot/A1/5", "lab reset: r4 did not converge")]
+
+
+def test_paired_mcnemar(db: Path) -> None:
+    with CampaignStore(db) as s:
+        rep = build_report(s, CID)
+    tests = {(p.setting_a, p.setting_b, p.outcome): p for p in rep.paired}
+    assert len(tests) == 6  # 3 pairs of settings x 2 outcomes
+    t = tests["A0", "A3-T", "completion"]
+    assert (t.test.n_pairs, t.test.b, t.test.c, t.excluded) == (6, 0, 6, 0)
+    assert round(t.test.pvalue, 3) == 0.031  # the draft's p = 0.031
+    assert tests["A0", "A3-T", "damage_free"].test.pvalue == 1.0
+    # A1 has 5 done runs: its failed variant 5 leaves A0's variant 5 unpaired
+    t = tests["A0", "A1", "completion"]
+    assert (t.test.n_pairs, t.excluded) == (5, 1)
+    assert t.test.table == ((0, 0), (3, 2))
+    d = tests["A3-T", "A1", "damage_free"]
+    assert d.test.table == ((3, 2), (0, 0)) and d.test.pvalue == pytest.approx(0.5)
+
+
+def test_json_and_csv(db: Path, tmp_path: Path) -> None:
+    with CampaignStore(db) as s:
+        rep = build_report(s, CID)
+    data = json.loads(rep.to_json())
+    assert data["campaign_id"] == CID and data["spec"]["variants"] == 6
+    assert data["cells"][1]["completion"]["wilson"][0] == pytest.approx(0.6097, abs=1e-4)
+    assert data["paired"][0]["test"]["pvalue"] == pytest.approx(0.03125)
+    assert data["cells"][0]["completion"]["rate"] == 0.0
+    cells_path, paired_path = rep.to_csv(tmp_path / "out" / "cells.csv")
+    assert paired_path == tmp_path / "out" / "cells_paired.csv"
+    rows = list(csv.DictReader(cells_path.read_text().splitlines()))
+    assert [r["setting"] for r in rows] == ["A0", "A3-T", "A1"]
+    assert rows[1]["completion_k"] == "6" and rows[1]["damage_rule_of_three"] == "0.5"
+    assert rows[2]["label_dangerous_success"] == "1" and rows[2]["failed"] == "1"
+    assert float(rows[0]["completion_cp_hi"]) == pytest.approx(1 - 0.025 ** (1 / 6))
+    paired = list(csv.DictReader(paired_path.read_text().splitlines()))
+    assert len(paired) == 6 and float(paired[0]["pvalue"]) == pytest.approx(0.03125)
+
+
+def test_empty_campaign_and_rich_rendering(db: Path) -> None:
+    with CampaignStore(db) as s:
+        empty = build_report(s, "other")
+        rep = build_report(s, CID)
+    assert empty.cells == [] and empty.paired == [] and json.loads(empty.to_json())["unfinished"] == 0
+    console = Console(record=True, width=220)
+    console.print(rep)
+    text = console.export_text()
+    for needle in ("Completion and damage-free run rate", "[0.00, 0.39]", "0.031", "lab reset: r4",
+                   "exact McNemar", "0.500", "1 failed (harness)"):
+        assert needle in text
+    console.print(empty)
+
+
+runner = CliRunner()
+
+
+def test_cli_report_writes_files(db: Path, tmp_path: Path) -> None:
+    j, c = tmp_path / "r.json", tmp_path / "r.csv"
+    res = runner.invoke(app, [CID, "--db", str(db), "--json", str(j), "--csv", str(c)])
+    assert res.exit_code == 0, res.output
+    assert "0.031" in res.output
+    assert json.loads(j.read_text())["campaign_id"] == CID
+    assert c.exists() and (tmp_path / "r_paired.csv").exists()
+
+
+def test_cli_unknown_campaign_and_missing_store(db: Path, tmp_path: Path) -> None:
+    res = runner.invoke(app, ["nope", "--db", str(db)])
+    assert res.exit_code == 1
+    assert "unknown campaign 'nope'; known campaigns: ani-pilot, other" in " ".join(res.output.split())
+    missing = tmp_path / "none.sqlite"
+    res = runner.invoke(app, [CID, "--db", str(missing)])
+    assert res.exit_code == 1 and "no results store" in res.output
+    assert not missing.exists()
