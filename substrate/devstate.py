@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from substrate.errors import SubstrateError
+from substrate.routes import route_key
 from substrate.topology import Role
 
 if TYPE_CHECKING:
@@ -244,20 +245,9 @@ def route_args(route: dict[str, Any], family: int, table: str = "main") -> str |
     return " ".join(parts)
 
 
-_ROUTE_KEY_END = frozenset({"encap", "via", "dev", "nexthop", "src", "scope"})
-
-
 def route_del_args(args: str) -> str:
-    """The ``route del`` arguments of a route in canonical ``route add`` form: everything before
-    the first forwarding attribute (type, destination, table, metric, proto), which is what the
-    kernel keys a route on."""
-    words = args.split()
-    out = []
-    for w in words:
-        if w in _ROUTE_KEY_END:
-            break
-        out.append(w)
-    return " ".join(out)
+    """The ``route del`` arguments of a route in canonical form (see :func:`substrate.routes.route_key`)."""
+    return route_key(args)
 
 
 def rule_args(rule: dict[str, Any]) -> str | None:

@@ -86,7 +86,9 @@ def render_router(topo: Topology, router: str, extra: list[str] | None = None) -
         ep = link.endpoint_of(router)
         peer = topo.node(link.peer_of(router).node)
         out.append(f"interface {ep.interface}")
-        if peer.role is Role.HOST:
+        if peer.role is Role.HOST and peer.managed:
+            out.append(f" description to CE {peer.name}")
+        elif peer.role is Role.HOST:
             out.append(f" description to host {peer.name}")
             out.append(f" ipv6 address {addr.nth_host(addr.base_host_prefix(nid, host_k), 1)}")
             host_k += 1
@@ -141,8 +143,10 @@ def host_link_addresses(topo: Topology, host: str) -> list[tuple[str, str, str]]
         peer = topo.node(link.peer_of(host).node)
         if not peer.is_router or peer.node_id is None:
             continue
-        k = [lk.peer_of(peer.name).node for lk in topo.links_of(peer.name)
-             if topo.node(lk.peer_of(peer.name).node).role is Role.HOST].index(host)
+        bases = topo.base_hosts_of(peer.name)
+        if host not in bases:
+            continue
+        k = bases.index(host)
         prefix = addr.base_host_prefix(peer.node_id, k)
         out.append((link.endpoint_of(host).interface, addr.nth_host(prefix, 2), str(prefix.network_address + 1)))
     return out

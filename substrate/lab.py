@@ -423,11 +423,8 @@ class Lab:
                 continue
             out.add(str(addr.loopback(n.node_id).network))
             out.add(str(addr.locator(n.node_id)))
-            k = 0
-            for lk in self.topology.links_of(n.name):
-                if self.topology.node(lk.peer_of(n.name).node).role is Role.HOST:
-                    out.add(str(addr.base_host_prefix(n.node_id, k)))
-                    k += 1
+            for k, _host in enumerate(self.topology.base_hosts_of(n.name)):
+                out.add(str(addr.base_host_prefix(n.node_id, k)))
         return out
 
     def missing_underlay_prefixes(self, router: str) -> set[str]:

@@ -72,10 +72,21 @@ class Node(BaseModel):
         "Filled in automatically when left out.",
     )
 
+    managed: bool = Field(
+        default=False,
+        description="Hosts only: addressed by a scenario layer (e.g. a tenant CE), not by the "
+        "substrate's base-host plan (an address on the PE link and a default route).",
+    )
+
     @property
     def is_router(self) -> bool:
         """True for P and PE nodes."""
         return self.role is not Role.HOST
+
+    @property
+    def is_base_host(self) -> bool:
+        """A host the substrate addresses itself (see ``managed``)."""
+        return self.role is Role.HOST and not self.managed
 
 
 class Endpoint(BaseModel):
@@ -340,6 +351,11 @@ class Topology(BaseModel):
             if peer.is_router:
                 return peer, lk
         raise KeyError(f"host {host} has no router link")
+
+    def base_hosts_of(self, router: str) -> list[str]:
+        """Base hosts (not scenario-managed) cabled to ``router``, in link order; the k-th gets
+        the router's k-th base-host prefix."""
+        return [lk.peer_of(router).node for lk in self.links_of(router) if self.node(lk.peer_of(router).node).is_base_host]
 
     def with_nodes(self, nodes: list[Node], links: list[Link]) -> Topology:
         """A copy with extra nodes and links appended (used by scenario layers that add hosts)."""

@@ -1,0 +1,284 @@
+"""Substrate fault injection (draft section 6: faults at node and link level, identical for every
+setting, never inside an ANI adapter).
+
+Kinds, each with a duration:
+
+- ``link_down``: a core link's interface administratively down on one end (carrier drops on both);
+- ``loss``: random loss of a share of the packets leaving one end of a core link (nftables
+  ``netdev`` egress hook with ``numgen random``: this kernel has no netem);
+- ``freeze``: every process of a router stopped (SIGSTOP): its control plane goes silent and
+  neighbours route around it after the IS-IS hold time, while the kernel still forwards;
+- ``daemon_crash``: an FRR daemon killed (SIGKILL); at the end it is restarted and reloads its
+  part of frr.conf, as watchfrr would;
+- ``held_lock``: the device's configuration lock (:mod:`substrate.locks`) held by another
+  session, so the ANI servers' mutation paths wait and then fail (A0's raw shell ignores it);
+- ``concurrent_writer``: another operator adds an unrelated static route to the device's FRR
+  configuration (drift the agent did not make), removed at the end.
+
+The rate lambda is in faults per agent step (tool call). Agents at different ANI levels and
+models differ by orders of magnitude in wall-clock time per step, so a rate per second would
+expose slower settings to more faults and confound the comparison; per step, the k-th action of
+every setting meets the same fault (paired runs, draft section 4.5). A schedule is drawn from
+the fault seed alone, so a task variant replays the same faults at the same steps in every
+setting. Every injection and clearing is logged with its time; active faults are recorded in the
+lab directory so that a crashed run's faults are cleared by ``reset`` and ``harness lab cleanup``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from substrate.errors import SubstrateError
+from substrate.topology import Role, Topology
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+
+FaultKind = Literal["link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer"]
+KINDS: tuple[str, ...] = ("link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer")
+FAULTS_FILE = "faults.json"
+#: nftables table of the loss fault (one per faulted interface).
+LOSS_TABLE = "anibench_fault_loss"
+#: Prefix of the concurrent writer's static routes (documentation range, RFC 3849).
+WRITER_PREFIX = "2001:db8:ffff:{k:x}::/64"
+
+
+class Fault(BaseModel):
+    """One scheduled fault."""
+
+    id: str
+    kind: FaultKind
+    step: int = Field(ge=1, description="Injected when the agent's step count reaches this (before that step runs).")
+    duration_steps: int = Field(ge=1, description="Cleared when the step count reaches step + duration_steps.")
+    target: dict[str, Any] = Field(description="Node, interface, daemon, ... depending on the kind.")
+
+
+class FaultEvent(BaseModel):
+    """A log line: a fault injected or cleared (or an error doing so)."""
+
+    time: float
+    step: int | None
+    fault: str
+    kind: str
+    action: Literal["inject", "clear", "error"]
+    detail: str = ""
+
+
+def draw_schedule(seed: int, lam: float, max_steps: int, topology: Topology,
+                  kinds: tuple[str, ...] = KINDS, max_duration: int = 3) -> list[Fault]:
+    """A fault schedule from ``seed`` alone: at each step 1..max_steps a fault starts with
+    probability ``lam`` (a Bernoulli process of rate ``lam`` faults per step); kind, target and
+    duration (1..max_duration steps) are drawn uniformly.
+
+    Raises:
+        ValueError: ``lam`` outside [0, 1] or unknown kind.
+    """
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"fault rate lambda is faults per agent step, in [0, 1]; got {lam}")
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(KINDS)}")
+    rng = random.Random(f"faults/{seed}")
+    core = topology.core_links()
+    routers = [n.name for n in topology.routers]
+    pes = [n.name for n in topology.routers if n.role is Role.PE] or routers
+    out: list[Fault] = []
+    for step in range(1, max_steps + 1):
+        if rng.random() >= lam:
+            continue
+        kind = rng.choice(kinds)
+        if kind in ("link_down", "loss") and core:
+            lk = rng.choice(core)
+            ep = rng.choice([lk.a, lk.b])
+            target: dict[str, Any] = {"node": ep.node, "interface": ep.interface, "peer": lk.peer_of(ep.node).node}
+            if kind == "loss":
+                target["percent"] = rng.choice([20, 50, 80])
+        elif kind == "daemon_crash":
+            target = {"node": rng.choice(routers), "daemon": rng.choice(["isisd", "staticd"])}
+        elif kind in ("held_lock", "concurrent_writer"):
+            target = {"node": rng.choice(pes)}
+        else:
+            target = {"node": rng.choice(routers)}
+        out.append(Fault(id=f"f{len(out) + 1}", kind=kind, step=step,  # type: ignore[arg-type]
+                         duration_steps=rng.randint(1, max_duration), target=target))
+    return out
+
+
+class FaultInjector:
+    """Applies a schedule to a lab as the agent's step count advances.
+
+    Call :meth:`on_step` with the number of the step about to run (1 for the first tool call):
+    faults due are injected, faults whose duration is over are cleared. :meth:`clear` ends every
+    active fault (always call it when a run ends). Thread-safe.
+    """
+
+    def __init__(self, lab: Lab, schedule: list[Fault]):
+        self.lab = lab
+        self.schedule = sorted(schedule, key=lambda f: (f.step, f.id))
+        self.events: list[FaultEvent] = []
+        self._active: dict[str, Fault] = {}
+        self._locks: dict[str, threading.Event] = {}
+        self._mutex = threading.Lock()
+        self._step = 0
+
+    def on_step(self, step: int) -> list[FaultEvent]:
+        """Advance to ``step``; returns the events this caused."""
+        with self._mutex:
+            new: list[FaultEvent] = []
+            self._step = step
+            for f in list(self._active.values()):
+                if step >= f.step + f.duration_steps:
+                    new.append(self._clear(f))
+            for f in self.schedule:
+                if f.step <= step < f.step + f.duration_steps and f.id not in self._active and not self._done(f):
+                    new.append(self._inject(f))
+            self.events += new
+            return new
+
+    def _done(self, f: Fault) -> bool:
+        return any(e.fault == f.id and e.action in ("clear", "error") for e in self.events)
+
+    def clear(self) -> list[FaultEvent]:
+        """Clear every active fault."""
+        with self._mutex:
+            new = [self._clear(f) for f in list(self._active.values())]
+            self.events += new
+            return new
+
+    def active(self) -> list[Fault]:
+        with self._mutex:
+            return list(self._active.values())
+
+    # -- per kind --------------------------------------------------------------------------------
+
+    def _event(self, f: Fault, action: str, detail: str = "") -> FaultEvent:
+        return FaultEvent(time=time.time(), step=self._step, fault=f.id, kind=f.kind, action=action, detail=detail)  # type: ignore[arg-type]
+
+    def _inject(self, f: Fault) -> FaultEvent:
+        try:
+            detail = inject(self.lab, f, self._locks)
+        except SubstrateError as e:
+            return self._event(f, "error", f"inject failed: {e}")
+        self._active[f.id] = f
+        _record(self.lab, list(self._active.values()))
+        return self._event(f, "inject", detail)
+
+    def _clear(self, f: Fault) -> FaultEvent:
+        try:
+            detail = clear(self.lab, f, self._locks)
+            ev = self._event(f, "clear", detail)
+        except SubstrateError as e:
+            ev = self._event(f, "error", f"clear failed: {e}")
+        self._active.pop(f.id, None)
+        _record(self.lab, list(self._active.values()))
+        return ev
+
+
+def _record(lab: Lab, active: list[Fault]) -> None:
+    (lab.dir / FAULTS_FILE).write_text(json.dumps([f.model_dump() for f in active]))
+
+
+def _checked(r: Any, what: str) -> None:
+    if not r.ok:
+        raise SubstrateError(f"{what}: {r.summary()}")
+
+
+def inject(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -> str:
+    """Start fault ``f`` on ``lab``; returns a one-line description. Raises SubstrateError."""
+    t = f.target
+    node = t["node"]
+    if f.kind == "link_down":
+        _checked(lab.exec(node, ["ip", "link", "set", t["interface"], "down"]), "link down")
+        return f"{node} {t['interface']} (to {t.get('peer')}) down"
+    if f.kind == "loss":
+        table = (f"table netdev {LOSS_TABLE}_{t['interface']} {{ chain egress {{ type filter hook egress device "
+                 f"\"{t['interface']}\" priority 0; policy accept; numgen random mod 100 < {t['percent']} drop; }} }}")
+        _checked(lab.exec(node, ["nft", "-f", "-"], input=table + "\n"), "loss")
+        return f"{node} {t['interface']}: {t['percent']}% egress loss"
+    if f.kind == "freeze":
+        _checked(lab.exec(node, ["kill", "-STOP", "-1"]), "freeze")
+        return f"{node}: every process stopped"
+    if f.kind == "daemon_crash":
+        if not lab.kill_daemon(node, t["daemon"]):
+            raise SubstrateError(f"{node}: {t['daemon']} was not running")
+        return f"{node}: {t['daemon']} killed"
+    if f.kind == "held_lock":
+        if locks is None:
+            raise SubstrateError("held_lock needs an injector (the lock lives as long as it)")
+        ready, release = threading.Event(), threading.Event()
+        errors: list[str] = []
+
+        def hold() -> None:
+            try:
+                with lab.config_lock([node], holder=f"another session (fault {f.id})", timeout_s=30):
+                    ready.set()
+                    release.wait()
+            except SubstrateError as e:
+                errors.append(str(e))
+                ready.set()
+
+        threading.Thread(target=hold, name=f"fault-{f.id}", daemon=True).start()
+        ready.wait(35)
+        if errors:
+            raise SubstrateError(errors[0])
+        locks[f.id] = release
+        return f"{node}: configuration lock held"
+    if f.kind == "concurrent_writer":
+        prefix = WRITER_PREFIX.format(k=int(f.id.lstrip("f") or 0))
+        _checked(lab.vtysh(node, "configure terminal", f"ipv6 route {prefix} blackhole"), "concurrent writer")
+        return f"{node}: another operator added 'ipv6 route {prefix} blackhole'"
+    raise SubstrateError(f"unknown fault kind {f.kind}")
+
+
+def clear(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -> str:
+    """End fault ``f``; returns a one-line description. Raises SubstrateError."""
+    t = f.target
+    node = t["node"]
+    if f.kind == "link_down":
+        _checked(lab.exec(node, ["ip", "link", "set", t["interface"], "up"]), "link up")
+        return f"{node} {t['interface']} up"
+    if f.kind == "loss":
+        lab.exec(node, ["nft", "delete", "table", "netdev", f"{LOSS_TABLE}_{t['interface']}"])
+        return f"{node} {t['interface']}: loss removed"
+    if f.kind == "freeze":
+        _checked(lab.exec(node, ["kill", "-CONT", "-1"]), "thaw")
+        return f"{node}: processes resumed"
+    if f.kind == "daemon_crash":
+        if lab.daemon_pid(node, t["daemon"]) is None:
+            lab.start_daemon(node, t["daemon"])
+        return f"{node}: {t['daemon']} restarted"
+    if f.kind == "held_lock":
+        ev = (locks or {}).pop(f.id, None)
+        if ev is not None:
+            ev.set()
+        return f"{node}: configuration lock released"
+    if f.kind == "concurrent_writer":
+        prefix = WRITER_PREFIX.format(k=int(f.id.lstrip("f") or 0))
+        lab.vtysh(node, "configure terminal", f"no ipv6 route {prefix} blackhole")
+        return f"{node}: the other operator's route removed"
+    raise SubstrateError(f"unknown fault kind {f.kind}")
+
+
+def clear_all(lab: Lab) -> list[str]:
+    """Clear the faults recorded as active in the lab directory (after a crash). Returns what was done."""
+    path = lab.dir / FAULTS_FILE
+    try:
+        active = [Fault.model_validate(x) for x in json.loads(path.read_text())]
+    except (OSError, ValueError):
+        return []
+    done = []
+    for f in active:
+        if f.kind == "held_lock":
+            continue  # the lock died with the process that held it
+        try:
+            done.append(clear(lab, f))
+        except SubstrateError as e:
+            done.append(f"{f.id}: {e}")
+    path.unlink(missing_ok=True)
+    return done

@@ -1,0 +1,137 @@
+"""Applying rendered service state (:class:`NodeConfig`) to a node, and diffs between renderings.
+
+Deploy applies a whole rendering; A3-T applies the difference between the rendering before and
+after an intent (:func:`config_delta`), so that an intent changes exactly the device state it
+implies and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from substrate.errors import ExecError
+from substrate.routes import route_key
+from substrate.scenario.model import NodeConfig
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+    from substrate.process import ExecResult
+
+
+def _heredoc(cmd: str, lines: list[str], tag: str) -> str:
+    body = "\n".join(lines)
+    return f"{cmd} <<'{tag}'\n{body}\n{tag}\n"
+
+
+def nft_replace(table: str, text: str) -> str:
+    """An nft script that replaces ``table`` (e.g. ``inet tenant_fw``) atomically by ``text``
+    (``add`` + ``delete`` make it work whether or not the table exists)."""
+    return f"add table {table}\ndelete table {table}\n{text}"
+
+
+def nft_delete(table: str) -> str:
+    """An nft script that removes ``table`` if present."""
+    return f"add table {table}\ndelete table {table}\n"
+
+
+def config_script(cfg: NodeConfig) -> str:
+    """One bash script that applies ``cfg`` to a node (order: sysctls, links and addresses,
+    nftables, IPv6 rules and routes, IPv4 rules and routes, FRR). Stops at the first error."""
+    parts = ["set -e"]
+    for k, v in sorted(cfg.sysctls.items()):
+        parts.append(f"echo {v} > /proc/sys/{k}")
+    link_lines = [f"link set {i} up" for i in cfg.links_up] + [f"addr add {a}" for a in cfg.addresses]
+    if link_lines:
+        parts.append(_heredoc("ip -batch -", link_lines, "ANIBENCH_LINKS"))
+    for table, text in sorted(cfg.nft.items()):
+        parts.append(_heredoc("nft -f -", nft_replace(table, text).splitlines(), "ANIBENCH_NFT"))
+    for fam in (6, 4):
+        lines = [f"rule add {r}" for r in getattr(cfg, f"rules{fam}")] + [f"route add {r}" for r in getattr(cfg, f"routes{fam}")]
+        if lines:
+            parts.append(_heredoc(f"ip -{fam} -batch -", lines, f"ANIBENCH_IP{fam}"))
+    if cfg.frr:
+        conf = ["configure terminal"] + [ln for block in cfg.frr for ln in block.splitlines()] + ["end"]
+        parts.append(_heredoc("vtysh", conf, "ANIBENCH_FRR"))
+    return "\n".join(parts) + "\n"
+
+
+def apply_config(lab: Lab, node: str, cfg: NodeConfig, timeout_s: float = 30.0) -> ExecResult:
+    """Apply a whole NodeConfig to ``node`` (one command in the node).
+
+    Raises:
+        ExecError: a line was refused (the message quotes iproute2/nft's error).
+    """
+    r = lab.sh(node, config_script(cfg), timeout_s=timeout_s)
+    if not r.ok:
+        raise ExecError(f"{node}: applying service state failed: {(r.stderr or r.stdout).strip()[:600]}")
+    return r
+
+
+@dataclass
+class ConfigDelta:
+    """What changes on one node between two renderings, as commands (removals first)."""
+
+    node: str
+    removals: list[str] = field(default_factory=list)
+    additions: list[str] = field(default_factory=list)
+    nft: dict[str, str | None] = field(default_factory=dict)  # table -> new text, None = delete
+    sysctls: dict[str, str] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.removals or self.additions or self.nft or self.sysctls)
+
+    def describe(self) -> list[str]:
+        """Human-readable lines (``- ...`` removed, ``+ ...`` added), for plans and reports."""
+        out = [f"- {x}" for x in self.removals] + [f"+ {x}" for x in self.additions]
+        out += [f"~ nft table {t}: {'delete' if v is None else 'replace'}" for t, v in sorted(self.nft.items())]
+        out += [f"~ sysctl {k}={v}" for k, v in sorted(self.sysctls.items())]
+        return out
+
+    def script(self) -> str:
+        """A bash script applying the delta (removals tolerate already-absent objects)."""
+        parts = ["set -e"]
+        for k, v in sorted(self.sysctls.items()):
+            parts.append(f"echo {v} > /proc/sys/{k}")
+        for fam_flag, lines, tag, strict in (
+            ("", [x for x in self.removals if x.startswith(("link", "addr"))], "ANIBENCH_RL", False),
+            ("-6 ", [x[3:] for x in self.removals if x.startswith("-6 ")], "ANIBENCH_R6", False),
+            ("-4 ", [x[3:] for x in self.removals if x.startswith("-4 ")], "ANIBENCH_R4", False),
+            ("", [x for x in self.additions if x.startswith(("link", "addr"))], "ANIBENCH_AL", True),
+        ):
+            if lines:
+                cmd = f"ip {fam_flag}-batch -" if strict else f"ip {fam_flag}-force -batch - || true"
+                parts.append(_heredoc(cmd, lines, tag))
+        for table, text in sorted(self.nft.items()):
+            script = nft_delete(table) if text is None else nft_replace(table, text)
+            parts.append(_heredoc("nft -f -", script.splitlines(), "ANIBENCH_NFT"))
+        for fam in (6, 4):
+            lines = [x[3:] for x in self.additions if x.startswith(f"-{fam} ")]
+            if lines:
+                parts.append(_heredoc(f"ip -{fam} -batch -", lines, f"ANIBENCH_A{fam}"))
+        return "\n".join(parts) + "\n"
+
+
+def config_delta(node: str, before: NodeConfig | None, after: NodeConfig | None) -> ConfigDelta:
+    """Commands that turn ``before``'s service state into ``after``'s on ``node``."""
+    b, a = before or NodeConfig(), after or NodeConfig()
+    d = ConfigDelta(node=node)
+    for fam in (6, 4):
+        old_r, new_r = getattr(b, f"routes{fam}"), getattr(a, f"routes{fam}")
+        new_keys = {route_key(r) for r in new_r}
+        # a route whose key survives is replaced in place (route replace), not deleted first
+        d.removals += [f"-{fam} route del {route_key(r)}" for r in old_r if r not in new_r and route_key(r) not in new_keys]
+        d.additions += [f"-{fam} route replace {r}" for r in new_r if r not in old_r]
+        old_ru, new_ru = getattr(b, f"rules{fam}"), getattr(a, f"rules{fam}")
+        d.removals += [f"-{fam} rule del {r}" for r in old_ru if r not in new_ru]
+        d.additions += [f"-{fam} rule add {r}" for r in new_ru if r not in old_ru]
+    d.removals += [f"addr del {x}" for x in b.addresses if x not in a.addresses]
+    d.additions += [f"addr replace {x}" for x in a.addresses if x not in b.addresses]
+    d.additions += [f"link set {i} up" for i in a.links_up if i not in b.links_up]
+    for table in sorted(set(b.nft) | set(a.nft)):
+        if b.nft.get(table) != a.nft.get(table):
+            d.nft[table] = a.nft.get(table)
+    d.sysctls = {k: v for k, v in a.sysctls.items() if b.sysctls.get(k) != v}
+    if b.frr != a.frr:
+        raise ExecError(f"{node}: FRR configuration changes are not supported by config deltas yet")
+    return d

@@ -1,0 +1,190 @@
+"""Layer ``addressing``: IPAM pools for tenant prefixes, SID function and routing-table allocation.
+
+The pools (:class:`~substrate.scenario.model.Pools`) are shared by every tenant service, which
+is what makes collisions possible: two tenants' prefixes are adjacent (lowest-free allocation)
+or, at a tunable rate, overlap; SID functions of different services share each PE's function
+space; table ids and firewall marks are global. :class:`Ipam` rebuilds the allocation state from
+a scenario's inventory, so A3-T and task variants allocate from the same pools the generator
+used, never from a private copy.
+
+Invariants (service ``addressing``): every allocated SID is still bound to its behaviour (the
+seg6local route exists with the allocated action and parameters).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+from substrate import addressing as a
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, register
+from substrate.scenario.model import Invariant, Pools, Scenario
+
+SERVICE = "addressing"
+
+
+class AddressingParams(LayerParams):
+    """Pools of the brownfield (defaults: ULA fd10::/32 for tenant IPv6, 10.0.0.0/16 for tenant
+    IPv4, tables 100-199, local SID functions 0xe000-0xefff, TEST-NET-2 floating addresses)."""
+
+    prefix6: str = "fd10::/32"
+    prefix4: str = "10.0.0.0/16"
+    tables: tuple[int, int] = (100, 199)
+    functions: tuple[int, int] = (0xE000, 0xEFFF)
+    floating4: str = "198.51.100.0/24"
+
+
+class PoolExhausted(GenerationError):
+    """A pool has no free element left."""
+
+
+class Ipam:
+    """Allocation state over a scenario's pools (lowest free first, so deterministic)."""
+
+    def __init__(self, pools: Pools):
+        self.pools = pools
+        self.used6: set[str] = set()
+        self.used4: set[str] = set()
+        self.tables: set[int] = set()
+        self.functions: dict[str, set[int]] = {}
+        self.marks: set[int] = set()
+        self.floating: set[str] = set()
+        self._next6 = 0
+        self._next4 = 0
+
+    @classmethod
+    def from_scenario(cls, sc: Scenario) -> Ipam:
+        """Allocation state implied by ``sc``'s inventory."""
+        ipam = cls(sc.pools)
+        for t in sc.tenants:
+            ipam.tables.add(t.table)
+            for pe, fn in t.dt6_functions.items():
+                ipam.functions.setdefault(pe, set()).add(fn)
+            for s in t.sites:
+                ipam.used6.add(s.prefix6)
+                if s.prefix4:
+                    ipam.used4.add(s.prefix4)
+                if s.dx4_function is not None:
+                    ipam.functions.setdefault(s.pe, set()).add(s.dx4_function)
+        for p in sc.steering:
+            ipam.functions.setdefault(p.waypoint, set()).add(p.waypoint_function)
+        for f in sc.floating_ips:
+            ipam.marks.add(f.mark)
+            ipam.floating.add(f.address)
+        if sc.external:
+            ipam.functions.setdefault(sc.external.border_pe, set()).add(sc.external.dx4_function)
+        return ipam
+
+    def prefix6(self) -> str:
+        """Lowest free /64 of the IPv6 pool. Raises PoolExhausted."""
+        pool = ipaddress.IPv6Network(self.pools.prefix6)
+        total = 2 ** (64 - pool.prefixlen)
+        while self._next6 < total:
+            net = str(ipaddress.IPv6Network((int(pool.network_address) + (self._next6 << 64), 64)))
+            self._next6 += 1
+            if net not in self.used6:
+                self.used6.add(net)
+                return net
+        raise PoolExhausted("pools.prefix6", f"no free /64 left in {pool}")
+
+    def prefix4(self) -> str:
+        """Lowest free /24 of the IPv4 pool. Raises PoolExhausted."""
+        pool = ipaddress.IPv4Network(self.pools.prefix4)
+        total = 2 ** (24 - pool.prefixlen)
+        while self._next4 < total:
+            net = str(ipaddress.IPv4Network((int(pool.network_address) + (self._next4 << 8), 24)))
+            self._next4 += 1
+            if net not in self.used4:
+                self.used4.add(net)
+                return net
+        raise PoolExhausted("pools.prefix4", f"no free /24 left in {pool} ({total} in all)")
+
+    def table(self) -> int:
+        """Lowest free routing-table id. Raises PoolExhausted."""
+        lo, hi = self.pools.tables
+        for t in range(lo, hi + 1):
+            if t not in self.tables:
+                self.tables.add(t)
+                return t
+        raise PoolExhausted("pools.tables", f"all table ids {lo}-{hi} are in use")
+
+    def function(self, node: str) -> int:
+        """Lowest free local SID function on ``node``. Raises PoolExhausted."""
+        lo, hi = self.pools.functions
+        used = self.functions.setdefault(node, set())
+        for f in range(lo, hi + 1):
+            if f not in used:
+                used.add(f)
+                return f
+        raise PoolExhausted("pools.functions", f"no free SID function left on {node}")
+
+    def mark(self) -> int:
+        """Lowest free firewall mark. Raises PoolExhausted."""
+        lo, hi = self.pools.marks
+        for m in range(lo, hi + 1):
+            if m not in self.marks:
+                self.marks.add(m)
+                return m
+        raise PoolExhausted("pools.marks", f"all marks {lo:#x}-{hi:#x} are in use")
+
+    def floating4(self) -> str:
+        """Lowest free floating address (host part 10 and up). Raises PoolExhausted."""
+        pool = ipaddress.IPv4Network(self.pools.floating4)
+        for host in list(pool.hosts())[9:]:
+            if str(host) not in self.floating:
+                self.floating.add(str(host))
+                return str(host)
+        raise PoolExhausted("pools.floating4", f"no free floating address left in {pool}")
+
+
+def sid_invariants(sc: Scenario) -> list[Invariant]:
+    """One ``sid_bound`` invariant per SID the inventory allocates."""
+    out: list[Invariant] = []
+
+    def add(node: str, fn: int, action: str, what: str, **extra: object) -> None:
+        nid = sc.topology.node(node).node_id
+        assert nid is not None
+        sid = str(a.function_sid(nid, fn))
+        out.append(Invariant(
+            id=f"addressing/sid/{node}/{fn:x}",
+            kind="sid_bound",
+            service=SERVICE,
+            params={"node": node, "sid": sid, "action": action, **extra},
+            description=f"{sid} on {node} is still {action} ({what})",
+        ))
+
+    for t in sc.tenants:
+        for pe, fn in sorted(t.dt6_functions.items()):
+            add(pe, fn, "End.DT6", f"tenant {t.id}", table=str(t.table))
+        for s in t.sites:
+            if s.dx4_function is not None and s.prefix4:
+                add(s.pe, s.dx4_function, "End.DX4", f"site {s.id}", nh4=str(ipaddress.IPv4Network(s.prefix4).network_address + 2))
+    for p in sc.steering:
+        add(p.waypoint, p.waypoint_function, "End", f"steering {p.id}", flavors=["next-csid"])
+    if sc.external:
+        e = sc.external
+        add(e.border_pe, e.dx4_function, "End.DX4", "external segment",
+            nh4=str(ipaddress.IPv4Network(e.prefix4).network_address + 2))
+    return out
+
+
+@register
+class Addressing(Layer):
+    name = "addressing"
+    requires = ("underlay",)
+    Params = AddressingParams
+
+    def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
+        assert isinstance(params, AddressingParams)
+        pools = Pools(prefix6=params.prefix6, prefix4=params.prefix4, tables=params.tables,
+                      functions=params.functions, floating4=params.floating4)
+        try:
+            ipaddress.IPv6Network(pools.prefix6)
+            ipaddress.IPv4Network(pools.prefix4)
+            ipaddress.IPv4Network(pools.floating4)
+        except ValueError as e:
+            raise GenerationError("layers.addressing", str(e)) from None
+        return sc.model_copy(update={"pools": pools})
+
+    def invariants(self, sc: Scenario) -> list[Invariant]:
+        return sid_invariants(sc)

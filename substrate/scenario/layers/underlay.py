@@ -1,0 +1,55 @@
+"""Layer ``underlay``: IS-IS and SRv6 locators (deployed by the substrate itself).
+
+Instance: one, ``underlay``. Invariants (global): every core link's IS-IS adjacency is Up on
+both ends; every router's uSID locator is installed as End with the NEXT-C-SID flavor; every
+router's FIB holds every other router's loopback and locator.
+"""
+
+from __future__ import annotations
+
+from substrate import addressing as a
+from substrate.scenario.layers.base import Layer, register
+from substrate.scenario.model import Invariant, Scenario
+
+SERVICE = "underlay"
+
+
+@register
+class Underlay(Layer):
+    name = "underlay"
+
+    def invariants(self, sc: Scenario) -> list[Invariant]:
+        topo = sc.topology
+        out: list[Invariant] = []
+        for lk in topo.core_links():
+            for me, peer in ((lk.a, lk.b), (lk.b, lk.a)):
+                out.append(Invariant(
+                    id=f"underlay/adjacency/{me.node}:{me.interface}",
+                    kind="isis_adjacency",
+                    service=SERVICE,
+                    params={"node": me.node, "interface": me.interface, "neighbor": peer.node},
+                    description=f"IS-IS adjacency {me.node} {me.interface} -> {peer.node} is Up",
+                ))
+        for r in topo.routers:
+            assert r.node_id is not None
+            out.append(Invariant(
+                id=f"underlay/locator/{r.name}",
+                kind="sid_bound",
+                service=SERVICE,
+                params={"node": r.name, "sid": str(a.locator(r.node_id)), "action": "End", "flavors": ["next-csid"]},
+                description=f"{r.name}'s locator {a.locator(r.node_id)} is installed as End (NEXT-C-SID)",
+            ))
+            expected = sorted(
+                str(p)
+                for n in topo.routers
+                if n.name != r.name and n.node_id is not None
+                for p in (a.loopback(n.node_id).network, a.locator(n.node_id))
+            )
+            out.append(Invariant(
+                id=f"underlay/fib/{r.name}",
+                kind="fib_has",
+                service=SERVICE,
+                params={"node": r.name, "prefixes": expected},
+                description=f"{r.name}'s FIB has every other router's loopback and locator",
+            ))
+        return out

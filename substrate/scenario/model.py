@@ -1,0 +1,232 @@
+"""Scenario data model: the service inventory, the rendered device state and the baseline
+invariants of a brownfield (draft-salsano-nmrg-nmaa-benchmarking-framework, sections 2 and 6).
+
+Everything is pydantic and JSON-serialisable with a stable order, so that the same manifest and
+seed always give a byte-identical scenario file.
+
+Network design of the tenant services (what the layers render; shared/notes/substrate.md lists
+the kernel facts it rests on):
+
+- a tenant (L3VPN) has one routing table with the same id on every PE where it has sites
+  (policy routing: ``ip rule iif <CE port> lookup <table>``; no VRF devices on this kernel), an
+  ``unreachable default`` in that table so lookups never fall through to the main table, and on
+  each such PE an End.DT6 SID (uDT6) that decapsulates into the table;
+- a site is a CE host behind a PE port, with an IPv6 /64 and optionally an IPv4 /24 on that link
+  (PE ``::1``/``.1``, CE ``::2``/``.2``); remote PEs reach it with H.Encaps.Red to the site PE's
+  uDT6 (IPv6) or to the site's own End.DX4 SID (IPv4: End.DX4 resolves its next hop in the main
+  table, so an IPv4 prefix appears at most once per PE);
+- every PE has ``ip -6 rule to fcbb:bb00::/32 lookup main`` ahead of tenant rules, so that the
+  encapsulated packet (outer destination: a SID) is routed in the main table;
+- a steering policy pins a tenant's traffic from one PE to one site through a waypoint router:
+  the segment list starts with a waypoint SID of its own (End, NEXT-C-SID, 32-bit node+function)
+  whose counters prove the path;
+- a firewall policy is a tenant's chain in the shared ``inet tenant_fw`` table of each PE that
+  hosts a destination site of a rule, filtering traffic forwarded to the CE port;
+- a floating IP is a 1:1 NAT on the border PE from a TEST-NET-2 address to a site's IPv4
+  address, with a firewall mark selecting the tenant table; replies return through an End.DX4
+  SID of the border PE toward the external host.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from substrate.topology import Topology
+
+SCENARIO_SCHEMA_VERSION = 1
+#: Routing-table metric of the per-tenant ``unreachable default`` (the kernel's VRF default uses
+#: the same value: 4278198272 = 0xff000000).
+UNREACHABLE_METRIC = 4278198272
+#: Rule priorities: SIDs to main first, then tenant ports, then floating-IP marks.
+RULE_PRIO_SIDS = 900
+RULE_PRIO_TENANT = 1000
+RULE_PRIO_FWMARK = 1100
+#: The SRv6 locator block as a rule selector.
+SID_BLOCK = "fcbb:bb00::/32"
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Site(_M):
+    """One tenant site: a CE host behind a PE port (an attachment circuit)."""
+
+    id: str = Field(description="Site id, e.g. 't3s2'.")
+    tenant: str
+    pe: str = Field(description="PE router the site attaches to.")
+    pe_if: str = Field(description="PE interface toward the CE.")
+    ce: str = Field(description="CE host node.")
+    ce_if: str = "eth1"
+    prefix6: str = Field(description="Site IPv6 prefix (/64): PE ::1, CE ::2.")
+    prefix4: str | None = Field(default=None, description="Site IPv4 prefix (/24): PE .1, CE .2.")
+    dx4_function: int | None = Field(default=None, description="Local function id of the site's End.DX4 SID on its PE.")
+
+
+class Tenant(_M):
+    """A tenant's L3VPN over SRv6: routing table, per-PE uDT6 SIDs, sites."""
+
+    id: str = Field(description="Tenant id, e.g. 't3'.")
+    name: str = Field(description="Customer name (for prompts and reports).")
+    table: int = Field(description="Routing table id on every PE of the tenant.")
+    dt6_functions: dict[str, int] = Field(default_factory=dict, description="PE -> local function id of its uDT6.")
+    sites: list[Site] = Field(default_factory=list)
+
+
+class SteeringPolicy(_M):
+    """Traffic of ``tenant`` entering at ``ingress_pe`` toward ``dst_site`` goes through ``waypoint``."""
+
+    id: str
+    tenant: str
+    ingress_pe: str
+    dst_site: str
+    waypoint: str
+    waypoint_function: int = Field(description="Local function id of the policy's End SID on the waypoint.")
+
+
+class FirewallRule(_M):
+    """One verdict of a tenant firewall: traffic to ``dst_site`` (from ``src_site`` or any) on a TCP port."""
+
+    src_site: str | None = Field(default=None, description="Source site id; None = any source.")
+    dst_site: str
+    port: int = Field(ge=1, le=65535)
+    action: Literal["accept", "drop"]
+
+
+class FirewallPolicy(_M):
+    """A tenant's firewall rule set (a chain in the shared ``inet tenant_fw`` table of each PE
+    hosting a destination site)."""
+
+    id: str
+    tenant: str
+    rules: list[FirewallRule]
+
+
+class FloatingIP(_M):
+    """1:1 NAT of a public (TEST-NET-2) IPv4 address to a site's CE on the border PE."""
+
+    id: str
+    tenant: str
+    site: str
+    address: str = Field(description="The floating IPv4 address, from 198.51.100.0/24 (RFC 5737).")
+    mark: int = Field(description="Firewall mark that selects the tenant table for NATed traffic.")
+
+
+class External(_M):
+    """The external (Internet-side) segment on the border PE."""
+
+    border_pe: str
+    pe_if: str
+    host: str
+    host_if: str = "eth1"
+    prefix4: str = Field(description="Link prefix, from 203.0.113.0/24 (TEST-NET-3, RFC 5737).")
+    dx4_function: int = Field(description="Border PE's End.DX4 SID function toward the external host.")
+
+
+class SpareCircuit(_M):
+    """An unconfigured attachment circuit: a CE host cabled to a PE port, for onboarding tasks."""
+
+    pe: str
+    pe_if: str
+    ce: str
+    ce_if: str = "eth1"
+
+
+class Pools(_M):
+    """Resource pools the layers allocate from; A3-T and task variants allocate from the same."""
+
+    prefix6: str = "fd10::/32"
+    prefix4: str = "10.0.0.0/16"
+    tables: tuple[int, int] = (100, 199)
+    functions: tuple[int, int] = (0xE000, 0xEFFF)
+    floating4: str = "198.51.100.0/24"
+    marks: tuple[int, int] = (0x100, 0x1FF)
+
+
+class Invariant(_M):
+    """A machine-checkable condition a service instance (or the network) satisfies at baseline
+    and must keep satisfying (draft section 2, "baseline invariant")."""
+
+    id: str = Field(description="Stable id, e.g. 'l3vpn/t3/reach/t3s1->t3s2/6'.")
+    kind: str = Field(description="Check kind (the observer's registry key).")
+    service: str = Field(description="Service instance id, or 'global'.")
+    params: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+
+
+class NodeConfig(_M):
+    """Service-owned device state of one node, in canonical ``ip``/``nft``/FRR form.
+
+    ``routes*``/``rules*`` are ``route add``/``rule add`` arguments, ``addresses`` are
+    ``addr add`` arguments, ``nft`` maps an nftables table (``"inet tenant_fw"``) to its full
+    text. Deploy applies it; A3-T diffs two renderings to change exactly what an intent changed.
+    """
+
+    links_up: list[str] = Field(default_factory=list)
+    addresses: list[str] = Field(default_factory=list)
+    rules6: list[str] = Field(default_factory=list)
+    rules4: list[str] = Field(default_factory=list)
+    routes6: list[str] = Field(default_factory=list)
+    routes4: list[str] = Field(default_factory=list)
+    nft: dict[str, str] = Field(default_factory=dict)
+    sysctls: dict[str, str] = Field(default_factory=dict)
+    frr: list[str] = Field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not any(getattr(self, f) for f in type(self).model_fields)
+
+
+class Scenario(_M):
+    """A generated brownfield: topology, service inventory, rendered state, baseline invariants."""
+
+    schema_version: int = SCENARIO_SCHEMA_VERSION
+    name: str
+    manifest_digest: str = Field(description="SHA-256 of the manifest's canonical JSON.")
+    seed: int
+    density: int
+    layers: list[str]
+    topology: Topology
+    pools: Pools = Field(default_factory=Pools)
+    tenants: list[Tenant] = Field(default_factory=list)
+    steering: list[SteeringPolicy] = Field(default_factory=list)
+    firewalls: list[FirewallPolicy] = Field(default_factory=list)
+    floating_ips: list[FloatingIP] = Field(default_factory=list)
+    external: External | None = None
+    spares: list[SpareCircuit] = Field(default_factory=list)
+    node_config: dict[str, NodeConfig] = Field(default_factory=dict)
+    invariants: list[Invariant] = Field(default_factory=list)
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def tenant(self, tid: str) -> Tenant:
+        """The tenant ``tid``. Raises KeyError."""
+        for t in self.tenants:
+            if t.id == tid:
+                return t
+        raise KeyError(tid)
+
+    def site(self, sid: str) -> Site:
+        """The site ``sid`` (any tenant). Raises KeyError."""
+        for t in self.tenants:
+            for s in t.sites:
+                if s.id == sid:
+                    return s
+        raise KeyError(sid)
+
+    def all_sites(self) -> list[Site]:
+        return [s for t in self.tenants for s in t.sites]
+
+    def to_json(self) -> str:
+        """Canonical JSON (sorted keys, 1-space indent, trailing newline): byte-stable."""
+        import json
+
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def load(cls, path: str) -> Scenario:
+        """Read a scenario file. Raises OSError, pydantic.ValidationError."""
+        from pathlib import Path
+
+        return cls.model_validate_json(Path(path).read_text())

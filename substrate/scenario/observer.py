@@ -1,0 +1,256 @@
+"""The observer: checks invariants and task test cases out-of-band, through the substrate
+(draft section 4.6) -- never through an ANI server -- in parallel, with bounded timeouts, and
+returns a verdict with evidence (command, exit code, output excerpt) for each.
+
+Check kinds (``Invariant.kind``):
+
+- ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried once);
+- ``isolated`` {src, dst, family}: no ping from ``src`` gets an answer from ``dst``;
+- ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
+  raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` (the SID is used by
+  this flow only, so concurrent probes cannot fake it);
+- ``tcp_verdict`` {src, dst, port, expect}: a TCP connection attempt from ``src`` reaches the
+  destination host (connected or reset by it) when ``expect`` is ``allow``; times out (dropped)
+  when ``deny``;
+- ``isis_adjacency`` {node, interface, neighbor}: FRR reports the adjacency Up;
+- ``sid_bound`` {node, sid, action, ...}: a seg6local route for ``sid`` with that action and
+  parameters (``table``, ``nh4``, ``flavors``) exists in the main table;
+- ``fib_has`` {node, prefixes}: the node's main table has a route for every prefix;
+- ``nft_rule`` {node, table, contains}: one line of the nftables table contains every string.
+
+Read-only commands whose output several checks share (routing table, IS-IS neighbours, an nft
+table) run once per node and observation pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from substrate.scenario.model import Invariant
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+    from substrate.process import ExecResult
+
+#: Threads of one observation pass: most checks wait on the network, not on the CPU.
+WORKERS = 48
+EXCERPT = 400
+
+
+class Evidence(BaseModel):
+    """What a verdict rests on."""
+
+    node: str = ""
+    command: str = ""
+    exit_code: int | None = None
+    output: str = Field(default="", description="Excerpt of the output (bounded).")
+
+
+class Verdict(BaseModel):
+    """Outcome of one check."""
+
+    id: str
+    kind: str
+    service: str
+    ok: bool
+    detail: str = Field(default="", description="One line saying why.")
+    evidence: list[Evidence] = Field(default_factory=list)
+    duration_s: float = 0.0
+
+
+class ObserveContext:
+    """One observation pass: the lab plus a cache of shared read-only command outputs."""
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
+        self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def run(self, node: str, argv: list[str], timeout_s: float = 10.0) -> ExecResult:
+        return self.lab.exec(node, argv, timeout_s=timeout_s, max_output=1 << 20)
+
+    def shared(self, node: str, argv: list[str], timeout_s: float = 10.0) -> ExecResult:
+        """Run a read-only command once per pass; concurrent callers wait for the first."""
+        key = (node, tuple(argv))
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._cache:
+                self._cache[key] = self.run(node, argv, timeout_s)
+            return self._cache[key]
+
+
+def _ev(r: ExecResult, command: str | None = None) -> Evidence:
+    text = (r.stdout + ("\n" + r.stderr if r.stderr.strip() else "")).strip()
+    return Evidence(node=r.node, command=command or " ".join(r.argv), exit_code=r.returncode, output=text[:EXCERPT])
+
+
+def _received(out: str) -> int:
+    m = re.search(r"(\d+) (?:packets )?received", out)
+    return int(m.group(1)) if m else 0
+
+
+def _ping(ctx: ObserveContext, src: str, dst: str, family: int, count: int, wait: float, interval: float = 0.2) -> ExecResult:
+    argv = ["ping", f"-{family}", "-n", "-q", "-c", str(count), "-i", str(interval), "-W", str(wait), dst]
+    return ctx.run(src, argv, timeout_s=count * interval + wait + 5)
+
+
+def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    ev = []
+    for _attempt in range(2):
+        r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 1.0)
+        ev.append(_ev(r))
+        if _received(r.stdout) > 0:
+            return True, f"{p['src']} -> {p['dst']}: replies received", ev
+    return False, f"{p['src']} -> {p['dst']}: no reply", ev
+
+
+def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 0.5)
+    got = _received(r.stdout)
+    return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+
+
+def _sid_packets(ctx: ObserveContext, node: str, sid: str) -> tuple[int | None, ExecResult]:
+    r = ctx.run(node, ["ip", "-6", "-s", "-j", "route", "show", "table", "main", sid])
+    try:
+        entries = [e for e in json.loads(r.stdout or "[]") if e.get("encap") == "seg6local"]
+    except ValueError:
+        return None, r
+    if not entries or "stats64" not in entries[0]:
+        return None, r
+    return int(entries[0]["stats64"]["packets"]), r
+
+
+def check_steered_path(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    count = int(p.get("count", 5))
+    before, r0 = _sid_packets(ctx, p["node"], p["sid"])
+    if before is None:
+        return False, f"{p['sid']} is not installed (with counters) on {p['node']}", [_ev(r0)]
+    r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), count, 1.0, interval=0.05)
+    after, r1 = _sid_packets(ctx, p["node"], p["sid"])
+    delta = (after or 0) - before
+    ok = delta >= count and _received(r.stdout) > 0
+    return ok, f"{count} probes {p['src']} -> {p['dst']}: {p['node']} {p['sid']} counted {delta}", [_ev(r), _ev(r1)]
+
+
+_TCP = "timeout {t} bash -c 'exec 3<>/dev/tcp/{dst}/{port}' 2>&1; echo \"rc=$?\""
+
+
+def check_tcp_verdict(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    t = float(p.get("timeout_s", 1.0))
+    cmd = _TCP.format(t=t, dst=p["dst"], port=int(p["port"]))
+    r = ctx.run(p["src"], ["bash", "-c", cmd], timeout_s=t + 5)
+    out = r.stdout
+    rc = re.search(r"rc=(\d+)", out)
+    code = int(rc.group(1)) if rc else -1
+    if code == 0 or "Connection refused" in out:
+        seen = "reached"
+    elif code == 124:
+        seen = "dropped"
+    else:
+        seen = "unreachable"
+    want = "reached" if p["expect"] == "allow" else "dropped"
+    return seen == want, f"TCP {p['src']} -> [{p['dst']}]:{p['port']}: {seen} (expected {want})", [_ev(r, cmd)]
+
+
+def _routes(ctx: ObserveContext, node: str) -> tuple[list[dict[str, Any]], ExecResult]:
+    r = ctx.shared(node, ["ip", "-6", "-d", "-j", "route", "show", "table", "main"])
+    try:
+        return json.loads(r.stdout or "[]"), r
+    except ValueError:
+        return [], r
+
+
+def check_sid_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    routes, r = _routes(ctx, p["node"])
+    for e in routes:
+        if e.get("dst") == p["sid"] and e.get("encap") == "seg6local":
+            mism = [k for k in ("action", "table", "nh4", "flavors") if k in p and str(e.get(k)) != str(p[k])]
+            if not mism:
+                return True, f"{p['sid']} on {p['node']} is {p['action']}", [_ev(r, f"ip -6 -d -j route show table main # {p['sid']}")]
+            return False, f"{p['sid']} on {p['node']}: " + ", ".join(f"{k}={e.get(k)!r} (expected {p[k]!r})" for k in mism), [
+                Evidence(node=p["node"], command=f"ip -6 -d -j route show table main # {p['sid']}", exit_code=r.returncode,
+                         output=json.dumps(e)[:EXCERPT])]
+    return False, f"{p['sid']} is not installed on {p['node']}", [_ev(r, f"ip -6 -d -j route show table main # {p['sid']}")]
+
+
+def check_fib_has(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    routes, r = _routes(ctx, p["node"])
+    have = {e.get("dst", "") if "/" in e.get("dst", "") else f"{e.get('dst')}/128" for e in routes}
+    missing = [x for x in p["prefixes"] if x not in have]
+    detail = f"{p['node']}: all {len(p['prefixes'])} prefixes present" if not missing else \
+        f"{p['node']} lacks {len(missing)}: {', '.join(missing[:5])}"
+    return not missing, detail, [Evidence(node=p["node"], command="ip -6 -d -j route show table main",
+                                          exit_code=r.returncode, output=f"missing: {missing[:10]}")]
+
+
+_NEIGHBOR_ROW = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d)\s+(\S+)", re.M)
+
+
+def check_isis_adjacency(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    r = ctx.shared(p["node"], ["vtysh", "-c", "show isis neighbor"])
+    for sysid, iface, _level, state in _NEIGHBOR_ROW.findall(r.stdout):
+        if sysid == p["neighbor"] and iface == p["interface"]:
+            return state == "Up", f"{p['node']} {iface} -> {sysid}: {state}", [_ev(r)]
+    return False, f"{p['node']} has no IS-IS adjacency to {p['neighbor']} on {p['interface']}", [_ev(r)]
+
+
+def check_nft_rule(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    family, name = p["table"].split()
+    r = ctx.shared(p["node"], ["nft", "list", "table", family, name])
+    for line in r.stdout.splitlines():
+        if all(s in line for s in p["contains"]):
+            return True, f"{p['node']} {p['table']}: {line.strip()}", [_ev(r)]
+    return False, f"{p['node']} {p['table']} has no rule with {' and '.join(p['contains'])}", [_ev(r)]
+
+
+CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Evidence]]]] = {
+    "reach": check_reach,
+    "isolated": check_isolated,
+    "steered_path": check_steered_path,
+    "tcp_verdict": check_tcp_verdict,
+    "sid_bound": check_sid_bound,
+    "fib_has": check_fib_has,
+    "isis_adjacency": check_isis_adjacency,
+    "nft_rule": check_nft_rule,
+}
+
+
+def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
+    """Check one invariant; any failure to check is a failed verdict with the reason."""
+    t0 = time.monotonic()
+    fn = CHECKS.get(inv.kind)
+    if fn is None:
+        return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=False, detail=f"unknown check kind {inv.kind!r}")
+    try:
+        ok, detail, ev = fn(ctx, inv)
+    except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with evidence
+        ok, detail, ev = False, f"check could not run: {type(e).__name__}: {e}", []
+    return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=ok, detail=detail, evidence=ev,
+                   duration_s=time.monotonic() - t0)
+
+
+def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS) -> list[Verdict]:
+    """Check ``invariants`` in parallel; verdicts in input order."""
+    invs = list(invariants)
+    ctx = ObserveContext(lab)
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(invs) or 1)), thread_name_prefix="observe") as pool:
+        return list(pool.map(lambda i: check_one(ctx, i), invs))
