@@ -250,14 +250,12 @@ def route_del_args(args: str) -> str:
     return route_key(args)
 
 
-def rule_args(rule: dict[str, Any]) -> str | None:
-    """Canonical ``rule add`` arguments of one ``ip -j rule`` entry (None for the three default
-    rules every namespace has: local 0, main 32766, default 32767)."""
+def rule_args(rule: dict[str, Any]) -> str:
+    """Canonical ``rule add`` arguments of one ``ip -j rule`` entry. The three default rules
+    (local 0, main 32766, default 32767) are state like any other: ``ip rule flush`` removes
+    main and default, which cuts the node's own traffic off while tenant traffic still flows."""
     prio = rule.get("priority")
     table = str(rule.get("table", ""))
-    plain = set(rule) <= {"priority", "src", "table"} and rule.get("src") == "all"
-    if plain and (prio, table) in ((0, "local"), (32766, "main"), (32767, "default")):
-        return None
     parts = [f"priority {prio}"]
     if rule.get("not"):
         parts.append("not")
@@ -312,8 +310,7 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
                 table, _, body = chunk.partition("\n")
                 routes += [route_args(r, fam, table.strip()) for r in _json(body)]
             setattr(state, f"routes{fam}", sorted({r for r in routes if r}))
-            rules = [rule_args(r) for r in _json(sec[f"rules{fam}"])]
-            setattr(state, f"rules{fam}", [r for r in rules if r])
+            setattr(state, f"rules{fam}", [rule_args(r) for r in _json(sec[f"rules{fam}"])])
         for iface in _json(sec["addrs"]):
             for ai in iface.get("addr_info", []):
                 if ai.get("scope") == "link" or ai.get("dynamic") or ai.get("scope") == "host" and iface["ifname"] == "lo" and ai["local"] in ("127.0.0.1", "::1"):
@@ -441,10 +438,11 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
             errors.append(f"nft: {r.stderr.strip()[:500]}")
     for fam in (4, 6):
         have, want = getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}")
-        if have != want:
-            rep.actions += [f"-{fam} rule del {x}" for x in have] + [f"-{fam} rule add {x}" for x in want]
-            errors += _batch(lab, node, fam, [f"rule del {x}" for x in have], deleting=True)
-            errors += _batch(lab, node, fam, [f"rule add {x}" for x in want])
+        dels = [x for x in have if x not in want]
+        adds = [x for x in want if x not in have]
+        rep.actions += [f"-{fam} rule del {x}" for x in dels] + [f"-{fam} rule add {x}" for x in adds]
+        errors += _batch(lab, node, fam, [f"rule del {x}" for x in dels], deleting=True)
+        errors += _batch(lab, node, fam, [f"rule add {x}" for x in adds])
         have_r, want_r = set(getattr(cur, f"routes{fam}")), set(getattr(target, f"routes{fam}"))
         dels = [f"route del {route_del_args(x)}" for x in sorted(have_r - want_r)]
         adds = [f"route replace {x}" for x in sorted(want_r - have_r)]

@@ -197,12 +197,23 @@ def inject(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) 
         _checked(lab.exec(node, ["ip", "link", "set", t["interface"], "down"]), "link down")
         return f"{node} {t['interface']} (to {t.get('peer')}) down"
     if f.kind == "loss":
-        table = (f"table netdev {LOSS_TABLE}_{t['interface']} {{ chain egress {{ type filter hook egress device "
-                 f"\"{t['interface']}\" priority 0; policy accept; numgen random mod 100 < {t['percent']} drop; }} }}")
+        table = "\n".join([
+            f"table netdev {LOSS_TABLE}_{t['interface']} {{",
+            "  chain egress {",
+            f"    type filter hook egress device \"{t['interface']}\" priority 0; policy accept;",
+            f"    numgen random mod 100 < {t['percent']} drop",
+            "  }",
+            "}",
+        ])
         _checked(lab.exec(node, ["nft", "-f", "-"], input=table + "\n"), "loss")
         return f"{node} {t['interface']}: {t['percent']}% egress loss"
     if f.kind == "freeze":
-        _checked(lab.exec(node, ["kill", "-STOP", "-1"]), "freeze")
+        # `kill -1` signals every process of the node's PID namespace but its init (and exits 1
+        # because init refuses the signal): check the daemons instead of the exit status
+        lab.exec(node, ["kill", "-STOP", "-1"])
+        states = lab.exec(node, ["ps", "-o", "stat=", "-C", "zebra,isisd,staticd,bgpd"]).stdout.split()
+        if not states or any(not s.startswith("T") for s in states):
+            raise SubstrateError(f"{node}: could not stop its processes ({' '.join(states)})")
         return f"{node}: every process stopped"
     if f.kind == "daemon_crash":
         if not lab.kill_daemon(node, t["daemon"]):
@@ -247,7 +258,7 @@ def clear(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -
         lab.exec(node, ["nft", "delete", "table", "netdev", f"{LOSS_TABLE}_{t['interface']}"])
         return f"{node} {t['interface']}: loss removed"
     if f.kind == "freeze":
-        _checked(lab.exec(node, ["kill", "-CONT", "-1"]), "thaw")
+        lab.exec(node, ["kill", "-CONT", "-1"])  # exit status: see inject
         return f"{node}: processes resumed"
     if f.kind == "daemon_crash":
         if lab.daemon_pid(node, t["daemon"]) is None:

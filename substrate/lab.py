@@ -438,8 +438,18 @@ class Lab:
             have.add(dst if "/" in dst else f"{dst}/128")
         return self.expected_underlay_prefixes(router) - have
 
+    def missing_adjacencies(self, router: str) -> set[str]:
+        """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
+        if not want:
+            return set()
+        r = self.vtysh(router, "show isis neighbor", timeout_s=5)
+        up = {m.group(1) for m in re.finditer(r"^\s*\S+\s+(\S+)\s+\d\s+Up\b", r.stdout, re.M)}
+        return want - up
+
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
-        """Poll until every router's kernel has every expected underlay prefix.
+        """Poll until every router has all its IS-IS adjacencies Up and every expected underlay
+        prefix in its kernel FIB.
 
         Returns:
             Seconds waited.
@@ -450,8 +460,13 @@ class Lab:
         t0 = time.monotonic()
         pending = set(routers if routers is not None else self.routers())
         missing: dict[str, set[str]] = {}
+
+        def still_missing(rt: str) -> tuple[str, set[str]]:
+            gaps = self.missing_underlay_prefixes(rt)
+            return rt, gaps or {f"adjacency on {i}" for i in self.missing_adjacencies(rt)}
+
         while pending:
-            results = self.map(lambda rt: (rt, self.missing_underlay_prefixes(rt)), sorted(pending))
+            results = self.map(still_missing, sorted(pending))
             missing = {rt: m for rt, m in results if m}
             pending = set(missing)
             if not pending:

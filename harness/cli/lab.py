@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import err, fail, friendly_errors, out
@@ -176,3 +178,57 @@ def cleanup(
         + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else ""),
         highlight=False,
     )
+
+
+@app.command("check")
+@friendly_errors
+def check(
+    name: Annotated[str, typer.Argument(help="Lab name (deployed from a scenario).")],
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write every verdict with its evidence here.")] = None,
+    only_failed: Annotated[bool, typer.Option("--failed", help="List failed invariants only.")] = False,
+) -> None:
+    """Run the observer: pass/fail per baseline invariant, with evidence. Exits 1 if any fails."""
+    from substrate import Lab
+    from substrate.scenario.deploy import load_scenario
+    from substrate.scenario.observer import observe
+
+    lab = Lab.attach(name)
+    sc = load_scenario(lab)
+    t0 = time.monotonic()
+    verdicts = observe(lab, sc.invariants)
+    took = time.monotonic() - t0
+    table = Table("invariant", "ok", "detail", "evidence")
+    for v in verdicts:
+        if only_failed and v.ok:
+            continue
+        ev = v.evidence[0] if v.evidence else None
+        table.add_row(escape(v.id), "[green]pass[/]" if v.ok else "[red]FAIL[/]", escape(v.detail),
+                      escape(f"{ev.node}$ {ev.command} (exit {ev.exit_code})") if ev else "")
+    out.print(table)
+    failed = [v for v in verdicts if not v.ok]
+    out.print(f"{len(verdicts) - len(failed)}/{len(verdicts)} invariants pass ({took:.1f} s)", highlight=False)
+    if json_out:
+        json_out.write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
+    if failed:
+        raise typer.Exit(1)
+
+
+@app.command("reset")
+@friendly_errors
+def reset(name: Annotated[str, typer.Argument(help="Lab name (deployed from a scenario).")]) -> None:
+    """Put a scenario lab back to its baseline without redeploying (only what differs is touched)."""
+    from substrate import Lab
+    from substrate.scenario.deploy import reset as do_reset
+
+    rep = do_reset(Lab.attach(name))
+    out.print(
+        f"reset {name} in {rep.seconds:.2f} s: {len(rep.restored)} node(s) restored"
+        + (f" ({', '.join(r.node for r in rep.restored)})" if rep.restored else "")
+        + (f"; links re-created: {', '.join(rep.repaired_links)}" if rep.repaired_links else "")
+        + (f"; daemons restarted: {', '.join(rep.restarted_daemons)}" if rep.restarted_daemons else ""),
+        highlight=False,
+    )
+    if rep.residual:
+        for node, lines in rep.residual.items():
+            err.print(f"{node}: not restored: {'; '.join(lines)[:500]}", highlight=False)
+        raise typer.Exit(1)

@@ -134,13 +134,20 @@ def parse_manifest(text: str, source: str = "manifest") -> Manifest:
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(err["loc"])
-        ypath = loc
-        if loc and loc[0] == "layers" and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(yaml_paths):
-            ypath = yaml_paths[loc[1]] + tuple(x for x in loc[2:] if x != "params")
-        field = ".".join(str(x) for x in loc)
-        raise ManifestError(err["msg"], field=field, line=_closest_line(lines, ypath), source=source) from None
+        # unknown keys first: a misspelt field also shows up as a missing one, and the
+        # misspelling is what the author must see
+        errs = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
+        where = []
+        for err in errs:
+            loc = tuple(err["loc"])
+            ypath = loc
+            if loc and loc[0] == "layers" and len(loc) > 1 and isinstance(loc[1], int) and loc[1] < len(yaml_paths):
+                ypath = yaml_paths[loc[1]] + tuple(x for x in loc[2:] if x != "params")
+            where.append((".".join(str(x) for x in loc), _closest_line(lines, ypath), err["msg"]))
+        field, line, msg = where[0]
+        if len(where) > 1:
+            msg += "; also " + "; ".join(f"line {ln}, {f}: {m}" for f, ln, m in where[1:3])
+        raise ManifestError(msg, field=field, line=line, source=source) from None
     seen: list[str] = []
     for i, spec in enumerate(manifest.layers):
         where = {"field": f"layers[{i}]", "line": _closest_line(lines, yaml_paths[i]), "source": source}

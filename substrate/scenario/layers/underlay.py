@@ -2,7 +2,8 @@
 
 Instance: one, ``underlay``. Invariants (global): every core link's IS-IS adjacency is Up on
 both ends; every router's uSID locator is installed as End with the NEXT-C-SID flavor; every
-router's FIB holds every other router's loopback and locator.
+router's FIB holds every other router's loopback and locator; every router reaches the next
+router's loopback with real packets.
 """
 
 from __future__ import annotations
@@ -51,5 +52,21 @@ class Underlay(Layer):
                 service=SERVICE,
                 params={"node": r.name, "prefixes": expected},
                 description=f"{r.name}'s FIB has every other router's loopback and locator",
+            ))
+        # data plane of the core: each router reaches the loopback of the next one (in router
+        # order, wrapping) with real pings -- catches what a FIB check cannot, e.g. a flushed
+        # main-table rule that cuts a router's own traffic off while its routes look intact
+        routers = [r for r in topo.routers if r.node_id is not None]
+        for i, r in enumerate(routers):
+            if len(routers) < 2:
+                break
+            nxt = routers[(i + 1) % len(routers)]
+            assert nxt.node_id is not None
+            out.append(Invariant(
+                id=f"underlay/ping/{r.name}->{nxt.name}",
+                kind="reach",
+                service=SERVICE,
+                params={"src": r.name, "dst": str(a.loopback(nxt.node_id).ip), "family": 6},
+                description=f"{r.name} reaches {nxt.name}'s loopback over the underlay",
             ))
         return out

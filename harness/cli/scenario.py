@@ -1,0 +1,82 @@
+"""``harness scenario``: build, inspect and describe brownfield scenarios."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from harness.cli.common import err, fail, friendly_errors, out
+
+app = typer.Typer(help="Build brownfield scenarios from manifests (layered, seeded, with invariants).", no_args_is_help=True)
+
+
+@app.command("build")
+@friendly_errors
+def build(
+    manifest: Annotated[Path, typer.Option("--manifest", "-m", help="Manifest YAML.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Scenario file to write.")],
+    seed: Annotated[int | None, typer.Option(help="Seed (default: the manifest's).")] = None,
+    density: Annotated[int | None, typer.Option(help="State density (default: the manifest's).")] = None,
+    verify: Annotated[bool, typer.Option(help="Deploy it once and refuse it unless every baseline invariant passes.")] = True,
+) -> None:
+    """Generate a scenario (same manifest + seed + density -> byte-identical file)."""
+    from substrate.scenario import build as do_build
+    from substrate.scenario import load_manifest
+
+    m = load_manifest(manifest)
+    sc = do_build(m, seed=seed, density=density)
+    if verify:
+        if os.geteuid() != 0:
+            fail("verifying a scenario deploys it, which needs root; use --no-verify to skip "
+                 "(harness lab up checks every invariant again)")
+        from substrate.scenario.deploy import deploy_scenario
+
+        t0 = time.monotonic()
+        with err.status(f"verifying: deploying and checking {len(sc.invariants)} invariants..."):
+            lab = deploy_scenario(sc, f"verify-{os.getpid()}")
+            lab.destroy()
+        err.print(f"verified: all {len(sc.invariants)} baseline invariants pass ({time.monotonic() - t0:.1f} s)", highlight=False)
+    output.write_text(sc.to_json())
+    kinds = Counter(i.kind for i in sc.invariants)
+    out.print(
+        f"wrote {output}: {len(sc.topology.routers)} routers, {len(sc.topology.hosts)} hosts, "
+        f"{len(sc.tenants)} tenants / {len(sc.all_sites())} sites, {len(sc.steering)} steering, "
+        f"{len(sc.firewalls)} firewall, {len(sc.floating_ips)} floating IPs; {len(sc.invariants)} invariants "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})",
+        highlight=False,
+    )
+
+
+@app.command("show")
+@friendly_errors
+def show(scenario: Annotated[Path, typer.Argument(help="Scenario file.")]) -> None:
+    """Summarise a scenario: tenants, sites per PE, services, invariants."""
+    from substrate.scenario import Scenario
+
+    sc = Scenario.load(str(scenario))
+    t = Table("tenant", "name", "table", "sites", "PEs", "IPv4 sites")
+    for ten in sc.tenants:
+        t.add_row(ten.id, ten.name, str(ten.table), str(len(ten.sites)),
+                  " ".join(sorted({s.pe for s in ten.sites})), str(sum(1 for s in ten.sites if s.prefix4)))
+    out.print(t)
+    out.print(f"steering: {', '.join(f'{p.id} {p.tenant} {p.ingress_pe}->{p.dst_site} via {p.waypoint}' for p in sc.steering) or 'none'}")
+    out.print(f"floating IPs: {', '.join(f'{f.address}->{f.site}' for f in sc.floating_ips) or 'none'}")
+    out.print(f"spare circuits: {', '.join(f'{s.pe}:{s.pe_if}-{s.ce}' for s in sc.spares) or 'none'}")
+    kinds = Counter(i.kind for i in sc.invariants)
+    out.print(f"{len(sc.invariants)} invariants: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
+
+
+@app.command("schema")
+@friendly_errors
+def schema() -> None:
+    """Print the JSON Schema of manifests (every layer's parameters included)."""
+    from substrate.scenario.manifest import manifest_json_schema
+
+    print(json.dumps(manifest_json_schema(), indent=2))

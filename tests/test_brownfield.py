@@ -1,0 +1,324 @@
+"""Real-lab tests of the brownfield: deploy verification, non-vacuous invariants, exact reset,
+faults and their clearing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from substrate import Lab
+from substrate.devstate import capture_many
+from substrate.faults import Fault, FaultInjector, clear_all, draw_schedule
+from substrate.locks import ConfigLockHeld
+from substrate.paths import NETNS_PREFIX
+from substrate.scenario import Invariant, Scenario, build, load_manifest
+from substrate.scenario.deploy import ScenarioInvalid, deploy_scenario, load_baseline, reset
+from substrate.scenario.layers.l3vpn import segs
+from substrate.scenario.observer import observe
+from tests.conftest import REPO, unique_name
+
+pytestmark = pytest.mark.lab
+SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
+
+
+@pytest.fixture(scope="module")
+def bf() -> Iterator[tuple[Lab, Scenario]]:
+    sc = build(load_manifest(SMALL))
+    lab = deploy_scenario(sc, unique_name("t-bf"))
+    try:
+        yield lab, sc
+    finally:
+        lab.destroy()
+
+
+def failing(lab: Lab, invs: list[Invariant]) -> list[str]:
+    return [v.id for v in observe(lab, invs) if not v.ok]
+
+
+def test_deployed_scenario_passes_every_invariant_with_evidence(bf) -> None:
+    lab, sc = bf
+    verdicts = observe(lab, sc.invariants)
+    assert [v.id for v in verdicts if not v.ok] == []
+    assert len(verdicts) == len(sc.invariants) > 50
+    v = next(v for v in verdicts if v.kind == "reach")
+    assert v.evidence and v.evidence[0].command.startswith("ping") and v.evidence[0].exit_code == 0
+    assert set(load_baseline(lab)) == set(lab.node_names())
+
+
+# -- non-vacuity: break each kind's service on purpose, the invariant must fail -------------------
+
+
+def _first(sc: Scenario, kind: str, pred: Callable[[Invariant], bool] = lambda i: True) -> Invariant:
+    return next(i for i in sc.invariants if i.kind == kind and pred(i))
+
+
+def _site_by_ce(sc: Scenario, ce: str):
+    return next(s for s in sc.all_sites() if s.ce == ce)
+
+
+def _site_by_addr(sc: Scenario, addr: str):
+    return next(s for s in sc.all_sites() if s.prefix6.split("::")[0] in addr or (s.prefix4 and addr.startswith(s.prefix4.rsplit(".", 1)[0] + ".")))
+
+
+def break_reach(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "reach", lambda i: i.params["family"] == 6 and i.service.startswith("l3vpn"))
+    src = _site_by_ce(sc, inv.params["src"])
+    dst = next(s for s in sc.tenant(src.tenant).sites if inv.params["dst"].startswith(s.prefix6.split("/")[0][:-1]))
+    t = sc.tenant(src.tenant)
+    lab.check([lab.exec(src.pe, ["ip", "-6", "route", "del", dst.prefix6, "table", str(t.table)])])
+    return inv
+
+
+def break_isolated(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "isolated")
+    a_site = _site_by_ce(sc, inv.params["src"])
+    b_site = sc.site(inv.id.rsplit("-x-", 1)[1])  # id: l3vpn/<t>/isolated/<src site>-x-<other tenant's site>
+    ta, tb = sc.tenant(a_site.tenant), sc.tenant(b_site.tenant)
+
+    def leak(pe: str, table: int, prefix: str, to_site, to_tenant) -> None:
+        if to_site.pe == pe:
+            argv = ["ip", "-6", "route", "replace", prefix, "table", str(table), "dev", to_site.pe_if]
+        else:
+            argv = ["ip", "-6", "route", "replace", prefix, "table", str(table), "encap", "seg6", "mode", "encap.red",
+                    "segs", segs(sc, to_site.pe, to_tenant.dt6_functions[to_site.pe]), "dev", "sr0"]
+        lab.check([lab.exec(pe, argv)])
+
+    leak(a_site.pe, ta.table, b_site.prefix6, b_site, tb)  # A can send to B's site
+    leak(b_site.pe, tb.table, a_site.prefix6, a_site, ta)  # and B's replies come back
+    return inv
+
+
+def break_steering(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "steered_path")
+    p = sc.steering[0]
+    t, dst = sc.tenant(p.tenant), sc.site(p.dst_site)
+    lab.check([lab.exec(p.ingress_pe, ["ip", "-6", "route", "replace", dst.prefix6, "table", str(t.table), "metric", "1024",
+                                       "encap", "seg6", "mode", "encap.red", "segs", segs(sc, dst.pe, t.dt6_functions[dst.pe]),
+                                       "dev", "sr0"])])
+    return inv
+
+
+def break_fw_deny(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "tcp_verdict", lambda i: i.params["expect"] == "deny")
+    dst = _site_by_addr(sc, inv.params["dst"])
+    lab.check([lab.exec(dst.pe, ["nft", "delete", "table", "inet", "tenant_fw"])])
+    return inv
+
+
+def break_fw_allow(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "tcp_verdict", lambda i: i.params["expect"] == "allow")
+    dst = _site_by_addr(sc, inv.params["dst"])
+    lab.check([lab.exec(dst.pe, ["nft", "insert", "rule", "inet", "tenant_fw", "forward", "tcp", "dport",
+                                 str(inv.params["port"]), "drop"])])
+    return inv
+
+
+def break_adjacency(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "isis_adjacency")
+    lab.check([lab.exec(inv.params["node"], ["ip", "link", "set", inv.params["interface"], "down"])])
+    return inv
+
+
+def break_sid(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "sid_bound", lambda i: i.params["action"] == "End.DT6")
+    lab.check([lab.exec(inv.params["node"], ["ip", "-6", "route", "del", inv.params["sid"]])])
+    return inv
+
+
+def break_fib(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "fib_has")
+    assert lab.kill_daemon(inv.params["node"], "isisd")
+    return inv
+
+
+def break_nat(lab: Lab, sc: Scenario) -> Invariant:
+    inv = _first(sc, "nft_rule")
+    lab.check([lab.exec(inv.params["node"], ["nft", "delete", "table", "ip", "fip"])])
+    return inv
+
+
+@pytest.mark.parametrize("breaker", [break_reach, break_isolated, break_steering, break_fw_deny, break_fw_allow,
+                                     break_adjacency, break_sid, break_fib, break_nat], ids=lambda f: f.__name__)
+def test_breaking_a_service_fails_its_invariant_and_reset_repairs_it(bf, breaker) -> None:
+    lab, sc = bf
+    inv = breaker(lab, sc)
+    if inv.kind in ("isis_adjacency", "fib_has"):
+        # control-plane failures show after the IS-IS hold time (3 s); poll, bounded
+        import time
+
+        deadline = time.monotonic() + 15
+        while not failing(lab, [inv]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    assert failing(lab, [inv]) == [inv.id], f"{inv.id} did not notice {breaker.__name__}"
+    rep = reset(lab)
+    assert rep.exact, rep.residual
+    assert failing(lab, sc.invariants) == []
+
+
+# -- reset ----------------------------------------------------------------------------------
+
+
+def test_reset_puts_several_mutated_nodes_back_exactly(bf) -> None:
+    lab, sc = bf
+    base = load_baseline(lab)
+    t = sc.tenants[0]
+    s = t.sites[0]
+    other_link = next(lk for lk in lab.topology.core_links() if s.pe not in (lk.a.node, lk.b.node))
+    lab.check([
+        lab.sh(s.pe, f"ip -6 route flush table {t.table}; ip -6 rule flush; nft flush ruleset; ip link del sr0"),
+        lab.vtysh(s.pe, "configure terminal", "router isis CORE", "no metric-style"),
+        lab.sh(s.ce, f"ip addr flush dev {s.ce_if}"),
+        lab.exec(other_link.a.node, ["ip", "link", "del", other_link.a.interface]),  # a veth gone from both ends
+        lab.sh("r5", "ip -6 route add 2001:db8:1::/64 dev sr0; sysctl -qw net.ipv6.conf.all.forwarding=0"),
+    ])
+    rep = reset(lab)
+    assert rep.exact, rep.residual
+    assert f"{other_link.a}--{other_link.b}" in rep.repaired_links
+    assert {r.node for r in rep.restored} >= {s.pe, s.ce, "r5"}
+    now = capture_many(lab)
+    assert [n for n in lab.node_names() if not now[n].same_as(base[n])] == []
+    assert failing(lab, sc.invariants) == []
+    # the PE's own traffic works again too (ip rule flush had removed the main-table rule)
+    assert lab.exec(s.pe, ["ping", "-6", "-c", "1", "-W", "2", "fd00::5"]).ok
+
+
+def test_reset_of_an_untouched_lab_changes_nothing(bf) -> None:
+    lab, _ = bf
+    rep = reset(lab)
+    assert rep.restored == [] and rep.exact
+
+
+def test_cli_check_and_reset(bf) -> None:
+    lab, sc = bf
+    harness = [sys.executable, "-m", "harness.cli.__main__"]
+    r = subprocess.run([*harness, "lab", "check", lab.name], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0 and f"{len(sc.invariants)}/{len(sc.invariants)} invariants pass" in r.stdout
+    inv = break_sid(lab, sc)
+    r = subprocess.run([*harness, "lab", "check", lab.name, "--failed"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 1 and "FAIL" in r.stdout and inv.params["node"] in r.stdout
+    r = subprocess.run([*harness, "lab", "reset", lab.name], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0 and "1 node(s) restored" in r.stdout, r.stdout + r.stderr
+
+
+def test_scenario_with_a_failing_invariant_is_refused_and_nothing_is_left() -> None:
+    sc = build(load_manifest(SMALL))
+    bad = Invariant(id="bogus/reach", kind="reach", service="bogus",
+                    params={"src": sc.all_sites()[0].ce, "dst": "fd10:dead::2", "family": 6})
+    sc = sc.model_copy(update={"invariants": [*sc.invariants, bad]})
+    name = unique_name("t-bad")
+    with pytest.raises(ScenarioInvalid, match=r"1 baseline invariant\(s\) failed: bogus/reach"):
+        deploy_scenario(sc, name)
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{NETNS_PREFIX}{name}-" not in out
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+def test_fault_schedule_is_drawn_from_the_seed_alone() -> None:
+    topo = build(load_manifest(SMALL)).topology
+    a = draw_schedule(11, 0.3, 40, topo)
+    assert a == draw_schedule(11, 0.3, 40, topo)
+    assert a != draw_schedule(12, 0.3, 40, topo)
+    assert draw_schedule(11, 0.0, 40, topo) == []
+    assert 4 <= len(a) <= 25  # Bernoulli(0.3) over 40 steps: mean 12
+    assert {f.kind for f in draw_schedule(5, 1.0, 60, topo)} == {"link_down", "loss", "freeze", "daemon_crash",
+                                                                 "held_lock", "concurrent_writer"}
+    with pytest.raises(ValueError, match="per agent step"):
+        draw_schedule(1, 1.5, 10, topo)
+
+
+def _one(kind: str, **target) -> FaultInjector:
+    return Fault(id="f1", kind=kind, step=1, duration_steps=2, target=target)
+
+
+def _loss(lab: Lab, node: str, iface: str) -> int:
+    """Loss seen by the peer pinging ``node`` across the link: the replies leave through ``iface``
+    (a sender's own egress drops are reported to it as send errors, not as loss)."""
+    lk = next(lk for lk in lab.topology.links_of(node) if lk.endpoint_of(node).interface == iface)
+    peer = lk.peer_of(node)
+    out = lab.exec(node, ["ip", "-6", "-o", "addr", "show", "dev", iface, "scope", "link"]).stdout
+    ll = out.split()[3].split("/")[0]
+    r = lab.exec(peer.node, ["ping", "-6", "-n", "-q", "-c", "40", "-i", "0.01", "-W", "0.3", f"{ll}%{peer.interface}"],
+                 timeout_s=20)
+    import re
+
+    m = re.search(r"(\d+)% packet loss", r.stdout)
+    assert m, r.stdout + r.stderr
+    return int(m.group(1))
+
+
+def test_faults_take_effect_and_clear(bf) -> None:
+    lab, sc = bf
+    adj = _first(sc, "isis_adjacency")
+    node, iface = adj.params["node"], adj.params["interface"]
+    import time
+
+    def until(pred, bound=15.0) -> bool:
+        deadline = time.monotonic() + bound
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            time.sleep(0.2)
+        return False
+
+    # link down: the adjacency drops, and comes back once cleared
+    inj = FaultInjector(lab, [_one("link_down", node=node, interface=iface, peer=adj.params["neighbor"])])
+    assert [e.action for e in inj.on_step(1)] == ["inject"]
+    assert until(lambda: failing(lab, [adj]) == [adj.id])
+    assert [e.action for e in inj.on_step(3)] == ["clear"]  # duration 2 steps
+    assert until(lambda: failing(lab, [adj]) == [])
+    # loss: most packets on that link are lost, none after clearing
+    assert _loss(lab, node, iface) == 0
+    inj = FaultInjector(lab, [_one("loss", node=node, interface=iface, percent=80)])
+    assert [e.action for e in inj.on_step(1)] == ["inject"]
+    assert _loss(lab, node, iface) >= 40
+    inj.clear()
+    assert _loss(lab, node, iface) == 0
+    # freeze: the router's FRR stops answering; it answers again after
+    inj = FaultInjector(lab, [_one("freeze", node="r5")])
+    assert [e.action for e in inj.on_step(1)] == ["inject"]
+    assert lab.vtysh("r5", "show version", timeout_s=2).timed_out
+    inj.clear()
+    assert lab.vtysh("r5", "show version").ok
+    # daemon crash: isisd gone, then restarted with its configuration
+    inj = FaultInjector(lab, [_one("daemon_crash", node="r5", daemon="isisd")])
+    inj.on_step(1)
+    assert lab.daemon_pid("r5", "isisd") is None
+    inj.on_step(5)
+    assert lab.daemon_pid("r5", "isisd") is not None
+    assert "router isis CORE" in lab.vtysh("r5", "show running-config").stdout
+    # held lock: ANI mutation paths cannot take the device's lock, then they can
+    pe = sc.all_sites()[0].pe
+    inj = FaultInjector(lab, [_one("held_lock", node=pe)])
+    inj.on_step(1)
+    with pytest.raises(ConfigLockHeld, match=r"locked by another session \(fault f1\)"):
+        with lab.config_lock([pe], holder="test", timeout_s=0.3):
+            pass
+    inj.clear()
+    with lab.config_lock([pe], holder="test", timeout_s=0.3):
+        pass
+    # concurrent writer: someone else's change appears in the device's configuration, then goes
+    inj = FaultInjector(lab, [_one("concurrent_writer", node=pe)])
+    inj.on_step(1)
+    assert "2001:db8:ffff:1::/64 blackhole" in lab.vtysh(pe, "show running-config").stdout
+    inj.clear()
+    assert "2001:db8:ffff:1::/64" not in lab.vtysh(pe, "show running-config").stdout
+    assert all(e.action != "error" for e in inj.events)
+    lab.wait_converged(timeout_s=30)
+    assert failing(lab, sc.invariants) == []
+
+
+def test_faults_left_by_a_crashed_run_are_cleared(bf) -> None:
+    lab, sc = bf
+    adj = _first(sc, "isis_adjacency")
+    inj = FaultInjector(lab, [_one("link_down", node=adj.params["node"], interface=adj.params["interface"])])
+    inj.on_step(1)
+    del inj  # the run "crashed": nobody clears it
+    assert "state DOWN" in lab.exec(adj.params["node"], ["ip", "link", "show", adj.params["interface"]]).stdout
+    assert clear_all(lab)
+    assert "state DOWN" not in lab.exec(adj.params["node"], ["ip", "link", "show", adj.params["interface"]]).stdout
+    assert reset(lab).exact

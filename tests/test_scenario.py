@@ -1,0 +1,141 @@
+"""Unit tests of manifests and scenario generation (pure: no lab)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections import Counter
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from substrate.scenario import ManifestError, build, load_manifest, parse_manifest
+from substrate.scenario.apply import config_delta
+from substrate.scenario.manifest import manifest_json_schema
+from tests.conftest import REPO
+
+MANIFEST = REPO / "manifests" / "srv6-brownfield.yaml"
+SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
+
+
+def test_same_manifest_and_seed_give_byte_identical_scenarios(tmp_path: Path) -> None:
+    m = load_manifest(MANIFEST)
+    a, b = build(m, seed=7, density=2).to_json(), build(load_manifest(MANIFEST), seed=7, density=2).to_json()
+    assert a == b
+    assert build(m, seed=8, density=2).to_json() != a
+    assert build(m, seed=7, density=3).to_json() != a
+
+
+def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
+    sc = build(load_manifest(MANIFEST))
+    assert len(sc.topology.routers) == 25
+    assert sc.layers == ["underlay", "addressing", "l3vpn", "steering", "firewall", "floating_ip"]
+    kinds = Counter(i.kind for i in sc.invariants)
+    for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule"):
+        assert kinds[kind] > 0, kind
+    # every service instance has invariants, and invariant ids are unique
+    services = {i.service for i in sc.invariants}
+    assert {f"l3vpn/{t.id}" for t in sc.tenants if len(t.sites) > 1} <= services
+    assert {f"steering/{p.id}" for p in sc.steering} <= services
+    assert len({i.id for i in sc.invariants}) == len(sc.invariants)
+
+
+def test_density_scales_instances_not_topology() -> None:
+    m = load_manifest(MANIFEST)
+    d1, d3 = build(m, density=1), build(m, density=3)
+    assert len(d1.topology.routers) == len(d3.topology.routers)
+    assert len(d3.tenants) == 3 * len(d1.tenants)
+    assert len(d3.invariants) > 2 * len(d1.invariants) - 200
+
+
+def test_shared_resources_and_traps() -> None:
+    sc = build(load_manifest(MANIFEST), seed=7, density=3)
+    sites = sc.all_sites()
+    # skewed load: the busiest PE carries several times the sites of the median PE
+    load = Counter(s.pe for s in sites).most_common()
+    assert load[0][1] >= 3 * load[len(load) // 2][1]
+    # overlap: some prefix is used by two tenants, never twice on one PE nor within a tenant
+    by_prefix: dict[str, list] = {}
+    for s in sites:
+        by_prefix.setdefault(s.prefix6, []).append(s)
+    shared = [v for v in by_prefix.values() if len({s.tenant for s in v}) > 1]
+    assert shared
+    for v in by_prefix.values():
+        assert len({s.pe for s in v}) == len(v) and len({s.tenant for s in v}) == len(v)
+    # adjacency: freshly allocated prefixes are consecutive /64s of the pool
+    fresh = sorted({ipaddress.IPv6Network(s.prefix6) for s in sites}, key=lambda n: int(n.network_address))
+    assert int(fresh[1].network_address) - int(fresh[0].network_address) == 1 << 64
+    # SID functions are shared per PE: DT6 and DX4 of different tenants on one PE never collide
+    for pe in {s.pe for s in sites}:
+        fns = [fn for t in sc.tenants for p, fn in t.dt6_functions.items() if p == pe]
+        fns += [s.dx4_function for s in sites if s.pe == pe and s.dx4_function is not None]
+        assert len(fns) == len(set(fns))
+
+
+def test_schema_export_validates_the_shipped_manifests() -> None:
+    schema = manifest_json_schema()
+    for path in (MANIFEST, SMALL):
+        jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(path.read_text()))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(schema).validate({"name": "x", "topology": "line:3", "layers": [{"nope": {}}]})
+    json.dumps(schema)
+
+
+BASE = "name: m\ntopology: grid:3x3:nohosts\nlayers:\n"
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        (BASE + "  - underlay\n  - cloud\n", r"line 5, layers\[1\]: unknown layer 'cloud'; known layers: addressing"),
+        (BASE + "  - underlay\n  - l3vpn\n", r"line 5, layers\[1\]: layer 'l3vpn' needs 'addressing' before it"),
+        (BASE + "  - underlay\n  - underlay\n", r"appears twice"),
+        (BASE + "  - underlay\n  - addressing\n  - l3vpn:\n      sitez: 3\n",
+         r"line 7, layers\[2\].l3vpn.sitez: Extra inputs are not permitted"),
+        (BASE + "  - underlay\n  - addressing\n  - l3vpn:\n      sites: many\n", r"line 7, layers\[2\].l3vpn.sites"),
+        ("name: m\ntopology: grid:3x3\ndensity: 0\nlayers: [underlay]\n", r"line 3, density: Input should be greater"),
+        ("name: m\ntopology: grid:3x3\nlayers: [underlay\n", r"line 4: malformed YAML"),
+        ("name: m\ntopolgy: grid:3x3\nlayers: [underlay]\n", r"line 2, topolgy: Extra inputs.*also line 1, topology: Field required"),
+    ],
+)
+def test_bad_manifests_name_field_and_line(text: str, needle: str) -> None:
+    with pytest.raises(ManifestError, match=needle):
+        parse_manifest(text)
+
+
+def test_density_that_does_not_fit_the_pools_names_the_field() -> None:
+    m = parse_manifest(BASE + "  - underlay\n  - addressing: {prefix4: 10.0.0.0/23}\n  - l3vpn: {ipv4_share: 1.0, sites: [4, 4]}\n")
+    with pytest.raises(ManifestError, match=r"pools.prefix4: .*density 2 does not fit the pools"):
+        build(m, density=2)
+    m = parse_manifest(BASE + "  - underlay\n  - addressing: {tables: [100, 102]}\n  - l3vpn\n")
+    with pytest.raises(ManifestError, match=r"layers.l3vpn.tenants_per_density: density 2 needs 6 tables"):
+        build(m, density=2)
+    with pytest.raises(ManifestError, match="topology"):
+        build(parse_manifest("name: m\ntopology: mesh:3\nlayers: [underlay]\n"))
+
+
+def test_config_delta_changes_only_what_the_inventory_changed() -> None:
+    sc = build(load_manifest(SMALL))
+    t = next(t for t in sc.tenants if len({s.pe for s in t.sites}) > 1)
+    site = t.sites[-1]
+    from substrate.scenario import render_scenario
+
+    after = sc.model_copy(deep=True)
+    after.tenant(t.id).sites = [s for s in after.tenant(t.id).sites if s.id != site.id]
+    after.firewalls = [f for f in after.firewalls if f.tenant != t.id]
+    after.steering = [p for p in after.steering if p.dst_site != site.id]
+    after.floating_ips = [f for f in after.floating_ips if f.site != site.id]
+    cfg_b, cfg_a = sc.node_config, render_scenario(after)
+    d = config_delta(site.pe, cfg_b.get(site.pe), cfg_a.get(site.pe))
+    text = "\n".join(d.describe())
+    assert f"rule del priority 1000 iif {site.pe_if} lookup {t.table}" in text
+    from substrate.scenario.layers.l3vpn import ce_iface
+
+    assert f"addr del {ce_iface(site.prefix6, 1)} dev {site.pe_if}" in text
+    other = next(s for s in t.sites if s.pe != site.pe)
+    d2 = config_delta(other.pe, cfg_b.get(other.pe), cfg_a.get(other.pe))
+    assert any(site.prefix6 in x and "route del" in x for x in d2.removals)
+    untouched = [n for n in cfg_b if n not in {site.pe, other.pe} and cfg_b[n] == cfg_a.get(n)]
+    assert untouched and all(config_delta(n, cfg_b[n], cfg_a[n]).empty() for n in untouched)
