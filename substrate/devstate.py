@@ -46,24 +46,6 @@ FRR_PROTOCOLS = frozenset(
 _SKIP_TYPES = frozenset({"local", "broadcast", "anycast", "multicast"})
 _SEP = "\n@@ANIBENCH@@ "
 
-_CAPTURE_SCRIPT = r"""
-s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-tables() { echo main; ip "$1" route show table all | sed -n 's/.* table \([^ ]*\).*/\1/p' | sort -u; }
-for f in 4 6; do
-  s routes$f
-  for t in $(tables -$f | sort -u); do
-    [ "$t" = local ] && continue
-    printf '@@TABLE %s\n' "$t"; ip -$f -s -d -j route show table "$t"
-  done
-done
-s rules4; ip -4 -j rule show
-s rules6; ip -6 -j rule show
-s addrs; ip -j addr show
-s links; ip -d -j link show
-s nft; nft list ruleset 2>&1
-s sysctl; for k in $SYSCTLS; do printf '%s=%s\n' "$k" "$(cat /proc/sys/$k 2>/dev/null)"; done
-s tunsrc; ip sr tunsrc show 2>/dev/null
-"""
 #: Sysctls (paths under /proc/sys) that services depend on and a restore puts back.
 SYSCTLS = (
     "net/ipv4/ip_forward",
@@ -71,7 +53,17 @@ SYSCTLS = (
     "net/ipv6/conf/all/seg6_enabled",
     "net/netfilter/nf_hooks_lwtunnel",
 )
-_CAPTURE_SCRIPT = f"SYSCTLS='{' '.join(SYSCTLS)}'\n" + _CAPTURE_SCRIPT
+#: One command in the node, few processes (capture runs on every reset, for every node): one
+#: ``ip -batch`` per family for routes, rules and addresses, then links, nftables, sysctls, the
+#: SRv6 tunnel source and (routers) FRR's running configuration.
+_CAPTURE_SCRIPT = r"""
+s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
+s ip6; printf 'route show table all\nrule show\naddr show\nlink show\n' | ip -6 -s -d -j -batch -
+s ip4; printf 'route show table all\nrule show\naddr show\n' | ip -4 -s -d -j -batch -
+s nft; nft list ruleset 2>&1
+s sysctl; for k in SYSCTL_PATHS; do read -r v < /proc/sys/$k && echo "$k:$v"; done
+s tunsrc; ip sr tunsrc show 2>/dev/null
+""".replace("SYSCTL_PATHS", " ".join(SYSCTLS))
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
 
 
@@ -295,6 +287,49 @@ def _json(text: str) -> list[dict[str, Any]]:
     return json.loads(text) if text else []
 
 
+def _json_seq(text: str) -> list[list[Any]]:
+    """The JSON documents ``ip -j -batch`` printed one after another, with every object as a list
+    of (key, value) pairs: iproute2 gives a seg6local End.DT6 ``table`` parameter and the route's
+    own ``table`` the same key, and only the order tells them apart."""
+    dec = json.JSONDecoder(object_pairs_hook=lambda pairs: pairs)
+    out, i, text = [], 0, text.strip()
+    while i < len(text):
+        doc, end = dec.raw_decode(text, i)
+        out.append(doc)
+        i = end
+        while i < len(text) and text[i].isspace():
+            i += 1
+    return out
+
+
+def _to_dict(v: Any) -> Any:
+    if isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+        return {k: _to_dict(x) for k, x in v}
+    if isinstance(v, list):
+        return [_to_dict(x) for x in v]
+    return v
+
+
+def _route_dict(pairs: list[tuple[str, Any]]) -> tuple[dict[str, Any], str]:
+    """A route entry as a dict whose ``table`` is the seg6local parameter (if any), and the
+    route's own table: the ``table`` key that comes after ``dev`` (or the only one when the
+    route is not a seg6local with a table parameter)."""
+    d: dict[str, Any] = {}
+    route_table = "main"
+    seen_dev = False
+    for k, v in pairs:
+        if k == "dev":
+            seen_dev = True
+        if k == "table":
+            if d.get("encap") == "seg6local" and not seen_dev and "table" not in d:
+                d["table"] = v
+            else:
+                route_table = str(v)
+            continue
+        d[k] = _to_dict(v)
+    return d, route_table
+
+
 def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
     """Build a DeviceState from the capture script's output.
 
@@ -304,25 +339,33 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
     sec = _sections(text)
     try:
         state = DeviceState(node=node)
+        addrs: list[tuple[str, list[dict[str, Any]]]] = []
         for fam in (4, 6):
+            docs = _json_seq(sec[f"ip{fam}"])
+            routes_doc, rules_doc, addr_doc = docs[:3]
+            if fam == 6:
+                links_doc = [_to_dict(x) for x in docs[3]]
             routes = []
-            for chunk in sec[f"routes{fam}"].split("@@TABLE ")[1:]:
-                table, _, body = chunk.partition("\n")
-                routes += [route_args(r, fam, table.strip()) for r in _json(body)]
+            for pairs in routes_doc:
+                route, table = _route_dict(pairs)
+                if table != "local":
+                    routes.append(route_args(route, fam, table))
             setattr(state, f"routes{fam}", sorted({r for r in routes if r}))
-            setattr(state, f"rules{fam}", [rule_args(r) for r in _json(sec[f"rules{fam}"])])
-        for iface in _json(sec["addrs"]):
-            for ai in iface.get("addr_info", []):
-                if ai.get("scope") == "link" or ai.get("dynamic") or ai.get("scope") == "host" and iface["ifname"] == "lo" and ai["local"] in ("127.0.0.1", "::1"):
+            setattr(state, f"rules{fam}", [rule_args(_to_dict(r)) for r in rules_doc])
+            for iface in (_to_dict(i) for i in addr_doc):
+                addrs.append((iface["ifname"], iface.get("addr_info", [])))
+        for ifname, infos in addrs:
+            for ai in infos:
+                if ai.get("scope") == "link" or ai.get("dynamic") or ai.get("local") in ("127.0.0.1", "::1"):
                     continue
-                state.addresses.append(f"{ai['local']}/{ai['prefixlen']} dev {iface['ifname']}")
+                state.addresses.append(f"{ai['local']}/{ai['prefixlen']} dev {ifname}")
         state.addresses.sort()
-        for link in _json(sec["links"]):
+        for link in links_doc:
             kind = (link.get("linkinfo") or {}).get("info_kind", "")
             state.links[link["ifname"]] = LinkState(kind=kind, up="UP" in link.get("flags", []), mtu=link.get("mtu", 0))
         state.nft = sec["nft"].strip()
         for line in sec["sysctl"].split():
-            k, _, v = line.partition("=")
+            k, _, v = line.partition(":")
             state.sysctls[k] = v
         m = re.search(r"tunsrc addr (\S+)", sec.get("tunsrc", ""))
         state.tunsrc = m.group(1) if m and m.group(1) != "::" else ""
@@ -330,8 +373,8 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
             frr_text = sec.get("frr", "")
             state.frr_config = normalize_frr(frr_text) if "frr version" in frr_text else None
         return state
-    except (KeyError, ValueError, IndexError) as e:
-        raise SnapshotError(f"{node}: cannot parse device state ({e})") from None
+    except (KeyError, ValueError, IndexError, TypeError) as e:
+        raise SnapshotError(f"{node}: cannot parse device state ({type(e).__name__}: {e})") from None
 
 
 def capture(lab: Lab, node: str) -> DeviceState:

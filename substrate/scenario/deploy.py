@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from substrate.devstate import DeviceState, RestoreReport, capture_many, restore
+from substrate.devstate import DeviceState, RestoreReport, capture, capture_many, restore
 from substrate.errors import SubstrateError
 from substrate.lab import Lab
 from substrate.scenario.apply import apply_config
@@ -112,6 +112,7 @@ class ResetReport(BaseModel):
     repaired_links: list[str] = Field(default_factory=list)
     restarted_daemons: list[str] = Field(default_factory=list)
     residual: dict[str, list[str]] = Field(default_factory=dict, description="Differences left (empty = exact).")
+    stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage (revive, capture+restore, repair, converge).")
 
     @property
     def exact(self) -> bool:
@@ -147,22 +148,48 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     from substrate.faults import clear_all
 
     t0 = time.monotonic()
+    stages: dict[str, float] = {}
+
+    def lap(name: str, since: list[float] = [t0]) -> None:  # noqa: B006 - closure state
+        now = time.monotonic()
+        stages[name] = now - since[0]
+        since[0] = now
+
     baseline = load_baseline(lab)
     clear_all(lab)
-    lab.map(lambda n: lab.exec(n, ["kill", "-CONT", "-1"], timeout_s=5), lab.node_names())
     restarted = []
-    for rt in lab.routers():
-        for d in lab.state(rt).daemons:
-            if lab.daemon_pid(rt, d) is None:
-                lab.start_daemon(rt, d, load_config=False)
-                restarted.append(f"{rt}:{d}")
-    current = capture_many(lab)
-    repaired = repair_links(lab, current)
+
+    def revive(node: str) -> list[str]:
+        # resume stopped processes and list dead FRR daemons: one command per node, builtins only
+        daemons = " ".join(lab.state(node).daemons)
+        r = lab.sh(node, "kill -CONT -1 2>/dev/null; for d in " + daemons +
+                   '; do { read -r p < /run/frr/$d.pid && kill -0 "$p"; } 2>/dev/null || echo "$d"; done; true',
+                   timeout_s=5)
+        dead = r.stdout.split()
+        for d in dead:
+            lab.start_daemon(node, d, load_config=False)
+        return [f"{node}:{d}" for d in dead]
+
+    for found in lab.map(revive, lab.node_names()):
+        restarted += found
+    lap("revive")
+
+    def check_and_restore(node: str) -> tuple[DeviceState, RestoreReport]:
+        # pipelined: a node is restored as soon as its own capture shows a difference, while
+        # the other nodes are still being captured
+        cur = capture(lab, node)
+        return cur, restore(lab, baseline[node], cur)
+
+    results = dict(zip(lab.node_names(), lab.map(check_and_restore, lab.node_names()), strict=True))
+    lap("capture+restore")
+    repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()})
     if repaired:
-        current = capture_many(lab)
-    changed = [n for n in lab.node_names() if not current[n].same_as(baseline[n])]
-    reports = lab.map(lambda n: restore(lab, baseline[n], current[n]), changed)
+        again = sorted({ep.split(":")[0] for lk in repaired for ep in lk.split("--")})
+        results.update(zip(again, lab.map(check_and_restore, again), strict=True))
+        lap("repair")
+    reports = [rep for _, rep in results.values() if rep.changed]
     lab.wait_converged(timeout_s=converge_timeout_s)
+    lap("converge")
     residual = {r.node: r.residual for r in reports if r.residual}
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
-                       restarted_daemons=restarted, residual=residual)
+                       restarted_daemons=restarted, residual=residual, stages=stages)
