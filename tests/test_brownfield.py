@@ -235,7 +235,7 @@ def _one(kind: str, **target) -> FaultInjector:
     return Fault(id="f1", kind=kind, step=1, duration_steps=2, target=target)
 
 
-def _loss(lab: Lab, node: str, iface: str) -> int:
+def _loss(lab: Lab, node: str, iface: str) -> float:
     """Loss seen by the peer pinging ``node`` across the link: the replies leave through ``iface``
     (a sender's own egress drops are reported to it as send errors, not as loss)."""
     lk = next(lk for lk in lab.topology.links_of(node) if lk.endpoint_of(node).interface == iface)
@@ -246,9 +246,9 @@ def _loss(lab: Lab, node: str, iface: str) -> int:
                  timeout_s=20)
     import re
 
-    m = re.search(r"(\d+)% packet loss", r.stdout)
+    m = re.search(r"([\d.]+)% packet loss", r.stdout)
     assert m, r.stdout + r.stderr
-    return int(m.group(1))
+    return float(m.group(1))
 
 
 def test_faults_take_effect_and_clear(bf) -> None:

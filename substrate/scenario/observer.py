@@ -4,7 +4,7 @@ returns a verdict with evidence (command, exit code, output excerpt) for each.
 
 Check kinds (``Invariant.kind``):
 
-- ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried once);
+- ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
 - ``isolated`` {src, dst, family}: no ping from ``src`` gets an answer from ``dst``;
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
   raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` (the SID is used by
@@ -42,6 +42,12 @@ if TYPE_CHECKING:
 
 #: Threads of one observation pass: most checks wait on the network, not on the CPU.
 WORKERS = 48
+#: A reachability check tries this many times (2 pings, 1 s wait each) before failing: a loaded
+#: 2-core machine can delay a reply, and a failed check costs what success never does.
+REACH_ATTEMPTS = 3
+#: TCP attempts that must reach the host wait long enough for one SYN retransmission (1 s).
+TCP_ALLOW_TIMEOUT_S = 2.5
+TCP_DENY_TIMEOUT_S = 1.0
 EXCERPT = 400
 
 
@@ -107,7 +113,7 @@ def _ping(ctx: ObserveContext, src: str, dst: str, family: int, count: int, wait
 def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
     ev = []
-    for _attempt in range(2):
+    for _attempt in range(REACH_ATTEMPTS):
         r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 1.0)
         ev.append(_ev(r))
         if _received(r.stdout) > 0:
@@ -151,7 +157,7 @@ _TCP = "timeout {t} bash -c 'exec 3<>/dev/tcp/{dst}/{port}' 2>&1; echo \"rc=$?\"
 
 def check_tcp_verdict(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
-    t = float(p.get("timeout_s", 1.0))
+    t = float(p.get("timeout_s", TCP_ALLOW_TIMEOUT_S if p["expect"] == "allow" else TCP_DENY_TIMEOUT_S))
     cmd = _TCP.format(t=t, dst=p["dst"], port=int(p["port"]))
     r = ctx.run(p["src"], ["bash", "-c", cmd], timeout_s=t + 5)
     out = r.stdout
