@@ -6,6 +6,9 @@ import typer
 
 from harness.cli import demo as demo_cli
 from harness.cli import lab as lab_cli
+from harness.cli import serve as serve_cli
+from harness.cli import report as report_cli
+from harness.cli import scenario as scenario_cli
 
 app = typer.Typer(
     name="harness",
@@ -15,7 +18,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(lab_cli.app, name="lab")
+app.add_typer(scenario_cli.app, name="scenario")
 app.command("demo")(demo_cli.demo)
+app.command("serve")(serve_cli.serve)
+app.command("mcp-config")(serve_cli.mcp_config)
+app.command("report")(report_cli.report)
 
 
 def main() -> None:

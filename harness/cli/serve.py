@@ -1,0 +1,192 @@
+"""``harness serve`` (run an ANI level's MCP server) and ``harness mcp-config`` (print the block
+that attaches Claude Desktop or Claude Code to it).
+
+Startup is kept fast: only the chosen level's modules are imported, after the options are
+parsed. A stdio server writes nothing to stdout but MCP messages.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from harness.cli.common import err, fail, friendly_errors
+
+#: PATH given to a server started by a client with a minimal environment (Claude Desktop): the
+#: lab needs nsenter, setpriv, ip, nft, vtysh.
+SERVER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+AniOpt = Annotated[str, typer.Option("--ani", "-a", help="ANI level: A0 (raw shell) or A1 (bounded wrapper).")]
+LabOpt = Annotated[str, typer.Option("--lab", "-l", envvar="ANIBENCH_LAB", help="Name of the deployed lab.")]
+TransportOpt = Annotated[str, typer.Option("--transport", help="stdio or http (streamable HTTP).")]
+HostOpt = Annotated[str, typer.Option(help="HTTP: address to bind (loopback by default).")]
+PortOpt = Annotated[int, typer.Option(help="HTTP: port (0 = any free port, printed on stderr).")]
+PathOpt = Annotated[str, typer.Option("--path", help="HTTP: endpoint path.")]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar="ANIBENCH_MCP_TOKEN", help="HTTP: require this bearer token.")
+]
+TrajectoryOpt = Annotated[Path | None, typer.Option("--trajectory", help="Trajectory JSONL file (one line per tool call).")]
+BudgetOpt = Annotated[int | None, typer.Option("--budget-steps", min=1, help="Step budget: most tool calls in the episode.")]
+BlocklistOpt = Annotated[bool, typer.Option("--blocklist", help="A1 ablation: add the blocklist of destructive commands.")]
+DevicesOpt = Annotated[str | None, typer.Option("--devices", help="Comma-separated devices the agent may act on (default: all).")]
+OptionOpt = Annotated[
+    list[str] | None, typer.Option("--option", "-o", help="Level option KEY=VALUE (VALUE parsed as JSON when it can be).")
+]
+
+
+def _options(pairs: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in pairs or []:
+        key, sep, value = p.partition("=")
+        if not sep or not key:
+            fail(f"--option needs KEY=VALUE, got {p!r}", code=2)
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
+def _level(ani: str) -> str:
+    from servers.registry import normalize_level
+
+    try:
+        return normalize_level(ani)
+    except KeyError as e:
+        fail(str(e.args[0]), code=2)
+        raise  # unreachable
+
+
+@friendly_errors
+def serve(
+    ani: AniOpt,
+    lab: LabOpt,
+    transport: TransportOpt = "stdio",
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    path: PathOpt = "/mcp",
+    token: TokenOpt = None,
+    trajectory: TrajectoryOpt = None,
+    budget_steps: BudgetOpt = None,
+    blocklist: BlocklistOpt = False,
+    devices: DevicesOpt = None,
+    option: OptionOpt = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Label copied into every trajectory line.")] = None,
+) -> None:
+    """Run the MCP server of one ANI level over a deployed lab (stdio by default; --transport http)."""
+    if transport not in ("stdio", "http"):
+        fail(f"unknown transport {transport!r}; use stdio or http", code=2)
+    level = _level(ani)
+    from servers.common import ServerConfig, ServerSetupError, run_server
+    from servers.registry import get_builder
+
+    try:
+        config = ServerConfig(
+            lab=lab, budget_steps=budget_steps, trajectory=trajectory.resolve() if trajectory else None,
+            blocklist=blocklist, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+            bearer_token=token if transport == "http" else None, run_id=run_id, options=_options(option),
+        )  # fmt: skip
+        server = get_builder(level)(config)
+    except ServerSetupError as e:
+        fail(str(e))
+        return
+    except ValueError as e:  # pydantic validation of the config
+        fail(f"bad server configuration: {e}", code=2)
+        return
+    if token and transport == "stdio":
+        err.print("note: --token only applies to --transport http", highlight=False)
+    try:
+        run_server(server, transport, host=host, port=port, path=path)  # type: ignore[arg-type]
+    except OSError as e:
+        fail(f"cannot serve on {host}:{port}: {e}")
+    except KeyboardInterrupt:
+        pass
+
+
+def _server_command(use_sudo: bool) -> list[str]:
+    """Absolute command that starts ``harness`` with this installation."""
+    script = Path(sys.executable).parent / "harness"
+    cmd = [str(script)] if script.exists() else [str(Path(sys.executable).resolve()), "-m", "harness.cli"]
+    return (["/usr/bin/sudo", "-n"] + cmd) if use_sudo else cmd
+
+
+@friendly_errors
+def mcp_config(
+    ani: AniOpt,
+    lab: LabOpt,
+    client: Annotated[str, typer.Option("--client", help="claude-desktop or claude-code.")] = "claude-code",
+    transport: TransportOpt = "stdio",
+    name: Annotated[str | None, typer.Option("--name", help="Server name in the client (default anibench-<level>).")] = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    path: PathOpt = "/mcp",
+    token: TokenOpt = None,
+    trajectory: TrajectoryOpt = None,
+    budget_steps: BudgetOpt = None,
+    blocklist: BlocklistOpt = False,
+    devices: DevicesOpt = None,
+    sudo: Annotated[bool, typer.Option("--sudo", help="Start the server with `sudo -n` (the client does not run as root).")] = False,
+) -> None:
+    """Print the configuration block that attaches an MCP client to an ANI server (absolute paths).
+
+    Claude Desktop starts stdio servers with a minimal environment, so the block carries PATH.
+    For --transport http the block points at a server you start yourself with `harness serve
+    --transport http` (Claude Desktop attaches remote servers through its Connectors UI instead).
+    """
+    level = _level(ani)
+    if client not in ("claude-desktop", "claude-code"):
+        fail(f"unknown client {client!r}; use claude-desktop or claude-code", code=2)
+    if transport not in ("stdio", "http"):
+        fail(f"unknown transport {transport!r}; use stdio or http", code=2)
+    if client == "claude-desktop" and transport == "http":
+        fail("Claude Desktop's config file takes stdio servers only; add an HTTP server through its Connectors UI, "
+             "or use --transport stdio", code=2)  # fmt: skip
+    server_name = name or f"anibench-{level.lower()}"
+    from substrate.lab import Lab
+
+    if lab not in {r.name for r in Lab.list()}:
+        err.print(f"note: no lab named {lab!r} is deployed yet (harness lab up --name {lab})", highlight=False)
+    if os.geteuid() != 0 and not sudo:
+        err.print("note: the server needs root (lab namespaces); add --sudo if the client does not run as root", highlight=False)
+    if transport == "http":
+        url = f"http://{host}:{port}{path}"
+        entry: dict[str, Any] = {"type": "http", "url": url}
+        if token:
+            entry["headers"] = {"Authorization": f"Bearer {token}"}
+        serve_args = ["serve", "--ani", level, "--lab", lab, "--transport", "http", "--host", host, "--port", str(port)]
+        err.print("start the server first: " + shlex.join(_server_command(sudo) + serve_args + _common_args(
+            trajectory, budget_steps, blocklist, devices)) + (" --token ..." if token else ""), highlight=False, soft_wrap=True)  # fmt: skip
+    else:
+        cmd = _server_command(sudo) + ["serve", "--ani", level, "--lab", lab] + _common_args(
+            trajectory, budget_steps, blocklist, devices)  # fmt: skip
+        env = {"PATH": SERVER_PATH}
+        if os.environ.get("ANIBENCH_STATE_ROOT"):
+            env["ANIBENCH_STATE_ROOT"] = os.environ["ANIBENCH_STATE_ROOT"]
+        entry = {"command": cmd[0], "args": cmd[1:], "env": env}
+        if client == "claude-code":
+            entry = {"type": "stdio", **entry}
+            err.print("or: claude mcp add --transport stdio " + shlex.join([server_name, "--", *cmd]), highlight=False, soft_wrap=True)
+    block = {"mcpServers": {server_name: entry}}
+    where = ("claude_desktop_config.json (Settings > Developer > Edit Config)" if client == "claude-desktop"
+             else ".mcp.json in the project, or claude --mcp-config FILE --strict-mcp-config")  # fmt: skip
+    err.print(f"# {where}", highlight=False)
+    sys.stdout.write(json.dumps(block, indent=2) + "\n")
+
+
+def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, devices: str | None) -> list[str]:
+    args: list[str] = []
+    if trajectory is not None:
+        args += ["--trajectory", str(trajectory.resolve())]
+    if budget is not None:
+        args += ["--budget-steps", str(budget)]
+    if blocklist:
+        args.append("--blocklist")
+    if devices:
+        args += ["--devices", devices]
+    return args

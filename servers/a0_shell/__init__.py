@@ -1,0 +1,1 @@
+"""ANI level A0: raw device shell (see :mod:`servers.a0_shell.server`)."""

@@ -1,0 +1,143 @@
+"""ANI level A0: a raw root shell on each device (draft section 5.1, Table 1: "raw device shell;
+none; unbounded action space").
+
+Tools: ``list_devices``, ``run_shell(device, command, timeout_s)``, ``submit``. A command runs as
+``bash -c COMMAND`` inside the node (its network, mount, PID, UTS and IPC namespaces) with the
+capabilities that could reach outside the node dropped (``Lab.exec(confined=True)``): the shell
+sees only its node's processes and files and reaches other nodes only over the lab's links. A0
+does not take the per-device configuration locks, as a root shell on a real box would not
+(``substrate.locks``).
+"""
+
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servers.a0_shell.classify import classify_shell, shell_rejected
+from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected
+from servers.common.server import MAX_RESULT_BYTES
+
+LEVEL = "A0"
+INSTRUCTIONS = (
+    "Level A0 of anibench: a root shell on each device of an emulated SRv6 provider network. Routers run "
+    "FRR 8.4 (zebra, staticd, isisd; configure with vtysh, e.g. vtysh -c 'configure terminal' -c '...'); the "
+    "SRv6 data plane and firewalls are the Linux kernel's (iproute2 `ip -6 route ... encap seg6|seg6local`, "
+    "`ip -6 rule`, nftables). Hosts are plain Linux nodes. Commands run with bash -c in the device, "
+    "non-interactively: give programs their arguments (ping -c 3, not plain ping)."
+)
+
+
+class A0Options(BaseModel):
+    """Level-specific options of A0 (``ServerConfig.options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_output_bytes: int = Field(default=64 * 1024, ge=1024, le=192 * 1024, description="Cap per stream (stdout, stderr).")
+    default_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Deadline when the agent gives none.")
+    max_timeout_s: float = Field(default=120.0, gt=0, le=600, description="Largest deadline an agent may ask for.")
+
+
+class Interface(BaseModel):
+    name: str = Field(description="Interface name inside the device.")
+    peer: str = Field(description="The other end, as device:interface.")
+
+
+class Device(BaseModel):
+    name: str
+    role: str = Field(description="P (core router), PE (provider edge router) or host (customer/test host).")
+    interfaces: list[Interface]
+
+
+class DeviceList(BaseModel):
+    devices: list[Device]
+
+
+class ShellResult(BaseModel):
+    """Outcome of one shell command."""
+
+    device: str
+    exit_status: int = Field(description="Exit status of bash (negative: killed by that signal).")
+    stdout: str = Field(description="Standard output (capped; a marker says how much was dropped).")
+    stderr: str = Field(description="Standard error (capped likewise).")
+    truncated: bool = Field(description="Some output was dropped by the cap.")
+    duration_s: float
+
+
+def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
+    """The A0 server over ``config.lab``.
+
+    Raises:
+        ServerSetupError: bad options, lab missing or down, trajectory unwritable.
+    """
+    try:
+        opts = A0Options.model_validate(config.options)
+    except ValidationError as e:
+        raise ServerSetupError(f"bad A0 options: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}; "
+                               f"known options: {', '.join(A0Options.model_fields)}") from None  # fmt: skip
+    if 4 * opts.max_output_bytes + 4096 > MAX_RESULT_BYTES:
+        raise ServerSetupError("max_output_bytes is too large for one MCP result")
+    server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
+    lab_ = server.lab
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="List devices")
+    def list_devices() -> DeviceList:
+        """List the devices (routers and hosts) this episode may act on, with their role and their
+        interfaces and what each connects to (device:interface)."""
+        topo = lab_.topology
+        out = []
+        for n in lab_.nodes():
+            if n.name not in server.device_names:
+                continue
+            ifaces = [
+                Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)
+            ]
+            out.append(Device(name=n.name, role=n.role.value, interfaces=ifaces))
+        return DeviceList(devices=out)
+
+    @server.ani_tool(
+        kind=lambda args: classify_shell(args.get("command")),  # type: ignore[arg-type,return-value]
+        read_only=False, destructive=True, idempotent=False, title="Run a shell command",
+    )  # fmt: skip
+    def run_shell(
+        device: Annotated[str, Field(description="Device name (see list_devices), e.g. 'r1'.")],
+        command: Annotated[str, Field(min_length=1, max_length=65536, description="A bash command line, run with bash -c in the device.")],
+        timeout_s: Annotated[
+            float | None,
+            Field(gt=0, le=opts.max_timeout_s, description=f"Deadline in seconds (default {opts.default_timeout_s:g}, at most {opts.max_timeout_s:g}); the command is killed when it passes."),
+        ] = None,
+    ) -> ShellResult:
+        """Run a shell command as root inside one device and return its exit status and output.
+
+        The command runs with `bash -c` in the device's own namespaces, with no terminal and stdin
+        closed; each call is a fresh shell (no state carries over but files). Output is capped at
+        the server's limit per stream, with a marker saying how many bytes were dropped. Errors:
+        unknown device (the message lists the devices); deadline passed (the command was killed;
+        the partial output is in the message). Source of the level: draft section 5.1 (A0).
+        """  # fmt: skip
+        name = server.device(device)
+        if "\x00" in command:
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            raise ToolError("the command contains a NUL character, which no shell command can hold; remove it")
+        deadline = timeout_s if timeout_s is not None else opts.default_timeout_s
+        r = lab_.exec(name, ["bash", "-c", command], timeout_s=deadline, confined=True, max_output=opts.max_output_bytes)
+        if r.timed_out:
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            partial = (r.stdout[-4000:] + ("\n--- stderr ---\n" + r.stderr[-2000:] if r.stderr.strip() else "")).strip()
+            note_rejected(f"timed out after {deadline:g} s")
+            raise ToolError(
+                f"timeout: the command did not finish within {deadline:g} s and was killed on {name}. "
+                f"Give programs bounded arguments (e.g. ping -c 3) or a larger timeout_s (at most {opts.max_timeout_s:g})."
+                + (f" Partial output:\n{partial}" if partial else " It printed nothing.")
+            )
+        why = shell_rejected(classify_shell(command), r.returncode, r.stdout + r.stderr)
+        if why:
+            note_rejected(why)
+        return ShellResult(
+            device=name, exit_status=r.returncode, stdout=r.stdout, stderr=r.stderr, truncated=r.truncated,
+            duration_s=round(r.duration_s, 4),
+        )  # fmt: skip
+
+    return server

@@ -1,0 +1,543 @@
+"""ANI level A1: the bounded per-device command wrapper (draft section 5.1, Table 1: "generic
+guardrail (allowlist), snapshot and manual rollback"), built as NetConfArena's compact interface
+(section III-C: get_running_config, apply_config, execute_validation, wait, submit) plus
+get_topology and rollback.
+
+- ``apply_config`` checks every command against the allowlist grammar first (all-or-nothing),
+  takes the devices' configuration locks, snapshots each device (``substrate.devstate``), then
+  applies: FRR lines through one vtysh session per batch in configuration mode (entered and left
+  automatically) with the router's own per-command echo; ``ip``/``nft`` forms as argument lists.
+  Rejected commands do not stop the batch (as when configuration is pasted into a router); they
+  are reported per command and make the call count as rejected in the trajectory.
+- ``execute_validation`` runs read-only forms only: FRR ``show`` commands, ping and traceroute
+  from the device (bounded), read-only ``ip`` and ``nft`` forms.
+- ``rollback(device, snapshot_id)`` restores a snapshot (``substrate.devstate.restore``), taking
+  a snapshot of the state it replaces first.
+- With ``ServerConfig.blocklist`` a blocklist of destructive commands applies on top of the
+  allowlist (the draft's "ad-hoc measures ... treated as ablations within a level").
+
+No agent text ever reaches a shell: FRR lines go to vtysh's stdin, everything else is an argv.
+"""
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Annotated, Any
+
+import anyio
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, apply_filter
+from servers.a1_wrapper.vtysh import parse_transcript
+from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from substrate import addressing as addr
+from substrate.devstate import DeviceState, capture, restore
+from substrate.frr import ISIS_TAG
+from substrate.process import TRUNCATION_MARK
+from substrate.topology import Role
+
+LEVEL = "A1"
+INSTRUCTIONS = (
+    "Level A1 of anibench: a bounded command interface to each device of an emulated SRv6 provider network "
+    "(FRR 8.4 routers running IS-IS; SRv6 data plane and firewalls in the Linux kernel). get_topology and "
+    "get_running_config read; apply_config sends configuration commands (FRR configuration lines, entered and "
+    "left in configuration mode for you, and a bounded set of `ip -6 route|rule` and `nft` forms) and returns "
+    "each device's command-by-command echo plus a snapshot id; execute_validation runs read-only commands "
+    "(show, ping, traceroute, ip ... show, nft list); rollback restores a snapshot; wait lets protocols "
+    "converge. Commands outside the allowed forms are refused with the forms that are allowed."
+)
+
+Commands = dict[str, str | list[str]]
+
+
+class A1Options(BaseModel):
+    """Level-specific options of A1 (``ServerConfig.options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vtysh_timeout_s: float = Field(default=30.0, gt=0, le=300, description="Deadline of one vtysh session.")
+    exec_timeout_s: float = Field(default=10.0, gt=0, le=120, description="Deadline of one ip/nft/read command.")
+    probe_timeout_s: float = Field(default=40.0, gt=0, le=120, description="Deadline of one ping/traceroute.")
+    lock_timeout_s: float = Field(default=5.0, ge=0, le=120, description="Bound on the wait for device config locks.")
+    max_wait_s: float = Field(default=60.0, gt=0, le=600, description="Largest pause wait() grants.")
+    max_output_bytes: int = Field(default=32 * 1024, ge=1024, le=256 * 1024, description="Cap on one command's output.")
+    device_max_bytes: int = Field(default=96 * 1024, ge=4096, le=256 * 1024, description="Cap on one device's text in a result.")
+    total_max_bytes: int = Field(default=320 * 1024, ge=8192, le=400 * 1024, description="Cap on all text of one result.")
+    snapshots_per_device: int = Field(default=50, ge=1, le=1000, description="Snapshots kept per device (oldest dropped).")
+    allowlist_path: str | None = Field(default=None, description="Alternative allowlist file (YAML).")
+    blocklist_path: str | None = Field(default=None, description="Alternative blocklist file, used when the blocklist is on.")
+
+
+# -- result models -------------------------------------------------------------------------------
+
+
+class Interface(BaseModel):
+    name: str
+    peer: str = Field(description="The other end, as device:interface.")
+
+
+class TopologyNode(BaseModel):
+    name: str
+    role: str = Field(description="P (core router), PE (provider edge router) or host.")
+    node_id: int | None = Field(default=None, description="Router number (routers only).")
+    loopback: str | None = Field(default=None, description="Router loopback address (routers only).")
+    locator: str | None = Field(default=None, description="SRv6 uSID locator, RFC 9800 (routers only).")
+    managed: bool = Field(description="The agent may act on this device in this episode.")
+    interfaces: list[Interface]
+
+
+class TopologyInfo(BaseModel):
+    """The lab's devices and links."""
+
+    nodes: list[TopologyNode]
+    links: list[str] = Field(description="Point-to-point links, as 'a:if -- b:if'.")
+    underlay: str = Field(description="How the provider underlay is built.")
+
+
+class Rejection(BaseModel):
+    command: str
+    message: str
+
+
+class DeviceApply(BaseModel):
+    """What apply_config did on one device."""
+
+    snapshot_id: str | None = Field(description="Snapshot of the device taken just before; give it to rollback to undo.")
+    echo: str = Field(description="The device's command-by-command echo (prompt, command, response).")
+    accepted: int = Field(description="Commands the device accepted.")
+    rejected: list[Rejection] = Field(description="Commands the device refused, with its message.")
+    error: str | None = Field(default=None, description="Set when the device could not be configured at all.")
+
+
+class ApplyResult(BaseModel):
+    devices: dict[str, DeviceApply]
+
+
+class DeviceValidation(BaseModel):
+    output: str = Field(description="Transcript: each command after the device prompt, then its raw output.")
+    rejected: list[Rejection] = Field(default_factory=list, description="Commands the device refused (syntax).")
+
+
+class ValidationResult(BaseModel):
+    devices: dict[str, DeviceValidation]
+
+
+class RollbackResult(BaseModel):
+    device: str
+    snapshot_id: str = Field(description="The snapshot restored.")
+    undo_snapshot_id: str = Field(description="Snapshot of the state just replaced (roll back to it to undo).")
+    changed: bool = Field(description="Anything had to be changed.")
+    actions: list[str] = Field(description="What was changed, in order (bounded).")
+    complete: bool = Field(description="The device now matches the snapshot exactly.")
+    residual: list[str] = Field(description="Differences that could not be restored (empty when complete).")
+
+
+class WaitResult(BaseModel):
+    status: str
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _lines(value: object) -> list[str]:
+    """A device's commands: a newline-separated string (NetConfArena) or a list of lines."""
+    if isinstance(value, str):
+        return value.splitlines()
+    if isinstance(value, list):
+        out: list[str] = []
+        for v in value:
+            out.extend(v.splitlines() if isinstance(v, str) else [v])  # non-strings rejected by the grammar
+        return out
+    return [value]  # type: ignore[list-item]
+
+
+def _cap(text: str, limit: int) -> str:
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[:limit].decode(errors="ignore") + TRUNCATION_MARK.format(dropped=len(raw) - limit)
+
+
+def _bound(texts: dict[str, str], per: int, total: int, hint: str) -> dict[str, str]:
+    """Cap each text at ``per`` bytes and all of them together at ``total`` (an even share each),
+    adding the marker and ``hint`` where something was cut."""
+    out = {k: _cap(v, per) for k, v in texts.items()}
+    if out and sum(len(v.encode()) for v in out.values()) > total:
+        share = max(1024, total // len(out))
+        out = {k: _cap(v, share) for k, v in out.items()}
+    return {k: (v + f"[{hint}]\n" if v != texts[k] else v) for k, v in out.items()}
+
+
+def render_state(state: DeviceState, is_router: bool) -> str:
+    """A device's running configuration as text: FRR's running config, then the kernel state
+    services use that FRR does not show (routes, rules, SRv6 source, nftables, interfaces,
+    sysctls), written as the A1 commands that re-create it."""
+    n = state.node
+    parts = []
+    if is_router:
+        parts.append(f"! ===== {n}: FRR running configuration (show running-config) =====")
+        parts.append((state.frr_config or "! (FRR did not answer)\n").rstrip("\n"))
+    else:
+        parts.append(f"! ===== {n}: host (no FRR) =====")
+    parts.append(f"! ===== {n}: kernel state outside FRR, as the commands that re-create it =====")
+    body = [f"ip -6 route add {r}" for r in state.routes6] + [f"ip -4 route add {r}" for r in state.routes4]
+    body += [f"ip -6 rule add {r}" for r in state.rules6] + [f"ip -4 rule add {r}" for r in state.rules4]
+    if state.tunsrc:
+        body.append(f"ip sr tunsrc set {state.tunsrc}")
+    parts.append("\n".join(body) if body else "! (no routes or rules outside FRR)")
+    parts.append("! nftables ruleset (nft list ruleset):")
+    parts.append(state.nft.strip() or "! (empty)")
+    parts.append("! interfaces (kernel):")
+    by_if: dict[str, list[str]] = {}
+    for a in state.addresses:
+        ip, _, dev = a.partition(" dev ")
+        by_if.setdefault(dev.strip(), []).append(ip)
+    for name, link in state.links.items():
+        kind = f"{link.kind} " if link.kind else ""
+        addrs = ", ".join(by_if.get(name, [])) or "no global addresses"
+        parts.append(f"!   {name}: {kind}{'up' if link.up else 'DOWN'} mtu {link.mtu}; {addrs}")
+    sysctls = getattr(state, "sysctls", None)
+    if sysctls:
+        parts.append("! sysctls: " + ", ".join(f"{k}={v}" for k, v in sysctls.items()))
+    return "\n".join(parts) + "\n"
+
+
+class SnapshotStore:
+    """Snapshots per device, ids ``<device>@<n>``, the oldest dropped past a bound. Thread-safe."""
+
+    def __init__(self, per_device: int):
+        self.per_device = per_device
+        self._lock = threading.Lock()
+        self._snaps: dict[str, OrderedDict[str, DeviceState]] = {}
+        self._count: dict[str, int] = {}
+
+    def add(self, state: DeviceState) -> str:
+        with self._lock:
+            dev = state.node
+            self._count[dev] = self._count.get(dev, 0) + 1
+            sid = f"{dev}@{self._count[dev]}"
+            snaps = self._snaps.setdefault(dev, OrderedDict())
+            snaps[sid] = state
+            while len(snaps) > self.per_device:
+                snaps.popitem(last=False)
+            return sid
+
+    def get(self, device: str, sid: str) -> DeviceState:
+        with self._lock:
+            snaps = self._snaps.get(device, OrderedDict())
+            if sid in snaps:
+                return snaps[sid]
+            known = list(snaps)
+            taken = self._count.get(device, 0)
+        other = sid.split("@", 1)[0] if isinstance(sid, str) and "@" in sid else None
+        if other and other != device:
+            raise ToolError(f"snapshot {sid!r} belongs to device {other!r}, not {device!r}")
+        if not known:
+            raise ToolError(f"no snapshot of {device} exists yet; apply_config takes one before each change")
+        dropped = f" (only the last {self.per_device} are kept; {taken} were taken)" if taken > len(known) else ""
+        raise ToolError(f"unknown snapshot {str(sid)[:64]!r} for {device}{dropped}; snapshots of {device}: {', '.join(known)}")
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # noqa: C901
+    """The A1 server over ``config.lab``.
+
+    Raises:
+        ServerSetupError: bad options or data files, lab missing or down, trajectory unwritable.
+    """
+    try:
+        opts = A1Options.model_validate(config.options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ServerSetupError(f"bad A1 options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
+                               f"known options: {', '.join(A1Options.model_fields)}") from None  # fmt: skip
+    try:
+        block: bool | str = (opts.blocklist_path or True) if config.blocklist else False
+        grammar = Grammar.load(blocklist=block, allowlist=opts.allowlist_path)
+    except (OSError, ValueError) as e:
+        raise ServerSetupError(f"cannot load the A1 command grammar: {e}") from None
+    instructions = INSTRUCTIONS + (" A blocklist of destructive commands is also in force." if config.blocklist else "")
+    server = AniServer(config, level=LEVEL, instructions=instructions, lab=lab)
+    lab_ = server.lab
+    snapshots = SnapshotStore(opts.snapshots_per_device)
+    holder = pid_holder(LEVEL)
+
+    def is_router(device: str) -> bool:
+        return lab_.state(device).role is not Role.HOST
+
+    def commands_arg(commands: object) -> dict[str, list[str]]:
+        if not isinstance(commands, dict) or not commands:
+            raise ToolError('commands must map device names to commands, e.g. {"r1": "router isis CORE\\n net ..."}')
+        if len(commands) > 64:
+            raise ToolError("at most 64 devices per call")
+        devices = server.devices(list(commands))
+        return {d: _lines(commands[d]) for d in devices}
+
+    # -- tools -------------------------------------------------------------------------------
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get topology")
+    def get_topology() -> TopologyInfo:
+        """The network's devices (routers and hosts), their roles, router numbers, loopbacks, SRv6
+        locators, interfaces and links. Devices with managed=false are outside this episode."""
+        topo = lab_.topology
+        nodes = []
+        for n in lab_.nodes():
+            ifaces = [Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)]
+            rid = n.node_id if n.role is not Role.HOST else None
+            nodes.append(TopologyNode(
+                name=n.name, role=n.role.value, node_id=rid,
+                loopback=str(addr.loopback(rid).ip) if rid else None,
+                locator=str(addr.locator(rid)) if rid else None,
+                managed=n.name in server.device_names, interfaces=ifaces,
+            ))  # fmt: skip
+        links = [f"{lk.a} -- {lk.b}" for lk in topo.links]
+        underlay = (
+            f"IS-IS level-2 instance {ISIS_TAG} (wide metrics, point-to-point core links) on every router; each router "
+            "owns an SRv6 uSID locator fcbb:bb00:<id>::/48 (RFC 9800: 32-bit block, 16-bit node "
+            "IDs) installed in the kernel as seg6local End with the NEXT-C-SID flavor, and a loopback fd00::<id>/128. "
+            "FRR 8.4 cannot program SRv6 SIDs: the SRv6 data plane is kernel state (ip -6 route ... encap seg6|seg6local)."
+        )
+        return TopologyInfo(nodes=nodes, links=links, underlay=underlay)
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get running configuration")
+    def get_running_config(
+        devices: Annotated[list[str] | str, Field(description='Device names, e.g. ["r1", "r2"] (or one name).')],
+    ) -> dict[str, str]:
+        """The full configuration text of each device: FRR's running configuration, then the kernel
+        state that services use and FRR does not show (SRv6 seg6/seg6local routes, policy rules,
+        the SRv6 encapsulation source, the nftables ruleset, interfaces, sysctls), written as the
+        apply_config commands that re-create it. Output is bounded per device and per call; a marker
+        says what was cut. Source: NetConfArena III-C get_running_config."""
+        names = server.devices([devices] if isinstance(devices, str) else devices)
+        if not names:
+            raise ToolError(f"name at least one device; devices: {', '.join(server.device_names)}")
+        states = lab_.map(lambda d: capture(lab_, d), names)
+        texts = {d: render_state(s, is_router(d)) for d, s in zip(names, states, strict=True)}
+        return _bound(texts, opts.device_max_bytes, opts.total_max_bytes,
+                      "ask for fewer devices, or read parts with execute_validation, e.g. show running-config isisd")  # fmt: skip
+
+    @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=False, title="Apply configuration")
+    def apply_config(
+        commands: Annotated[
+            Commands,
+            Field(description='Device name -> configuration commands, as one newline-separated string or a list of '
+                              'lines, e.g. {"r1": "router isis CORE\\nlsp-gen-interval 2", "r2": ["ip -6 route add '
+                              'fd00:99::/64 via fd00::3 dev eth1"]}.'),
+        ],
+    ) -> ApplyResult:  # fmt: skip
+        """Apply configuration commands to one or more devices and return each device's
+        command-by-command echo.
+
+        Commands are FRR configuration lines (configuration mode is entered and left for you:
+        leave out 'configure terminal' and 'end'; 'exit' leaves a sub-mode) or the allowed kernel
+        forms: `ip [-6|-4] route|rule add|del|replace ...` (including SRv6 `encap seg6` and
+        `encap seg6local action End|End.DT6|End.DX4|...`), `ip sr tunsrc set`, and a bounded set
+        of `nft` table/chain/set/rule forms. Every command is checked first; if any is not
+        allowed, nothing is applied and the error lists each bad command with the allowed forms.
+        Before applying, the server takes each device's configuration lock and a snapshot
+        (returned as snapshot_id; see rollback). Commands a device refuses (e.g. '% Unknown
+        command') do not stop the rest, as when configuration is pasted into a router: they are
+        listed under rejected. A kernel command ends the current FRR session, so FRR lines after
+        it start at the top configuration level again. Sources: NetConfArena III-C apply_config;
+        draft 5.1 (A1: allowlist, snapshot, manual rollback).
+        """
+        per_dev = commands_arg(commands)
+        plans: dict[str, list[Command]] = {}
+        problems = []
+        for d, lines in per_dev.items():
+            try:
+                plans[d] = grammar.parse_config(d, lines, is_router=is_router(d))
+            except GrammarError as e:
+                problems.extend(e.problems)
+        if problems:
+            raise ToolError("nothing was applied: these commands are not allowed\n" + str(GrammarError(problems)))
+        devices = list(plans)
+        with lab_.config_lock(devices, holder=holder, timeout_s=opts.lock_timeout_s):
+            states = lab_.map(lambda d: capture(lab_, d), devices)
+            sids = {d: snapshots.add(s) for d, s in zip(devices, states, strict=True)}
+            results = lab_.map(lambda d: _apply_device(lab_, d, plans[d], opts), devices)
+        out: dict[str, DeviceApply] = {}
+        echoes = _bound({d: r.echo for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
+                        opts.total_max_bytes, "echo cut; read the result with get_running_config")  # fmt: skip
+        for d, r in zip(devices, results, strict=True):
+            r.snapshot_id = sids[d]
+            r.echo = echoes[d]
+            out[d] = r
+            for rej in r.rejected:
+                note_rejected(f"{d}: {rej.command}: {rej.message}")
+            if r.error:
+                note_rejected(f"{d}: {r.error}")
+        return ApplyResult(devices=out)
+
+    @server.ani_tool(kind="validation", read_only=True, idempotent=True, title="Execute validation commands")
+    def execute_validation(
+        commands: Annotated[
+            Commands,
+            Field(description='Device name -> read-only commands (newline-separated string or list), e.g. '
+                              '{"r1": "show isis neighbor\\nping fd00::3", "h1": ["ping -c 3 fd00:1:3::2"]}.'),
+        ],
+    ) -> ValidationResult:  # fmt: skip
+        """Run read-only diagnostic commands on devices and return their raw output.
+
+        Allowed: FRR `show ...` commands on routers (optionally `| include|exclude|begin TEXT`,
+        plain-text matching), `ping` and `traceroute` from any device (bounded: at most 10 probes;
+        defaults -c 5 -i 0.2 -W 1 and -n -q 1 -w 1 -m 16 are added when left out), and read-only
+        `ip ... show|get` and `nft list ...` forms. Nothing here changes the device. Devices run in
+        parallel, commands of one device in order. Source: NetConfArena III-C execute_validation.
+        """
+        per_dev = commands_arg(commands)
+        plans: dict[str, list[Command]] = {}
+        problems = []
+        for d, lines in per_dev.items():
+            try:
+                plans[d] = grammar.parse_validation(d, lines, is_router=is_router(d))
+            except GrammarError as e:
+                problems.extend(e.problems)
+        if problems:
+            raise ToolError("nothing was run: these commands are not allowed\n" + str(GrammarError(problems)))
+        devices = list(plans)
+        results = lab_.map(lambda d: _validate_device(lab_, d, plans[d], opts), devices)
+        texts = _bound({d: r.output for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
+                       opts.total_max_bytes, "output cut; narrow the command, e.g. with | include TEXT")  # fmt: skip
+        out = {}
+        for d, r in zip(devices, results, strict=True):
+            r.output = texts[d]
+            out[d] = r
+            for rej in r.rejected:
+                note_rejected(f"{d}: {rej.command}: {rej.message}")
+        return ValidationResult(devices=out)
+
+    @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Roll back to a snapshot")
+    def rollback(
+        device: Annotated[str, Field(description="Device name, e.g. 'r1'.")],
+        snapshot_id: Annotated[str, Field(description="A snapshot id of that device, as returned by apply_config (e.g. 'r1@3').")],
+    ) -> RollbackResult:
+        """Restore a device to a snapshot taken by apply_config (FRR configuration and the kernel
+        state: routes, rules, nftables, addresses, interface states). Only what differs is changed
+        (FRR through frr-reload). The state being replaced is snapshotted first (undo_snapshot_id).
+        Takes the device's configuration lock. Source: draft 5.1 (A1: snapshot and manual rollback).
+        """
+        name = server.device(device)
+        target = snapshots.get(name, snapshot_id)
+        with lab_.config_lock([name], holder=holder, timeout_s=opts.lock_timeout_s):
+            current = capture(lab_, name)
+            undo = snapshots.add(current)
+            rep = restore(lab_, target, current=current)
+        if rep.residual:
+            note_rejected(f"{name}: rollback incomplete: " + "; ".join(rep.residual[:5]))
+        return RollbackResult(
+            device=name, snapshot_id=snapshot_id, undo_snapshot_id=undo, changed=rep.changed,
+            actions=[a[:300] for a in rep.actions[:100]] + ([f"... {len(rep.actions) - 100} more"] if len(rep.actions) > 100 else []),
+            complete=not rep.residual, residual=[r[:500] for r in rep.residual[:50]],
+        )  # fmt: skip
+
+    @server.ani_tool(kind="wait", read_only=True, idempotent=True, title="Wait")
+    async def wait(
+        seconds: Annotated[float, Field(ge=0, le=opts.max_wait_s, description=f"Seconds to pause (0-{opts.max_wait_s:g}).")],
+    ) -> WaitResult:
+        """Pause to let protocols converge or state settle, then report that the time has passed.
+        Source: NetConfArena III-C wait."""
+        await anyio.sleep(seconds)
+        return WaitResult(status=f"{seconds:g} seconds elapsed")
+
+    return server
+
+
+# -- execution on one device (runs in a worker thread; never raises) --------------------------------
+
+
+def _groups(plan: list[Command]) -> list[tuple[str, list[Command]]]:
+    """Consecutive commands of the same kind: ('frr'|'show', lines...) batches, others one by one."""
+    out: list[tuple[str, list[Command]]] = []
+    for c in plan:
+        if c.family == "comment":
+            continue
+        if c.family in ("frr", "show") and out and out[-1][0] == c.family:
+            out[-1][1].append(c)
+        else:
+            out.append((c.family, [c]))
+    return out
+
+
+def _apply_device(lab: Any, device: str, plan: list[Command], opts: A1Options) -> DeviceApply:
+    echo: list[str] = []
+    rejected: list[Rejection] = []
+    accepted = 0
+    try:
+        for family, cmds in _groups(plan):
+            if family == "frr":
+                sent = ["configure terminal", *[c.text for c in cmds], "end"]
+                r = lab.exec(device, ["vtysh"], input="\n".join(sent) + "\n", timeout_s=opts.vtysh_timeout_s,
+                             max_output=opts.max_output_bytes * 4)  # fmt: skip
+                results, shown = parse_transcript(sent, r.stdout)
+                echo.append(shown.rstrip("\n"))
+                if r.timed_out:
+                    echo.append(f"% timed out after {opts.vtysh_timeout_s:g} s: the FRR session was killed")
+                for lr in results[1:-1]:
+                    if lr.rejected:
+                        rejected.append(Rejection(command=lr.command, message=lr.message or "rejected"))
+                    else:
+                        accepted += 1
+                if results[0].rejected:  # could not even enter configuration mode
+                    rejected.append(Rejection(command="configure terminal", message=results[0].message or r.stderr.strip()[:300]))
+            else:
+                c = cmds[0]
+                assert c.argv is not None
+                r = lab.exec(device, c.argv, timeout_s=opts.exec_timeout_s, max_output=opts.max_output_bytes)
+                text = (r.stdout + r.stderr).rstrip("\n")
+                echo.append(f"{device}(kernel)# {c.text}" + (f"\n{text}" if text else ""))
+                if r.timed_out:
+                    echo.append(f"% timed out after {opts.exec_timeout_s:g} s")
+                    rejected.append(Rejection(command=c.text, message=f"timed out after {opts.exec_timeout_s:g} s"))
+                elif r.returncode != 0:
+                    echo.append(f"% exit status {r.returncode}")
+                    rejected.append(Rejection(command=c.text, message=(r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}")[:500]))
+                else:
+                    accepted += 1
+    except Exception as e:  # noqa: BLE001 - a device failure is data in this device's result
+        return DeviceApply(snapshot_id=None, echo="\n".join(echo), accepted=accepted, rejected=rejected,
+                           error=f"the device could not be configured: {e}")  # fmt: skip
+    return DeviceApply(snapshot_id=None, echo="\n".join(echo) + "\n", accepted=accepted, rejected=rejected)
+
+
+def _validate_device(lab: Any, device: str, plan: list[Command], opts: A1Options) -> DeviceValidation:
+    out: list[str] = []
+    rejected: list[Rejection] = []
+    try:
+        for family, cmds in _groups(plan):
+            if family == "show":
+                sent = [" ".join(c.argv or c.text.split()) for c in cmds]
+                r = lab.exec(device, ["vtysh"], input="\n".join(sent) + "\n", timeout_s=opts.vtysh_timeout_s,
+                             max_output=opts.max_output_bytes * 4)  # fmt: skip
+                results, _ = parse_transcript(sent, r.stdout)
+                for c, lr in zip(cmds, results, strict=True):
+                    body = apply_filter(_cap(lr.output, opts.max_output_bytes), c.filter)
+                    out.append(f"{lr.prompt or device + '# '}{c.text}\n{body}".rstrip("\n"))
+                    if lr.rejected:
+                        rejected.append(Rejection(command=c.text, message=lr.message or "rejected"))
+                if r.timed_out:
+                    out.append(f"% timed out after {opts.vtysh_timeout_s:g} s: the FRR session was killed")
+                continue
+            c = cmds[0]
+            assert c.argv is not None
+            timeout = opts.probe_timeout_s if family == "probe" else opts.exec_timeout_s
+            t0 = time.monotonic()
+            r = lab.exec(device, c.argv, timeout_s=timeout, max_output=opts.max_output_bytes)
+            body = apply_filter((r.stdout + r.stderr), c.filter).rstrip("\n")
+            shown = " ".join(c.argv) if family == "probe" else c.text
+            out.append(f"{device}# {shown}" + (f"\n{body}" if body else ""))
+            if r.timed_out:
+                out.append(f"% timed out after {time.monotonic() - t0:.0f} s")
+                rejected.append(Rejection(command=c.text, message=f"timed out after {timeout:g} s"))
+            elif r.returncode != 0 and family != "probe":
+                out.append(f"% exit status {r.returncode}")
+                rejected.append(Rejection(command=c.text, message=(r.stderr.strip() or f"exit status {r.returncode}")[:500]))
+            elif r.returncode != 0:
+                out.append(f"% exit status {r.returncode}" + (" (no reply)" if r.returncode == 1 else ""))
+    except Exception as e:  # noqa: BLE001
+        out.append(f"% the device could not run the commands: {e}")
+        rejected.append(Rejection(command="*", message=str(e)[:300]))
+    return DeviceValidation(output="\n".join(out) + "\n", rejected=rejected)

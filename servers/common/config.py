@@ -1,0 +1,54 @@
+"""Configuration of one ANI server instance (one run, one lab, one level)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+
+class ServerConfig(BaseModel):
+    """Everything a level builder needs; the harness fills it from the run configuration.
+
+    Level-specific settings go in ``options`` and are validated by the level's own options
+    model (e.g. :class:`servers.a1_wrapper.server.A1Options`), so an unknown key is an error
+    naming the keys that exist.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    lab: str = Field(description="Name of the deployed lab to attach to (Lab.attach).")
+    budget_steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="Step budget: most tool calls the server executes (every tools/call counts, errors and "
+        "submit included; tools/list does not). None = unlimited.",
+    )
+    trajectory: Path | None = Field(
+        default=None,
+        description="Trajectory JSONL file (one line per tool call, fsync'd per line). None = no recording. "
+        "An existing file is continued: its calls count against the budget and a recorded submit ends the episode.",
+    )
+    blocklist: bool = Field(
+        default=False,
+        description="Ablation: add the level's blocklist of destructive commands on top of its allowlist "
+        "(draft 5.1: ad-hoc measures inside a level). Levels without a blocklist ignore it.",
+    )
+    devices: list[str] | None = Field(
+        default=None,
+        description="Devices the agent may act on (None = every node of the lab).",
+    )
+    bearer_token: SecretStr | None = Field(
+        default=None,
+        description="Streamable-HTTP only: require `Authorization: Bearer <token>` on every request.",
+    )
+    run_id: str | None = Field(default=None, description="Free label copied into every trajectory line.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Level-specific options.")
+
+    @field_validator("devices")
+    @classmethod
+    def _nonempty(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and not v:
+            raise ValueError("devices must name at least one device (or be left out for all)")
+        return v

@@ -1,0 +1,487 @@
+"""The level-independent MCP server: lab attachment, step budget, episode state, ``submit``,
+trajectory recording and error mapping around every tool call.
+
+A level is an :class:`AniServer` plus its tools, registered with :meth:`AniServer.ani_tool`
+(which takes the call's ``kind`` and the tool annotations). Everything else happens here, in
+:meth:`AniServer.call_tool`, which the SDK calls for every ``tools/call`` in both protocol modes
+(initialize handshake and 2026-07-28 per-request envelope) and over every transport:
+
+1. the call gets the next sequence number; it counts as a step whatever happens next;
+2. after ``submit`` (episode ended) or past the step budget the call is refused unexecuted;
+3. unknown tools, unexpected or invalid arguments become errors that list what is expected;
+4. the tool runs; a ``substrate`` error becomes a ``ToolError`` with a message for the agent; a
+   crash is logged on the server and answered with a generic error (the server never dies);
+5. one :class:`~servers.common.recorder.CallRecord` line is appended (and fsync'd) to the
+   trajectory, including for refused, failed and cancelled calls.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from servers.common.config import ServerConfig
+from servers.common.errors import argument_error, describe_parameters, from_substrate, unknown_device
+from servers.common.recorder import (
+    KINDS,
+    CallRecord,
+    ClientInfo,
+    Kind,
+    TrajectoryRecorder,
+    bound_arguments,
+    bound_text,
+    read_trajectory,
+)
+from substrate.errors import SubstrateError
+
+log = logging.getLogger("anibench.servers")
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: A call's kind: fixed, or computed from its arguments (A0 classifies shell commands).
+KindSpec = Kind | Callable[[dict[str, Any]], Kind]
+#: Safety net on one result (text content + structured copy): MCP clients over streamable HTTP
+#: cap one SSE event at 1 MiB, so every tool bounds its output well below this.
+MAX_RESULT_BYTES = 960 * 1024
+
+
+class ServerSetupError(Exception):
+    """The server cannot start: bad configuration, lab missing or down, trajectory unwritable."""
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("anibench")
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return "0"
+
+
+# -- per-call notes ------------------------------------------------------------------------------
+
+
+@dataclass
+class CallNote:
+    """What a running tool tells the recorder beyond its result (device rejections)."""
+
+    rejected: list[str] = field(default_factory=list)
+
+
+_CALL: ContextVar[CallNote | None] = ContextVar("anibench_call", default=None)
+
+
+def note_rejected(*messages: str) -> None:
+    """Record that the device or environment refused part of the current call (e.g. FRR said
+    ``% Unknown command``) although the tool itself succeeded: the trajectory line gets
+    ``is_error: true`` and the messages, as NetConfArena's error-action rate counts such calls.
+
+    Works from sync tools too (the SDK copies the context into its worker thread and the note is
+    shared). Outside a call it does nothing.
+    """
+    note = _CALL.get()
+    if note is not None:
+        note.rejected.extend(m[:500] for m in messages)
+
+
+# -- episode: steps, budget, submit --------------------------------------------------------------
+
+
+class Episode:
+    """Step counter, budget and ended state of one server instance (one run).
+
+    ``seq`` counts every tools/call received (refused ones included). Calls with ``seq`` above
+    the budget are refused; after an accepted ``submit`` every call is refused.
+    """
+
+    def __init__(self, budget: int | None, previous: Iterable[dict[str, Any]] = ()):
+        self.budget = budget
+        self.seq = 0
+        self.submit_seq: int | None = None
+        self.submitted_at: float | None = None
+        self._lock = threading.Lock()
+        self.ended = threading.Event()
+        for rec in previous:  # continue a trajectory written by an earlier server process
+            self.seq = max(self.seq, int(rec.get("seq", 0)))
+            if rec.get("kind") == "submit" and not rec.get("is_error") and self.submit_seq is None:
+                self.submit_seq, self.submitted_at = int(rec["seq"]), float(rec.get("ended_at", 0.0))
+        if self.submit_seq is not None or self.budget_spent:
+            self.ended.set()
+
+    @property
+    def budget_spent(self) -> bool:
+        return self.budget is not None and self.seq >= self.budget
+
+    @property
+    def ended_reason(self) -> str | None:
+        """``submit``, ``budget`` or None while the episode runs."""
+        if self.submit_seq is not None:
+            return "submit"
+        return "budget" if self.budget_spent else None
+
+    def begin(self) -> tuple[int, str | None]:
+        """Number the next call; return it and the refusal reason (``episode_ended``, ``budget``) or None."""
+        with self._lock:
+            self.seq += 1
+            seq = self.seq
+            if self.submit_seq is not None:
+                return seq, "episode_ended"
+            if self.budget is not None and seq > self.budget:
+                return seq, "budget"
+            return seq, None
+
+    def after_call(self) -> None:
+        if self.budget_spent:
+            self.ended.set()
+
+    def submit(self, seq: int) -> None:
+        with self._lock:
+            if self.submit_seq is not None:
+                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended")
+            self.submit_seq, self.submitted_at = seq, time.time()
+        self.ended.set()
+
+    def refusal_message(self, reason: str, seq: int) -> str:
+        if reason == "episode_ended":
+            return (
+                f"the episode has ended: submit was called (call {self.submit_seq}). This call ({seq}) was not "
+                "executed; no further calls are accepted."
+            )
+        return (
+            f"step budget spent: this episode allows {self.budget} tool calls and this is call {seq}. "
+            "Nothing was executed; every further call, submit included, is refused."
+        )
+
+
+# -- bearer token --------------------------------------------------------------------------------
+
+
+class StaticTokenVerifier:
+    """Accepts exactly one bearer token (constant-time comparison)."""
+
+    def __init__(self, token: str):
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="<redacted>", client_id="anibench-agent", scopes=[])
+        return None
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+class SubmitResult(BaseModel):
+    """Answer of ``submit``."""
+
+    status: str = Field(description="'submitted'.")
+    steps_used: int = Field(description="Tool calls made in this episode, this one included.")
+    budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
+
+
+def attach_lab(name: str):  # noqa: ANN201 - substrate.Lab, imported lazily
+    """Attach to a running lab.
+
+    Raises:
+        ServerSetupError: no such lab, or it is not running (the message says what to do).
+    """
+    from substrate.lab import Lab, require_up
+
+    try:
+        return require_up(Lab.attach(name))
+    except SubstrateError as e:
+        raise ServerSetupError(str(e)) from None
+
+
+class AniServer(MCPServer):
+    """An MCP server of one ANI level over one lab (see module docstring).
+
+    Args:
+        config: the run's server configuration.
+        level: level name for records and the server name (``A0``, ``A1``, ...).
+        instructions: level-specific text for the agent (the episode rules are appended).
+        lab: an attached lab (default: ``Lab.attach(config.lab)``).
+
+    Raises:
+        ServerSetupError: lab missing or down, unknown device in ``config.devices``, or the
+            trajectory file cannot be opened.
+    """
+
+    def __init__(self, config: ServerConfig, *, level: str, instructions: str, lab: Any = None):
+        auth: dict[str, Any] = {}
+        if config.bearer_token is not None:
+            auth = {
+                "token_verifier": StaticTokenVerifier(config.bearer_token.get_secret_value()),
+                "auth": AuthSettings(issuer_url="http://127.0.0.1", resource_server_url=None),
+            }
+        budget = f"a budget of {config.budget_steps} tool calls" if config.budget_steps else "no step budget"
+        rules = (
+            f" Episode rules: every tool call counts as a step ({budget}). Call submit when the task is done; "
+            "after submit (or when the budget is spent) every call is refused."
+        )
+        super().__init__(
+            name=f"anibench-{level.lower()}",
+            title=f"anibench ANI level {level}",
+            version=_version(),
+            instructions=instructions + rules,
+            log_level="WARNING",
+            warn_on_duplicate_tools=False,
+            **auth,
+        )
+        self.config = config
+        self.level = level
+        self.lab = lab if lab is not None else attach_lab(config.lab)
+        names = self.lab.node_names()
+        if config.devices is not None:
+            bad = [d for d in config.devices if d not in names]
+            if bad:
+                raise ServerSetupError(f"devices not in lab {self.lab.name}: {', '.join(bad)}; nodes: {', '.join(names)}")
+            names = [n for n in names if n in set(config.devices)]
+        self.device_names: list[str] = names
+        previous: list[dict[str, Any]] = []
+        self.recorder: TrajectoryRecorder | None = None
+        if config.trajectory is not None:
+            try:
+                if config.trajectory.exists():
+                    previous = read_trajectory(config.trajectory)
+                self.recorder = TrajectoryRecorder(config.trajectory)
+            except (OSError, ValueError) as e:
+                raise ServerSetupError(f"cannot use trajectory file {config.trajectory}: {e}") from None
+        self.episode = Episode(config.budget_steps, previous)
+        self._kinds: dict[str, KindSpec] = {}
+        self._register_submit()
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def ani_tool(
+        self,
+        *,
+        kind: KindSpec,
+        read_only: bool,
+        destructive: bool = False,
+        idempotent: bool = False,
+        title: str | None = None,
+        name: str | None = None,
+    ) -> Callable[[F], F]:
+        """Register a tool with its call kind and truthful annotations (MCP ToolAnnotations:
+        readOnlyHint, destructiveHint, idempotentHint; openWorldHint is False: a lab is a closed
+        world). The docstring is the tool's description."""
+
+        def deco(fn: F) -> F:
+            tool_name = name or fn.__name__
+            self._kinds[tool_name] = kind
+            self.add_tool(
+                fn,
+                name=tool_name,
+                title=title,
+                annotations=ToolAnnotations(
+                    title=title,
+                    read_only_hint=read_only,
+                    destructive_hint=destructive if not read_only else False,
+                    idempotent_hint=idempotent,
+                    open_world_hint=False,
+                ),
+            )
+            return fn
+
+        return deco
+
+    def _register_submit(self) -> None:
+        server = self
+
+        @self.ani_tool(kind="submit", read_only=False, destructive=False, idempotent=False, title="Submit")
+        def submit(
+            note: Annotated[str, Field(max_length=4000, description="Optional summary of what was done.")] = "",
+        ) -> SubmitResult:
+            """End the episode: the task is done (or abandoned) and the network is to be evaluated as it is now.
+
+            After submit every call (submit included) is refused. Counts as one step.
+            """
+            seq = _current_seq.get()
+            server.episode.submit(seq)
+            return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget)
+
+    # -- device names --------------------------------------------------------------------------
+
+    def device(self, name: object) -> str:
+        """``name`` if it is a device of this episode, else a ToolError listing the devices."""
+        if isinstance(name, str) and name in self.device_names:
+            return name
+        raise unknown_device(name, self.device_names)
+
+    def devices(self, names: Iterable[object]) -> list[str]:
+        """Validate several device names (duplicates removed, order kept); lists every unknown one."""
+        out: list[str] = []
+        bad: list[str] = []
+        for n in names:
+            if isinstance(n, str) and n in self.device_names:
+                if n not in out:
+                    out.append(n)
+            else:
+                bad.append(n if isinstance(n, str) else repr(n))
+        if bad:
+            shown = ", ".join(repr(b[:64]) for b in bad[:5])
+            raise ToolError(f"unknown device{'s' if len(bad) > 1 else ''} {shown}; devices: {', '.join(self.device_names)}")
+        return out
+
+    # -- the call path ---------------------------------------------------------------------------
+
+    def kind_of(self, name: str, arguments: dict[str, Any]) -> Kind:
+        spec = self._kinds.get(name)
+        if spec is None:
+            return "other"
+        if callable(spec):
+            try:
+                k = spec(arguments)
+            except Exception:  # noqa: BLE001 - classification must never fail a call
+                return "other"
+            return k if k in KINDS else "other"
+        return spec
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:  # noqa: C901
+        started_at, t0 = time.time(), time.monotonic()
+        seq, refusal = self.episode.begin()
+        if not isinstance(arguments, dict):  # defensive: the protocol layer guarantees an object
+            arguments = {}
+        kind = self.kind_of(name, arguments)
+        note = CallNote()
+        token = _CALL.set(note)
+        seq_token = _current_seq.set(seq)
+        result: Any = None
+        error: str | None = None
+        try:
+            if refusal is not None:
+                raise ToolError(self.episode.refusal_message(refusal, seq))
+            tool = self._tool_manager.get_tool(name)
+            if tool is None:
+                tools = ", ".join(t.name for t in self._tool_manager.list_tools())
+                raise ToolError(f"unknown tool {name[:64]!r}; tools: {tools}")
+            allowed = set((tool.parameters or {}).get("properties", {}))
+            extra = [k for k in arguments if k not in allowed]
+            if extra:
+                raise ToolError(
+                    f"unexpected argument{'s' if len(extra) > 1 else ''} {', '.join(repr(k[:40]) for k in extra[:5])} "
+                    f"for {name}. Expected: {describe_parameters(tool.parameters)}."
+                )
+            try:
+                result = await super().call_tool(name, arguments, context)
+            except UnexpectedToolError as e:
+                cause = e.__cause__
+                if isinstance(cause, SubstrateError):
+                    raise from_substrate(cause) from None
+                log.error("tool %s crashed on %s", name, json.dumps(arguments, default=str)[:500], exc_info=cause)
+                raise ToolError(
+                    f"internal error in {name} (logged on the server); the call may not have been carried out. "
+                    "Check the state before retrying."
+                ) from None
+            except ToolError as e:
+                cause = e.__cause__
+                if isinstance(cause, ValidationError):
+                    raise argument_error(name, cause, tool.parameters) from None
+                if isinstance(cause, ToolError):
+                    raise ToolError(str(cause)) from None
+                raise
+            if isinstance(result, CallToolResult):
+                # the serialized result is what travels (one SSE event over HTTP): text content and
+                # its structured copy, with JSON escaping applied twice to the text
+                size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
+                if size > MAX_RESULT_BYTES:
+                    raise ToolError(
+                        f"the result ({size} bytes) is over the server's bound of {MAX_RESULT_BYTES} bytes and was "
+                        "dropped; ask for less (fewer devices, a narrower command)"
+                    )
+                if result.is_error:
+                    error = _text_of(result)
+            return result
+        except ToolError as e:
+            error = str(e)
+            raise
+        except BaseException as e:  # cancellation by the client (timeout) or shutdown
+            error = f"cancelled after {time.monotonic() - t0:.1f} s ({type(e).__name__}); the command may still have run"
+            raise
+        finally:
+            _CALL.reset(token)
+            _current_seq.reset(seq_token)
+            self.episode.after_call()
+            self._record(
+                seq=seq, name=name, arguments=arguments, kind=kind, started_at=started_at, t0=t0,
+                result=result, error=error, note=note, refusal=refusal, context=context,
+            )  # fmt: skip
+
+    def _record(self, *, seq: int, name: str, arguments: dict[str, Any], kind: Kind, started_at: float, t0: float,
+                result: Any, error: str | None, note: CallNote, refusal: str | None, context: Any) -> None:  # fmt: skip
+        if self.recorder is None:
+            return
+        args, truncated = bound_arguments(arguments)
+        client, proto = _client_of(context)
+        rec = CallRecord(
+            seq=seq,
+            level=self.level,
+            run_id=self.config.run_id,
+            tool=name[:200],
+            arguments=args,
+            arguments_truncated=truncated,
+            kind=kind,
+            is_error=error is not None or bool(note.rejected),
+            tool_error=error is not None,
+            result=None if error is not None or result is None else bound_text(_text_of(result)),
+            error=None if error is None else bound_text(error),
+            rejected=note.rejected[:50],
+            refused=refusal,  # type: ignore[arg-type]
+            started_at=started_at,
+            ended_at=time.time(),
+            duration_s=time.monotonic() - t0,
+            client=client,
+            protocol_version=proto,
+        )
+        try:
+            self.recorder.append(rec)
+        except (OSError, ValueError) as e:  # a full disk must not kill the episode; say it loudly
+            log.error("trajectory %s: cannot record call %d: %s", self.recorder.path, seq, e)
+
+    def close(self) -> None:
+        """Close the trajectory file."""
+        if self.recorder is not None:
+            self.recorder.close()
+
+
+_current_seq: ContextVar[int] = ContextVar("anibench_seq", default=0)
+
+
+def _text_of(result: Any) -> str:
+    content = getattr(result, "content", None)
+    if not content:
+        return ""
+    return "\n".join(getattr(c, "text", "") or f"<{getattr(c, 'type', 'content')}>" for c in content)
+
+
+def _client_of(context: Any) -> tuple[ClientInfo | None, str | None]:
+    try:
+        rc = context.request_context
+    except Exception:  # noqa: BLE001 - no request (direct call in tests)
+        return None, None
+    proto = getattr(rc, "protocol_version", None)
+    params = getattr(rc.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    if info is None:
+        return None, proto
+    return ClientInfo(name=getattr(info, "name", None), version=getattr(info, "version", None)), proto
+
+
+def pid_holder(level: str) -> str:
+    """Config-lock holder description of this server process."""
+    return f"{level} server pid {os.getpid()}"

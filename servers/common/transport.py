@@ -1,0 +1,90 @@
+"""Running a server over stdio or streamable HTTP.
+
+stdio: for Claude Desktop, Claude Code and any client that starts the server itself. Nothing but
+MCP messages may go to stdout (logs go to stderr).
+
+Streamable HTTP: binds ``127.0.0.1`` by default, with the SDK's DNS-rebinding protection (Host
+and Origin headers must name a loopback address); with a bearer token configured
+(``ServerConfig.bearer_token``) every request needs ``Authorization: Bearer <token>``. Binding a
+non-loopback address keeps the protection on, allowing that address too, and warns.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Callable
+from typing import Literal
+
+import anyio
+
+from servers.common.server import AniServer
+
+Transport = Literal["stdio", "http"]
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_server(
+    server: AniServer,
+    transport: Transport = "stdio",
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    path: str = "/mcp",
+    on_listen: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until the client disconnects (stdio) or the process is interrupted (HTTP).
+
+    Args:
+        server: the level's server.
+        transport: ``stdio`` or ``http`` (streamable HTTP).
+        host, port, path: HTTP endpoint; port 0 picks a free port.
+        on_listen: called with the endpoint URL once the HTTP socket listens (default: print
+            ``listening on URL`` to stderr).
+
+    Raises:
+        OSError: the HTTP port cannot be bound.
+    """
+    try:
+        if transport == "stdio":
+            anyio.run(server.run_stdio_async)
+        elif transport == "http":
+            anyio.run(_serve_http, server, host, port, path, on_listen or (lambda url: _say(f"listening on {url}")))
+        else:
+            raise ValueError(f"unknown transport {transport!r}; use stdio or http")
+    finally:
+        server.close()
+
+
+async def _serve_http(server: AniServer, host: str, port: int, path: str, on_listen: Callable[[str], None]) -> None:
+    import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    security = None
+    if host not in LOOPBACK:
+        _say(f"warning: serving on {host}, reachable from other machines; use a bearer token (--token)")
+        hosts = [f"{host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=hosts,
+            allowed_origins=[f"http://{h}" for h in hosts],
+        )
+    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    userver = uvicorn.Server(config)
+    on_listen(f"http://{shown}:{bound}{path}")
+    try:
+        await userver.serve(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,57 @@
+"""ANI level registry: level name -> builder ``build_server(config) -> AniServer``.
+
+Builders are named as import paths and imported only when used, so starting one level's server
+does not import the others. Adding a level is one entry here plus its module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servers.common import AniServer, ServerConfig
+
+#: Level name (draft section 5.1) -> "module:function".
+LEVELS: dict[str, str] = {
+    "A0": "servers.a0_shell.server:build_server",
+    "A1": "servers.a1_wrapper.server:build_server",
+}
+
+
+def levels() -> list[str]:
+    """Registered level names."""
+    return list(LEVELS)
+
+
+def normalize_level(level: str) -> str:
+    """Canonical level name (case-insensitive match).
+
+    Raises:
+        KeyError: unknown level (the message lists the registered ones).
+    """
+    for name in LEVELS:
+        if name.lower() == level.strip().lower():
+            return name
+    raise KeyError(f"unknown ANI level {level!r}; registered: {', '.join(LEVELS)}")
+
+
+def build_server(level: str, config: ServerConfig) -> AniServer:
+    """Build the MCP server of ``level`` for ``config``.
+
+    Raises:
+        KeyError: unknown level. servers.common.ServerSetupError: the server cannot start
+            (lab missing, bad options, ...).
+    """
+    module, _, fn = LEVELS[normalize_level(level)].partition(":")
+    return getattr(importlib.import_module(module), fn)(config)
+
+
+def get_builder(level: str):  # noqa: ANN201 - Callable[[ServerConfig], AniServer]
+    """The builder function of ``level`` (imports its module).
+
+    Raises:
+        KeyError: unknown level.
+    """
+    module, _, fn = LEVELS[normalize_level(level)].partition(":")
+    return getattr(importlib.import_module(module), fn)

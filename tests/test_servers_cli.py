@@ -1,0 +1,54 @@
+"""``harness serve`` and ``harness mcp-config`` (no lab needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import REPO
+from tests.servers_support import HARNESS
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_mcp_config_claude_desktop_block_has_absolute_paths_and_path(tmp_path: Path) -> None:
+    r = run("mcp-config", "--ani", "a1", "--lab", "demo", "--client", "claude-desktop",
+            "--trajectory", "rel/t.jsonl", "--budget-steps", "40", "--blocklist")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    entry = json.loads(r.stdout)["mcpServers"]["anibench-a1"]
+    assert Path(entry["command"]).is_absolute() and Path(entry["command"]).exists()
+    args = entry["args"]
+    assert args[:5] == ["serve", "--ani", "A1", "--lab", "demo"] or args[2:7] == ["serve", "--ani", "A1", "--lab", "demo"]
+    traj = args[args.index("--trajectory") + 1]
+    assert Path(traj).is_absolute() and traj.endswith("rel/t.jsonl")
+    assert args[args.index("--budget-steps") + 1] == "40" and "--blocklist" in args
+    assert "/usr/sbin" in entry["env"]["PATH"] and "type" not in entry
+
+
+def test_mcp_config_claude_code_stdio_and_http() -> None:
+    r = run("mcp-config", "--ani", "A0", "--lab", "demo", "--client", "claude-code")
+    entry = json.loads(r.stdout)["mcpServers"]["anibench-a0"]
+    assert entry["type"] == "stdio" and "claude mcp add --transport stdio anibench-a0 --" in r.stderr
+    r = run("mcp-config", "--ani", "A1", "--lab", "demo", "--transport", "http", "--port", "9000", "--token", "tk", "--name", "lab1")
+    entry = json.loads(r.stdout)["mcpServers"]["lab1"]
+    assert entry == {"type": "http", "url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer tk"}}
+    assert "serve --ani A1 --lab demo --transport http" in r.stderr
+
+
+def test_cli_errors_are_one_line_and_stdout_stays_clean() -> None:
+    r = run("mcp-config", "--ani", "A9", "--lab", "demo")
+    assert r.returncode == 2 and "unknown ANI level 'A9'; registered: A0, A1" in r.stderr and r.stdout == ""
+    r = run("mcp-config", "--ani", "A1", "--lab", "demo", "--client", "claude-desktop", "--transport", "http")
+    assert r.returncode == 2 and "Connectors" in r.stderr
+    # a stdio server that cannot start says why on stderr and writes nothing to stdout (MCP's channel)
+    r = run("serve", "--ani", "A1", "--lab", "no-such-lab-xyz")
+    assert r.returncode == 1 and "no lab named 'no-such-lab-xyz'" in r.stderr and r.stdout == ""
+    r = run("serve", "--ani", "A1", "--lab", "x", "--transport", "carrier-pigeon")
+    assert r.returncode == 2 and "unknown transport" in r.stderr
+    r = run("serve", "--ani", "A0", "--lab", "x", "-o", "novalue")
+    assert r.returncode == 2 and "KEY=VALUE" in r.stderr
+    r = run("serve", "--ani", "A1", "--lab", "x", "-o", "max_wait_s=30", "-o", "nosuch=1")
+    assert r.returncode == 1 and "bad A1 options: nosuch" in r.stderr and "known options: vtysh_timeout_s" in r.stderr
