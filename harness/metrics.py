@@ -7,6 +7,8 @@ call is a dict with at least:
 - ``tool``: the tool name;
 - ``arguments``: its arguments (any JSON value);
 - ``is_error``: whether the device or environment rejected the call;
+- ``refused`` (optional): set when the server refused the call without executing it (budget
+  spent, episode ended); such calls are not actions;
 - ``kind``: one of :data:`KINDS` -- ``config`` (changes configuration), ``validation`` (a check the
   agent runs: ping, show, plan/dry-run), ``read`` (configuration retrieval), ``wait``, ``submit``,
   ``other``.
@@ -39,7 +41,9 @@ def _kind(call: Call) -> str:
 
 
 def _actions(calls: Sequence[Call]) -> list[int]:
-    return [i for i, c in enumerate(calls) if _kind(c) in ACTION_KINDS]
+    # calls the server refused without executing (step budget spent, episode ended) were never
+    # parsed nor sent to a device: they are not actions (NetConfArena counts "parsed" actions)
+    return [i for i, c in enumerate(calls) if _kind(c) in ACTION_KINDS and not c.get("refused")]
 
 
 def _same_action(a: Call, b: Call) -> bool:

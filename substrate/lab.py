@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,7 @@ class Lab:
         self.record = record
         self._backend = get_backend(record.backend)
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # -- creation, attachment, listing ---------------------------------------------------------
 
@@ -359,9 +361,13 @@ class Lab:
         items = list(items)
         if len(items) <= 1:
             return [fn(i) for i in items]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lab-{self.name}")
-        return list(self._pool.map(fn, items))
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lab-{self.name}")
+            pool = self._pool
+        if threading.current_thread().name.startswith(f"lab-{self.name}"):
+            return [fn(i) for i in items]  # already on a pool thread: do not wait on our own pool
+        return list(pool.map(fn, items))
 
     def check(self, results: Iterable[ExecResult]) -> None:
         """Raise ExecError with the first failing command's summary if any result failed."""
