@@ -77,15 +77,17 @@ class ConfigDelta:
     additions: list[str] = field(default_factory=list)
     nft: dict[str, str | None] = field(default_factory=dict)  # table -> new text, None = delete
     sysctls: dict[str, str] = field(default_factory=dict)
+    frr: list[str] = field(default_factory=list)  # vtysh configuration lines (see frr_delta)
 
     def empty(self) -> bool:
-        return not (self.removals or self.additions or self.nft or self.sysctls)
+        return not (self.removals or self.additions or self.nft or self.sysctls or self.frr)
 
     def describe(self) -> list[str]:
         """Human-readable lines (``- ...`` removed, ``+ ...`` added), for plans and reports."""
         out = [f"- {x}" for x in self.removals] + [f"+ {x}" for x in self.additions]
         out += [f"~ nft table {t}: {'delete' if v is None else 'replace'}" for t, v in sorted(self.nft.items())]
         out += [f"~ sysctl {k}={v}" for k, v in sorted(self.sysctls.items())]
+        out += [f"~ frr: {x}" for x in self.frr]
         return out
 
     def script(self) -> str:
@@ -105,6 +107,9 @@ class ConfigDelta:
         for table, text in sorted(self.nft.items()):
             script = nft_delete(table) if text is None else nft_replace(table, text)
             parts.append(_heredoc("nft -f -", script.splitlines(), "ANIBENCH_NFT"))
+        if self.frr:
+            # FRR first: interface addresses must exist before routes and rules that use them
+            parts.append(_heredoc("vtysh", ["configure terminal", *self.frr, "end"], "ANIBENCH_FRR"))
         for fam in (6, 4):
             lines = [x[3:] for x in self.additions if x.startswith(f"-{fam} ")]
             if lines:
@@ -132,6 +137,40 @@ def config_delta(node: str, before: NodeConfig | None, after: NodeConfig | None)
         if b.nft.get(table) != a.nft.get(table):
             d.nft[table] = a.nft.get(table)
     d.sysctls = {k: v for k, v in a.sysctls.items() if b.sysctls.get(k) != v}
-    if b.frr != a.frr:
-        raise ExecError(f"{node}: FRR configuration changes are not supported by config deltas yet")
+    d.frr = frr_delta(b.frr, a.frr)
     return d
+
+
+def _stanzas(blocks: list[str]) -> dict[str, list[str]]:
+    """FRR blocks as {context line: [sub-lines]} (a block is a context line and indented lines)."""
+    out: dict[str, list[str]] = {}
+    for block in blocks:
+        lines = [ln.rstrip() for ln in block.splitlines() if ln.strip()]
+        if not lines:
+            continue
+        head, body = lines[0].strip(), [ln.strip() for ln in lines[1:]]
+        if not lines[0].startswith(" ") and body:
+            out.setdefault(head, [])
+            out[head] += [x for x in body if x not in out[head]]
+        else:
+            out.setdefault("", [])
+            out[""] += [x.strip() for x in lines if x.strip() not in out[""]]
+    return out
+
+
+def frr_delta(before: list[str], after: list[str]) -> list[str]:
+    """vtysh configuration lines turning FRR blocks ``before`` into ``after``: per context
+    (e.g. ``interface eth5``), ``no <line>`` for lines gone, then new lines (FRR CLI negation)."""
+    b, a = _stanzas(before), _stanzas(after)
+    out: list[str] = []
+    for head in sorted(set(b) | set(a)):
+        gone = [x for x in b.get(head, []) if x not in a.get(head, [])]
+        new = [x for x in a.get(head, []) if x not in b.get(head, [])]
+        if not gone and not new:
+            continue
+        if head:
+            out.append(head)
+        out += [f"no {x}" for x in gone] + new
+        if head:
+            out.append("exit")
+    return out

@@ -19,7 +19,7 @@ import random
 
 from substrate.scenario.layers.addressing import Ipam
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, node_cfg, register
-from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, segs, sid_of
+from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, interface_block, segs, sid_of
 from substrate.scenario.model import (
     RULE_PRIO_FWMARK,
     UNREACHABLE_METRIC,
@@ -52,7 +52,7 @@ def render_floating(sc: Scenario, out: dict[str, NodeConfig]) -> None:
     host.routes4.append(f"0.0.0.0/0 via {ce_addr(e.prefix4, 1)} dev {e.host_if}")
     border = node_cfg(out, e.border_pe)
     border.links_up.append(e.pe_if)
-    border.addresses.append(f"{ce_iface(e.prefix4, 1)} dev {e.pe_if}")
+    border.frr.append(interface_block(e.pe_if, None, ce_iface(e.prefix4, 1)))
     border.sysctls["net/netfilter/nf_hooks_lwtunnel"] = "1"
     border.routes6.append(
         f"{sid_of(sc, e.border_pe, e.dx4_function)} metric 1024 encap seg6local action End.DX4 "

@@ -52,6 +52,9 @@ class L3vpnParams(LayerParams):
     ipv4_share: float = 0.7
     overlap_rate: float = 0.25
     spare_circuits: int = 4
+    #: Sites of the first tenant (0 = drawn like the others): a large live tenant, as in the
+    #: draft's pilot (section 7.1: change set on a live 25-site tenant).
+    anchor_sites: int = 0
 
 
 def ce_addr(prefix: str, host: int) -> str:
@@ -84,6 +87,17 @@ def attach_host(topo: Topology, pe: str, host: str) -> tuple[Topology, str]:
     return topo, port
 
 
+def interface_block(ifname: str, addr6: str | None, addr4: str | None) -> str:
+    """The FRR configuration stanza that addresses a PE port (a router's interface addresses
+    belong to its configuration, as on any router: an operator sees and changes them there)."""
+    lines = [f"interface {ifname}"]
+    if addr6:
+        lines.append(f" ipv6 address {addr6}")
+    if addr4:
+        lines.append(f" ip address {addr4}")
+    return "\n".join(lines)
+
+
 def segs(sc: Scenario, pe: str, function: int) -> str:
     """The one-container uSID segment list ``<pe uN><function>`` (H.Encaps.Red target)."""
     nid = sc.topology.node(pe).node_id
@@ -110,11 +124,10 @@ def render_tenant(sc: Scenario, t: Tenant, out: dict[str, NodeConfig]) -> None:
         for s in t.sites:
             if s.pe == pe:
                 cfg.links_up.append(s.pe_if)
-                cfg.addresses.append(f"{ce_iface(s.prefix6, 1)} dev {s.pe_if}")
+                cfg.frr.append(interface_block(s.pe_if, ce_iface(s.prefix6, 1), ce_iface(s.prefix4, 1) if s.prefix4 else None))
                 cfg.rules6.append(f"priority {RULE_PRIO_TENANT} iif {s.pe_if} lookup {t.table}")
                 cfg.routes6.append(f"{s.prefix6} table {t.table} metric 1024 dev {s.pe_if}")
                 if s.prefix4:
-                    cfg.addresses.append(f"{ce_iface(s.prefix4, 1)} dev {s.pe_if}")
                     cfg.rules4.append(f"priority {RULE_PRIO_TENANT} iif {s.pe_if} lookup {t.table}")
                     cfg.routes4.append(f"{s.prefix4} table {t.table} dev {s.pe_if}")
                     if s.dx4_function is not None:
@@ -232,6 +245,8 @@ class L3vpn(Layer):
             except GenerationError as e:
                 raise GenerationError("layers.l3vpn.tenants_per_density", f"density {density} needs {n_tenants} tables: {e}") from None
             n_sites = rng.choices(sizes, weights=size_w)[0]
+            if i == 0 and params.anchor_sites:
+                n_sites = params.anchor_sites
             for k in range(n_sites):
                 pe = rng.choices(hot, weights=pe_w)[0]
                 ce_count += 1
