@@ -377,18 +377,23 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
         raise SnapshotError(f"{node}: cannot parse device state ({type(e).__name__}: {e})") from None
 
 
-def capture(lab: Lab, node: str) -> DeviceState:
+def capture(lab: Lab, node: str, *, frr: bool = True, timeout_s: float = 20.0) -> DeviceState:
     """Capture one node's restorable state with a single command inside the node.
+
+    Args:
+        frr: include FRR's running configuration (routers). ``False`` captures the kernel state
+            only (``frr_config`` None): no vtysh, so it works on a node whose FRR is frozen.
+        timeout_s: deadline of the capture command.
 
     Raises:
         NodeNotFoundError, SnapshotError.
     """
-    is_router = lab.state(node).role is not Role.HOST
-    script = _CAPTURE_SCRIPT + (_FRR_SECTION if is_router else "")
-    r = lab.sh(node, script, timeout_s=20)
+    with_frr = frr and lab.state(node).role is not Role.HOST
+    script = _CAPTURE_SCRIPT + (_FRR_SECTION if with_frr else "")
+    r = lab.sh(node, script, timeout_s=timeout_s)
     if r.timed_out:
-        raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
-    return parse_capture(node, r.stdout, with_frr=is_router)
+        raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?)")
+    return parse_capture(node, r.stdout, with_frr=with_frr)
 
 
 def capture_many(lab: Lab, nodes: list[str] | None = None) -> dict[str, DeviceState]:
@@ -427,9 +432,9 @@ def _batch(lab: Lab, node: str, family: int, lines: list[str], *, deleting: bool
 def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *, verify: bool = True) -> RestoreReport:
     """Make ``target.node`` equal to ``target`` again, changing only what differs.
 
-    Order: virtual links and link states, addresses, nftables, rules, routes, sysctls, FRR
-    configuration (``frr-reload.py --reload``, FRR's own tool for moving a running config to a
-    target file). A deleted veth cannot be re-created from one node (its peer is elsewhere): it
+    Order: FRR configuration (``frr-reload.py --reload``, FRR's own tool for moving a running
+    config to a target file; zebra then adds or removes the addresses it owns), then, against a
+    fresh capture, virtual links and link states, addresses, nftables, rules, routes, sysctls. A deleted veth cannot be re-created from one node (its peer is elsewhere): it
     is reported in ``residual`` for the lab-level repair.
 
     Args:
@@ -450,6 +455,12 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         return rep
     rep.changed = True
     errors: list[str] = []
+    # FRR first: zebra owns the addresses its configuration names, and removes them from the
+    # kernel itself; the kernel diff is then taken against what FRR left
+    if target.frr_config is not None and cur.frr_config != target.frr_config and cur.frr_config is not None:
+        rep.actions.append("frr-reload to target running-config")
+        errors += restore_frr(lab, node, target.frr_config)
+        cur = capture(lab, node)
     link_lines: list[str] = []
     for name, want in target.links.items():
         have = cur.links.get(name)
@@ -502,6 +513,7 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
         lab.exec(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"])
     if target.frr_config is not None and cur.frr_config != target.frr_config:
+        # still different (FRR was down at capture, or the links it configures were missing)
         rep.actions.append("frr-reload to target running-config")
         errors += restore_frr(lab, node, target.frr_config)
     if verify:

@@ -19,9 +19,10 @@ if TYPE_CHECKING:
     from substrate.process import ExecResult
 
 
-def _heredoc(cmd: str, lines: list[str], tag: str) -> str:
+def _heredoc(cmd: str, lines: list[str], tag: str, *, tolerant: bool = False) -> str:
+    """``cmd`` reading ``lines`` from a here-document; ``tolerant`` ignores its exit status."""
     body = "\n".join(lines)
-    return f"{cmd} <<'{tag}'\n{body}\n{tag}\n"
+    return f"{cmd} <<'{tag}'{' || true' if tolerant else ''}\n{body}\n{tag}\n"
 
 
 def nft_replace(table: str, text: str) -> str:
@@ -102,8 +103,8 @@ class ConfigDelta:
             ("", [x for x in self.additions if x.startswith(("link", "addr"))], "ANIBENCH_AL", True),
         ):
             if lines:
-                cmd = f"ip {fam_flag}-batch -" if strict else f"ip {fam_flag}-force -batch - || true"
-                parts.append(_heredoc(cmd, lines, tag))
+                cmd = f"ip {fam_flag}-batch -" if strict else f"ip {fam_flag}-force -batch -"
+                parts.append(_heredoc(cmd, lines, tag, tolerant=not strict))
         for table, text in sorted(self.nft.items()):
             script = nft_delete(table) if text is None else nft_replace(table, text)
             parts.append(_heredoc("nft -f -", script.splitlines(), "ANIBENCH_NFT"))

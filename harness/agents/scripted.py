@@ -1,0 +1,387 @@
+"""The scripted agent: a deterministic, competent operator for each ANI level, and the noisy
+agent: the same operator making operator-style mistakes at a set rate.
+
+The scripted agent reads only the HAI (prompt and files: request.yaml, sites.csv, design.md)
+and talks only to the level's MCP tools. At A3-T it states the request as a change set (plan,
+then apply). At A0 and A1 it works like an operator with the design document at hand: it reads
+the tenant's table and SIDs off the PEs, allocates free SID functions on them, derives the
+device changes from the documented design (the same rules the network was built with), applies
+them device by device, checks the tenant table, and submits. It is a baseline, not an oracle:
+it never looks at the scenario or the hidden test cases.
+
+The noisy agent draws, for each change it makes, whether to make one of four mistakes with
+probability ``rate`` (default 0.3): a wrong prefix, the wrong device, a forgotten clean-up, an
+over-broad delete -- so that campaigns can show the benchmark detects damage.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import ipaddress
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from harness.agents.base import AgentContext, AgentOutcome, ToolSession
+from substrate.scenario.apply import ConfigDelta, config_delta
+from substrate.scenario.layers.l3vpn import render_tenant
+from substrate.scenario.model import NodeConfig, Scenario, Site, Tenant
+from substrate.topology import Topology
+
+FUNCTION_MIN, FUNCTION_MAX = 0xE000, 0xEFFF
+SHARED_RULE = "priority 900 to fcbb:bb00::/32 lookup main"
+
+
+# -- the request ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """The change a ticket asks for, read from request.yaml and sites.csv."""
+
+    tenant: str
+    sites: list[dict[str, str]]
+    add: list[dict[str, Any]] = field(default_factory=list)
+    move: list[dict[str, Any]] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+
+
+def read_request(files: dict[str, str]) -> Request:
+    """Parse the HAI files of any task class. Raises ValueError on a malformed request."""
+    req = yaml.safe_load(files["request.yaml"]) or {}
+    sites = list(csv.DictReader(io.StringIO(files.get("sites.csv", ""))))
+    r = Request(tenant=str(req["tenant"]), sites=sites)
+    if "add_site" in req:
+        r.add = [req["add_site"]]
+    r.add += list(req.get("add") or [])
+    r.move = list(req.get("move") or [])
+    r.remove = list(req.get("remove") or [])
+    if "remove_site" in req:
+        r.remove.append(req["remove_site"])
+    return r
+
+
+# -- A3-T: state the intent -----------------------------------------------------------------------
+
+
+def intent_ops(r: Request) -> list[dict[str, Any]]:
+    """The request as an A3-T change set."""
+    ops: list[dict[str, Any]] = []
+    for a in r.add:
+        spec = {"tenant": r.tenant, "pe": a["pe"], "pe_interface": a["pe_port"], "prefix6": a["prefix6"]}
+        if a.get("prefix4"):
+            spec["prefix4"] = a["prefix4"]
+        ops.append({"op": "create", "service_class": "tenant_site", "id": a["site"], "spec": spec})
+    by_id = {s["site"]: s for s in r.sites}
+    for m in r.move:
+        cur = by_id[m["site"]]
+        spec = {"tenant": r.tenant, "pe": m["to_pe"], "pe_interface": m["to_port"], "prefix6": cur["prefix6"]}
+        if cur.get("prefix4"):
+            spec["prefix4"] = cur["prefix4"]
+        ops.append({"op": "modify", "service_class": "tenant_site", "id": m["site"], "spec": spec})
+    for s in r.remove:
+        ops.append({"op": "delete", "service_class": "tenant_site", "id": s})
+    return ops
+
+
+# -- A0 / A1: operate the devices ---------------------------------------------------------------
+
+
+def node_id(router: str) -> int:
+    """Router number from its name (design.md: router r<N>)."""
+    m = re.fullmatch(r"[a-z]+(\d+)", router)
+    if not m:
+        raise ValueError(f"not a router name: {router}")
+    return int(m.group(1))
+
+
+def _function_of(sid: str) -> int:
+    return (int(ipaddress.IPv6Network(sid).network_address) >> 64) & 0xFFFF
+
+
+@dataclass
+class PeFacts:
+    """What an operator reads off a PE: its IPv6 rules and main-table routes (JSON)."""
+
+    rules6: list[dict[str, Any]]
+    routes6: list[dict[str, Any]]
+
+    def used_functions(self, pe: str) -> set[int]:
+        loc = ipaddress.IPv6Network(f"fcbb:bb00:{node_id(pe)}::/48")
+        out = set()
+        for r in self.routes6:
+            dst = r.get("dst", "")
+            if r.get("encap") == "seg6local" and "/" in dst and ipaddress.IPv6Network(dst).subnet_of(loc):
+                out.add(_function_of(dst))
+        return out
+
+    def has_shared_rule(self) -> bool:
+        """The PE already routes SIDs in the main table ahead of tenant rules."""
+        return any(r.get("priority") == 900 and r.get("dst", "").startswith("fcbb:bb00::") for r in self.rules6)
+
+    def table_of_port(self, port: str) -> int | None:
+        for rule in self.rules6:
+            if rule.get("iif") == port and str(rule.get("table", "")).isdigit():
+                return int(rule["table"])
+        return None
+
+    def function_of(self, action: str, **params: str) -> int | None:
+        for r in self.routes6:
+            if r.get("encap") == "seg6local" and r.get("action") == action and all(str(r.get(k)) == v for k, v in params.items()):
+                return _function_of(r["dst"])
+        return None
+
+
+def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, Tenant, dict[str, ConfigDelta]]:
+    """Rebuild the tenant from what the PEs show, apply the request, and derive per-PE changes.
+
+    Raises:
+        ValueError: the devices do not show what the design says (e.g. no rule for a site port).
+    """
+    if not r.sites:
+        raise ValueError("sites.csv lists no site of the tenant")
+    first = r.sites[0]
+    table = facts[first["pe"]].table_of_port(first["pe_port"])
+    if table is None:
+        raise ValueError(f"no policy rule for {first['pe']} port {first['pe_port']}: cannot find the tenant's table")
+    used = {pe: f.used_functions(pe) for pe, f in facts.items()}
+
+    def alloc(pe: str) -> int:
+        for fn in range(FUNCTION_MIN, FUNCTION_MAX + 1):
+            if fn not in used[pe]:
+                used[pe].add(fn)
+                return fn
+        raise ValueError(f"no free SID function on {pe}")
+
+    before = Tenant(id=r.tenant, name=r.tenant, table=table)
+    for s in r.sites:
+        pe = s["pe"]
+        if pe not in before.dt6_functions:
+            fn = facts[pe].function_of("End.DT6", table=str(table))
+            if fn is None:
+                raise ValueError(f"{pe} has no End.DT6 SID for table {table}")
+            before.dt6_functions[pe] = fn
+        p4 = s.get("prefix4") or None
+        dx4 = facts[pe].function_of("End.DX4", nh4=str(ipaddress.ip_network(p4).network_address + 2)) if p4 else None
+        before.sites.append(Site(id=s["site"], tenant=r.tenant, pe=pe, pe_if=s["pe_port"], ce=s.get("ce") or "ce",
+                                 prefix6=s["prefix6"], prefix4=p4, dx4_function=dx4))
+    after = before.model_copy(deep=True)
+    after.sites = [s for s in after.sites if s.id not in r.remove]
+    for m in r.move:
+        s = next(x for x in after.sites if x.id == m["site"])
+        s.pe, s.pe_if, s.ce = m["to_pe"], m["to_port"], m.get("ce", s.ce)
+        s.dx4_function = alloc(s.pe) if s.prefix4 else None
+    for a in r.add:
+        p4 = a.get("prefix4") or None
+        after.sites.append(Site(id=a["site"], tenant=r.tenant, pe=a["pe"], pe_if=a["pe_port"], ce=a.get("ce", "ce"),
+                                prefix6=a["prefix6"], prefix4=p4, dx4_function=alloc(a["pe"]) if p4 else None))
+    pes = {s.pe for s in after.sites}
+    after.dt6_functions = {pe: fn for pe, fn in after.dt6_functions.items() if pe in pes}
+    for pe in sorted(pes):
+        if pe not in after.dt6_functions:
+            after.dt6_functions[pe] = alloc(pe)
+    b_cfg, a_cfg = _render(before), _render(after)
+    deltas = {}
+    for pe in sorted(set(b_cfg) | set(a_cfg)):
+        d = config_delta(pe, b_cfg.get(pe), a_cfg.get(pe))
+        # the SID rule is shared by every tenant of the PE: never remove it for one tenant
+        d.removals = [x for x in d.removals if SHARED_RULE not in x]
+        # ... and add it only where the PE does not have it yet (another tenant may have put it there)
+        if pe in facts and facts[pe].has_shared_rule():
+            d.additions = [x for x in d.additions if SHARED_RULE not in x]
+        if not d.empty():
+            deltas[pe] = d
+    return before, after, deltas
+
+
+def _render(t: Tenant) -> dict[str, NodeConfig]:
+    routers = sorted({s.pe for s in t.sites} | set(t.dt6_functions))
+    topo = Topology.build("operator", [{"name": r, "role": "PE", "node_id": node_id(r)} for r in routers], [])
+    sc = Scenario(name="operator", manifest_digest="", seed=0, density=1, layers=["l3vpn"], topology=topo, tenants=[t])
+    out: dict[str, NodeConfig] = {}
+    render_tenant(sc, t, out)
+    return {k: v for k, v in out.items() if k in routers}
+
+
+def a1_commands(d: ConfigDelta) -> list[str]:
+    """A ConfigDelta in A1's command forms: `ip -6|-4 route|rule ...` and FRR lines."""
+    out: list[str] = []
+    for x in d.removals:
+        if x.startswith(("-6 ", "-4 ")):
+            out.append(f"ip {x}")
+    out += d.frr
+    for x in d.additions:
+        if x.startswith(("-6 ", "-4 ")):
+            out.append(f"ip {x}")
+    return out
+
+
+# -- the agents ---------------------------------------------------------------------------------
+
+
+class Mistakes:
+    """Operator-style mistakes drawn per change with probability ``rate`` (noisy agent)."""
+
+    KINDS = ("wrong_prefix", "wrong_device", "forgotten_cleanup", "overbroad_delete")
+
+    def __init__(self, rate: float, seed: int):
+        self.rate = rate
+        self.rng = random.Random(f"noisy/{seed}")
+        self.made: list[str] = []
+
+    def draw(self) -> str | None:
+        if self.rate <= 0 or self.rng.random() >= self.rate:
+            return None
+        kind = self.rng.choice(self.KINDS)
+        self.made.append(kind)
+        return kind
+
+    @staticmethod
+    def typo(prefix: str) -> str:
+        """A prefix with one digit changed (a fat finger)."""
+        net = ipaddress.ip_network(prefix)
+        flip = 1 << (net.max_prefixlen - net.prefixlen)
+        return str(ipaddress.ip_network((int(net.network_address) ^ flip, net.prefixlen)))
+
+
+class ScriptedAgent:
+    """Deterministic competent operator (see module docstring)."""
+
+    name = "scripted"
+
+    def __init__(self, rate: str | float = 0.0, **options: str):
+        self.mistakes_rate = float(rate)
+        self.options = options
+
+    async def run(self, ctx: AgentContext) -> AgentOutcome:
+        from mcp import Client
+
+        mistakes = Mistakes(self.mistakes_rate, ctx.seed)
+        async with Client(ctx.server, mode="legacy") as client:
+            tools = ToolSession(client, ctx.on_step)
+            try:
+                req = read_request(ctx.files)
+            except (KeyError, ValueError, yaml.YAMLError) as e:
+                await tools.call("submit", {})
+                return AgentOutcome(error=f"could not read the request: {e}")
+            try:
+                if ctx.level in ("A3-T", "A4"):
+                    await self._intent(tools, req, mistakes)
+                elif ctx.level == "A1":
+                    await self._devices(tools, req, mistakes, a1=True)
+                else:
+                    await self._devices(tools, req, mistakes, a1=False)
+            except (ValueError, KeyError, StopIteration) as e:
+                await tools.call("submit", {})
+                return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=",".join(mistakes.made))
+            await tools.call("submit", {})
+        return AgentOutcome(note=",".join(mistakes.made))
+
+    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+        ops = intent_ops(req)
+        noisy: list[dict[str, Any]] = []
+        for op in ops:
+            kind = mistakes.draw()
+            if kind == "wrong_prefix" and "prefix6" in op.get("spec", {}):
+                op = json.loads(json.dumps(op))
+                op["spec"]["prefix6"] = Mistakes.typo(op["spec"]["prefix6"])
+            elif kind == "wrong_device" and op["op"] in ("create", "modify"):
+                op = json.loads(json.dumps(op))
+                op["spec"]["pe_interface"] = "eth1"  # a core port, not the circuit
+            elif kind == "forgotten_cleanup" and op["op"] == "delete":
+                continue
+            elif kind == "overbroad_delete":
+                others = [s["site"] for s in req.sites if s["site"] not in {o["id"] for o in ops}]
+                if others:
+                    noisy.append({"op": "delete", "service_class": "tenant_site", "id": others[0]})
+            noisy.append(op)
+        plan = await tools.call("plan_change_set", {"ops": noisy})
+        if not plan.ok:
+            # a competent operator reads the error and retries once with the ticket's own values
+            if noisy != ops:
+                noisy = ops
+                await tools.call("plan_change_set", {"ops": noisy})
+        await tools.call("apply_change_set", {"ops": noisy})
+
+    async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
+        facts: dict[str, PeFacts] = {}
+        cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main"]
+        if a1:
+            r = await tools.call("execute_validation", {"commands": {pe: cmds for pe in pes}})
+            if not r.ok or r.data is None:
+                raise ValueError(f"reading the PEs failed: {r.text[:300]}")
+            for pe in pes:
+                parts = _json_outputs(r.data["devices"][pe]["output"])
+                facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1])
+        else:
+            for pe in pes:
+                r = await tools.call("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
+                if not r.ok or r.data is None:
+                    raise ValueError(f"reading {pe} failed: {r.text[:300]}")
+                a, _, b = r.data["stdout"].partition("@@")
+                facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b))
+        return facts
+
+    async def _devices(self, tools: ToolSession, req: Request, mistakes: Mistakes, *, a1: bool) -> None:
+        pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
+        facts = await self._read_pes(tools, pes, a1)
+        _before, after, deltas = plan_tenant_change(req, facts)
+        for pe, delta in deltas.items():
+            target = pe
+            kind = mistakes.draw()
+            if kind == "wrong_prefix" and delta.additions:
+                delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
+            elif kind == "wrong_device":
+                target = next((p for p in pes if p != pe), pe)
+            elif kind == "forgotten_cleanup":
+                delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
+            elif kind == "overbroad_delete":
+                delta.removals.insert(0, f"-6 route flush table {after.table}")
+            if a1:
+                await tools.call("apply_config", {"commands": {target: a1_commands(delta)}})
+            else:
+                await tools.call("run_shell", {"device": target, "command": delta.script()})
+        check = {pe: [f"ip -6 route show table {after.table}"] for pe in sorted(deltas)}
+        if check:
+            if a1:
+                await tools.call("execute_validation", {"commands": check})
+            else:
+                first = sorted(deltas)[0]
+                await tools.call("run_shell", {"device": first, "command": f"ip -6 route show table {after.table}"})
+
+
+class NoisyAgent(ScriptedAgent):
+    """The scripted operator making mistakes at rate ``rate`` (default 0.3) per change."""
+
+    name = "noisy"
+
+    def __init__(self, rate: str | float = 0.3, **options: str):
+        super().__init__(rate=rate, **options)
+
+
+def _typo_line(line: str) -> str:
+    m = re.search(r"(fd10:[0-9a-f:]*::/64|\d+\.\d+\.\d+\.\d+/24)", line)
+    return line if not m else line.replace(m.group(1), Mistakes.typo(m.group(1)), 1)
+
+
+def _json_outputs(transcript: str) -> list[Any]:
+    """The JSON documents in an A1 validation transcript, in order."""
+    dec = json.JSONDecoder()
+    out, i = [], 0
+    while True:
+        starts = [p for p in (transcript.find("[", i), transcript.find("{", i)) if p >= 0]
+        if not starts:
+            return out
+        j = min(starts)
+        try:
+            doc, end = dec.raw_decode(transcript, j)
+        except ValueError:
+            i = j + 1
+            continue
+        out.append(doc)
+        i = end

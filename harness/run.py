@@ -1,0 +1,203 @@
+"""One run (draft section 2): one agent, one task variant, one setting of every factor, one budget.
+
+Steps (DESIGN.md "the data flow of one run"): reset the lab to the scenario baseline; perform
+the variant's customer-side setup; start the level's MCP server with the step budget and the
+trajectory recorder; start the fault schedule; run the agent under a wall-clock cap; clear the
+faults and let the underlay converge; observe out-of-band (the task's test cases and every
+baseline invariant of the services the task must not change); compute the outcome and the
+process metrics from the server's trajectory.
+
+A run never raises for the agent's failures (they are outcomes); it raises only when the harness
+itself cannot complete the run (:class:`RunFailed`), which campaigns record as a failed run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from harness import metrics
+from harness.agents.base import AgentContext, AgentOutcome, make_agent
+from harness.errors import AnibenchError
+from harness.store import RunRecord, RunStatus, completion_mode
+from harness.tasks import TaskVariant
+from substrate.faults import FaultInjector, draw_schedule
+from substrate.lab import Lab
+from substrate.scenario.deploy import reset
+from substrate.scenario.observer import Verdict, observe
+
+
+class RunFailed(AnibenchError):
+    """The harness could not complete a run (lab not restorable, server could not start, ...)."""
+
+
+class RunSpec(BaseModel):
+    """The settings of one run."""
+
+    campaign_id: str
+    run_key: str
+    factor: str = Field(description="Controlled factor of the campaign (ani, model, agent).")
+    setting: str
+    level: str
+    agent: str
+    agent_options: dict[str, str] = Field(default_factory=dict)
+    model: str | None = None
+    density: int
+    fault_rate: float = 0.0
+    budget_steps: int = 40
+    wall_cap_s: float = 600.0
+    run_dir: Path
+
+
+def _server_config(lab: Lab, spec: RunSpec, trajectory: Path) -> Any:
+    from servers.common import ServerConfig
+
+    return ServerConfig(lab=lab.name, budget_steps=spec.budget_steps, trajectory=trajectory,
+                        devices=lab.routers(), run_id=spec.run_key)
+
+
+def _serve_argv(lab: Lab, spec: RunSpec, trajectory: Path) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", "serve", "--ani", spec.level, "--lab", lab.name,
+            "--transport", "stdio", "--budget-steps", str(spec.budget_steps), "--trajectory", str(trajectory),
+            "--devices", ",".join(lab.routers())]
+
+
+class _TrajectoryFollower(threading.Thread):
+    """Advances the fault schedule for agents whose tool calls the harness does not see (external
+    processes): after the k-th recorded call, step k+1 is next."""
+
+    def __init__(self, path: Path, injector: FaultInjector):
+        super().__init__(daemon=True, name="fault-follower")
+        self.path, self.injector, self.stop = path, injector, threading.Event()
+
+    def run(self) -> None:
+        seen = -1
+        while not self.stop.wait(0.05):
+            try:
+                n = sum(1 for _ in self.path.open())
+            except OSError:
+                n = 0
+            if n != seen:
+                seen = n
+                self.injector.on_step(n + 1)
+
+
+def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecord, list[Verdict]]:
+    """Run ``variant`` on ``lab`` with ``spec``; see module docstring.
+
+    Returns:
+        The run record and every verdict (test cases first, then damage checks).
+
+    Raises:
+        RunFailed: the harness could not complete the run.
+    """
+    import anyio
+
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    trajectory = spec.run_dir / "trajectory.jsonl"
+    trajectory.unlink(missing_ok=True)
+    files_dir = spec.run_dir / "files"
+    files_dir.mkdir(exist_ok=True)
+    for name, text in variant.files.items():
+        (files_dir / name).write_text(text)
+
+    rep = reset(lab)
+    if not rep.exact:
+        raise RunFailed(f"the lab could not be reset to its baseline: {json.dumps(rep.residual)[:400]}")
+    for step in variant.setup:
+        r = lab.exec(step.node, step.argv, timeout_s=10)
+        if not r.ok:
+            raise RunFailed(f"setup step failed ({step.why}): {r.summary()}")
+    reset_s = time.monotonic() - t0
+
+    schedule = draw_schedule(variant.fault_seed, spec.fault_rate, spec.budget_steps, lab.topology)
+    injector = FaultInjector(lab, schedule)
+    agent = make_agent(spec.agent, spec.agent_options)
+    external = spec.agent == "command"
+    server = None
+    if not external:
+        from servers.registry import build_server
+
+        try:
+            server = build_server(spec.level, _server_config(lab, spec, trajectory))
+        except Exception as e:  # noqa: BLE001 - any setup failure of the server fails the run
+            raise RunFailed(f"the {spec.level} server could not start: {e}") from e
+    follower = _TrajectoryFollower(trajectory, injector) if external else None
+    ctx = AgentContext(
+        level=spec.level, prompt=variant.prompt, files=variant.files, workdir=spec.run_dir, server=server,
+        serve_argv=_serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
+        deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step, seed=variant.seed,
+        options=spec.agent_options,
+    )
+    t1 = time.monotonic()
+    outcome = AgentOutcome()
+    capped = False
+
+    async def drive() -> AgentOutcome:
+        nonlocal capped
+        with anyio.move_on_after(spec.wall_cap_s) as scope:
+            return await agent.run(ctx)
+        capped = scope.cancelled_caught
+        return AgentOutcome(error=f"wall-clock cap of {spec.wall_cap_s:g} s reached")
+
+    try:
+        if follower:
+            follower.start()
+        outcome = anyio.run(drive)
+    except Exception as e:  # noqa: BLE001 - the agent's crash is an outcome, not a harness failure
+        outcome = AgentOutcome(error=f"agent crashed: {type(e).__name__}: {e}")
+    finally:
+        if follower:
+            follower.stop.set()
+            follower.join()
+        injector.clear()
+        if server is not None:
+            server.close()
+    agent_s = time.monotonic() - t1
+
+    t2 = time.monotonic()
+    try:
+        lab.wait_converged(timeout_s=30)
+    except Exception:  # noqa: BLE001 - an unconverged underlay is the agent's damage: observe it
+        pass
+    verdicts = observe(lab, [*variant.test_cases, *variant.damage_checks])
+    observe_s = time.monotonic() - t2
+    tests = verdicts[: len(variant.test_cases)]
+    damage = verdicts[len(variant.test_cases):]
+    passed = sum(v.ok for v in tests)
+    task_pass = passed == len(tests)
+    violated = [v.id for v in damage if not v.ok]
+
+    from servers.common import read_trajectory
+
+    calls = read_trajectory(trajectory) if trajectory.exists() else []
+    executed = [c for c in calls if not c.get("refused")]
+    budget_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+    mode = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
+                           budget_hit=budget_hit, task_pass=task_pass)
+    (spec.run_dir / "verdicts.json").write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
+    (spec.run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped}, indent=1))
+    record = RunRecord(
+        campaign_id=spec.campaign_id, run_key=spec.run_key, factor=spec.factor, setting=spec.setting,
+        task_class=variant.task_class, variant=variant.variant, scenario_seed=variant.scenario_seed,
+        fault_seed=variant.fault_seed, density=spec.density, fault_rate=spec.fault_rate,
+        budget_steps=spec.budget_steps, agent=spec.agent, model=outcome.model or spec.model,
+        status=RunStatus.done, task_pass=task_pass, test_case_score=passed / len(tests) if tests else 1.0,
+        test_cases_passed=passed, test_cases_total=len(tests), damage_free=not violated,
+        violated_invariants=violated, completion_mode=mode, steps=len(executed), tokens_in=outcome.tokens_in,
+        tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
+        observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
+        repeat_action_rate=metrics.repeat_action_rate(calls),
+        faults=[e.model_dump() for e in injector.events], trajectory_path=str(trajectory),
+        started_at=started, finished_at=datetime.now(UTC),
+    )
+    return record, verdicts

@@ -1,0 +1,386 @@
+"""Task classes and task variants (draft section 4.3; NetConfArena section IV).
+
+A task class is a prompt template plus a file structure, with identical wording across its
+variants; a variant fixes the concrete request, drawn from a seed and placed in a generated
+brownfield so that it interacts with existing state (busy PEs, adjacent prefixes, tenants that
+share devices, tables and SID spaces). Each variant carries:
+
+- the HAI request: ``prompt`` (the class's fixed text) and ``files`` (``request.yaml`` with the
+  concrete change, ``sites.csv`` with the tenant's current sites, ``design.md`` describing how
+  tenant services are built here);
+- ``setup``: what happens on the customer side before the agent starts (a new CE is configured;
+  a moved site's old CE is unplugged) -- done by the harness, out of band;
+- ``changes``: the intended change of the service inventory, as site operations; applying them
+  to the scenario gives the expected post-task inventory, whose invariants are the hidden test
+  cases (new or changed services) and the damage checks (pre-existing services);
+- reference solutions per ANI level are derived from the same change (see harness.agents).
+
+Classes: ``onboarding`` (a new site for an existing tenant), ``change-set`` (two additions, two
+moves, one removal on one live tenant: the draft's pilot task, section 7.1), ``decommissioning``
+(remove a site, leaving the tenant's other sites and every other tenant intact).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import random
+import yaml
+from pydantic import BaseModel, Field
+
+from harness.errors import AnibenchError
+from substrate.scenario import Invariant, Scenario, render_scenario, scenario_invariants
+from substrate.scenario.layers.addressing import Ipam
+from substrate.scenario.layers.l3vpn import ce_addr, ce_iface
+from substrate.scenario.model import Site, SpareCircuit
+
+TASK_CLASSES = ("onboarding", "change-set", "decommissioning")
+
+DESIGN_MD = """\
+# How tenant services are built in this network
+
+- Routers: `r<N>`; PE routers connect customer sites (CE hosts `c<N>`). IS-IS (level 2) is the
+  underlay. Router r<N> owns the SRv6 uSID locator `fcbb:bb00:<N>::/48` (block fcbb:bb00::/32,
+  16-bit node id written with N's decimal digits, RFC 9800) and its loopback is `fd00::<N>`.
+- Each tenant (L3VPN) has one routing table, with the same id on every PE where it has sites.
+  Traffic from a site enters its table by policy routing: `ip -6 rule add priority 1000 iif <CE
+  port> lookup <table>` (and the same with `ip -4` when the site has IPv4). On every such PE the
+  table ends in `unreachable ::/0 metric 4278198272` (and `unreachable 0.0.0.0/0` for IPv4)
+  and the PE has `ip -6 rule add priority 900 to fcbb:bb00::/32 lookup main`.
+- A site has an IPv6 /64 and optionally an IPv4 /24 on its attachment link: the PE port holds
+  `::1` / `.1`, the CE `::2` / `.2`. The site's PE routes the prefix in the tenant table out of
+  the port (`<prefix> table <T> dev <port>`).
+- Each PE hosting a tenant has one End.DT6 SID for it, `fcbb:bb00:<N>:<F>::/64` with a local
+  function F from 0xe000..0xefff (`ip -6 route add <SID> encap seg6local action End.DT6 table <T>
+  count dev sr0`); each IPv4 site has an End.DX4 SID on its PE (`... action End.DX4 nh4 <CE
+  IPv4> count dev sr0`). Function ids are shared by every service on the PE: never reuse one.
+- Remote sites are reached with H.Encaps.Red: in the tenant table of every other PE of the
+  tenant, `<site prefix6> table <T> metric 1024 encap seg6 mode encap.red segs
+  fcbb:bb00:<site PE>:<DT6 F>:: dev sr0`, and for IPv4 `<site prefix4> table <T> encap seg6
+  mode encap.red segs fcbb:bb00:<site PE>:<DX4 F>:: dev sr0`.
+- Tables, SID functions and prefixes are shared resources: other tenants' prefixes may be
+  adjacent to or even equal to this tenant's (on other PEs). Do not touch other tenants.
+"""
+
+PROMPTS = {
+    "onboarding": (
+        "You operate a multi-tenant SRv6 provider network. Ticket: onboard a new site for an existing "
+        "tenant. request.yaml gives the tenant, the new site's attachment circuit (PE router and port) and "
+        "its prefixes; sites.csv lists the tenant's current sites; design.md describes how tenant services "
+        "are built in this network. The customer's CE is already configured and cabled. Configure the "
+        "provider side so that the new site and every other site of the tenant reach each other (IPv6, and "
+        "IPv4 where both ends have it), without disturbing any other service. Check your work, then call submit."
+    ),
+    "change-set": (
+        "You operate a multi-tenant SRv6 provider network. Ticket: apply a change set to a live tenant. "
+        "request.yaml lists sites to add (new attachment circuits), sites to move (the customer has already "
+        "re-cabled them to the given PE port) and sites to remove; sites.csv lists the tenant's current sites; "
+        "design.md describes how tenant services are built in this network. Customer CEs are configured. "
+        "Afterwards every remaining site of the tenant must reach every other (IPv6, and IPv4 where both ends "
+        "have it), removed sites must be gone from the network, and no other service may be disturbed. "
+        "Check your work, then call submit."
+    ),
+    "decommissioning": (
+        "You operate a multi-tenant SRv6 provider network. Ticket: decommission a tenant site. request.yaml "
+        "names the site; sites.csv lists the tenant's current sites; design.md describes how tenant services "
+        "are built in this network. Remove everything the provider network holds for that site, so that it "
+        "is unreachable from the tenant's other sites, and leave the tenant's other sites and every other "
+        "service intact. Check your work, then call submit."
+    ),
+}
+
+
+class SetupStep(BaseModel):
+    """A customer-side action the harness performs before the agent starts."""
+
+    node: str
+    argv: list[str]
+    why: str = ""
+
+
+class SiteAdd(BaseModel):
+    site: str
+    pe: str
+    pe_interface: str
+    ce: str
+    prefix6: str
+    prefix4: str | None = None
+
+
+class SiteMove(BaseModel):
+    site: str
+    pe: str
+    pe_interface: str
+    ce: str
+
+
+class Changes(BaseModel):
+    """The intended inventory change of a variant: site operations on one tenant."""
+
+    tenant: str
+    add: list[SiteAdd] = Field(default_factory=list)
+    move: list[SiteMove] = Field(default_factory=list)
+    remove: list[str] = Field(default_factory=list)
+
+
+class TaskVariant(BaseModel):
+    """One concrete task (see module docstring). JSON-serialisable; ``test_cases`` are hidden."""
+
+    task_class: str
+    variant: int
+    seed: int
+    scenario_seed: int
+    fault_seed: int
+    prompt: str
+    files: dict[str, str]
+    setup: list[SetupStep]
+    changes: Changes
+    test_cases: list[Invariant] = Field(description="Invariants of new or changed services (hidden from the agent).")
+    damage_checks: list[Invariant] = Field(description="Baseline invariants of services the task must not change.")
+
+
+def apply_changes(sc: Scenario, ch: Changes) -> Scenario:
+    """The inventory after ``ch``: sites added (with SID functions allocated from the scenario's
+    pools), moved (new PE, port and CE) and removed; the tenant's per-PE uDT6 SIDs follow.
+
+    Raises:
+        AnibenchError: unknown tenant or site.
+    """
+    new = sc.model_copy(deep=True)
+    try:
+        t = new.tenant(ch.tenant)
+    except KeyError:
+        raise AnibenchError(f"unknown tenant {ch.tenant!r}") from None
+    ipam = Ipam.from_scenario(new)
+    by_id = {s.id: s for s in t.sites}
+    for sid in ch.remove:
+        if sid not in by_id:
+            raise AnibenchError(f"tenant {t.id} has no site {sid!r}")
+    t.sites = [s for s in t.sites if s.id not in ch.remove]
+    # a removed site can no longer be a firewall rule's source: those rules go with it
+    for pol in new.firewalls:
+        pol.rules = [r for r in pol.rules if r.src_site not in ch.remove]
+    new.firewalls = [p for p in new.firewalls if p.rules]
+    for mv in ch.move:
+        s = next((x for x in t.sites if x.id == mv.site), None)
+        if s is None:
+            raise AnibenchError(f"tenant {t.id} has no site {mv.site!r} to move")
+        dx4 = ipam.function(mv.pe) if s.prefix4 else None
+        idx = t.sites.index(s)
+        t.sites[idx] = s.model_copy(update={"pe": mv.pe, "pe_if": mv.pe_interface, "ce": mv.ce, "dx4_function": dx4})
+    for add in ch.add:
+        dx4 = ipam.function(add.pe) if add.prefix4 else None
+        t.sites.append(Site(id=add.site, tenant=t.id, pe=add.pe, pe_if=add.pe_interface, ce=add.ce,
+                            prefix6=add.prefix6, prefix4=add.prefix4, dx4_function=dx4))
+    pes = {s.pe for s in t.sites}
+    t.dt6_functions = {pe: fn for pe, fn in t.dt6_functions.items() if pe in pes}
+    for pe in sorted(pes):
+        if pe not in t.dt6_functions:
+            t.dt6_functions[pe] = ipam.function(pe)
+    used = {c.ce for c in [*ch.add, *ch.move]}
+    new.spares = [sp for sp in new.spares if sp.ce not in used]
+    new.node_config = render_scenario(new)
+    new.invariants = scenario_invariants(new)
+    return new
+
+
+def _sites_csv(sc: Scenario, tenant: str) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["site", "pe", "pe_port", "ce", "prefix6", "prefix4"])
+    for s in sc.tenant(tenant).sites:
+        w.writerow([s.id, s.pe, s.pe_if, s.ce, s.prefix6, s.prefix4 or ""])
+    return buf.getvalue()
+
+
+def _ce_setup(ce: str, ce_if: str, prefix6: str, prefix4: str | None) -> list[SetupStep]:
+    steps = [
+        SetupStep(node=ce, argv=["ip", "link", "set", ce_if, "up"], why="customer CE port up"),
+        SetupStep(node=ce, argv=["ip", "-6", "addr", "replace", ce_iface(prefix6, 2), "dev", ce_if], why="CE address"),
+        SetupStep(node=ce, argv=["ip", "-6", "route", "replace", "default", "via", ce_addr(prefix6, 1), "dev", ce_if],
+                  why="CE default route"),
+    ]
+    if prefix4:
+        steps += [
+            SetupStep(node=ce, argv=["ip", "-4", "addr", "replace", ce_iface(prefix4, 2), "dev", ce_if], why="CE address"),
+            SetupStep(node=ce, argv=["ip", "-4", "route", "replace", "default", "via", ce_addr(prefix4, 1), "dev", ce_if],
+                      why="CE default route"),
+        ]
+    return steps
+
+
+def _entangled(sc: Scenario, site: str) -> bool:
+    """A site whose attachment other services are bound to (a steering policy's destination, a
+    firewall policy protecting it -- its chain is jumped to by CE port --, a floating IP).
+    Moving or removing it would change those services too; variants leave such sites alone so
+    that every class's reference solution touches the tenant's VPN only."""
+    return (any(p.dst_site == site for p in sc.steering)
+            or any(r.dst_site == site for f in sc.firewalls for r in f.rules)
+            or any(f.site == site for f in sc.floating_ips))
+
+
+def _pick_spare(rng: random.Random, sc: Scenario, avoid: set[str], prefer_pes: set[str]) -> SpareCircuit:
+    free = [s for s in sc.spares if s.ce not in avoid]
+    if not free:
+        raise AnibenchError("the scenario has no spare attachment circuit left (raise l3vpn.spare_circuits)")
+    # place the request where it interacts with existing state: prefer busy PEs
+    busy = [s for s in free if s.pe in prefer_pes]
+    return rng.choice(busy or free)
+
+
+def make_variant(task_class: str, sc: Scenario, variant: int, *, fault_seed: int | None = None) -> TaskVariant:
+    """Draw variant ``variant`` of ``task_class`` in scenario ``sc`` (pure; seeded by the
+    scenario seed and the variant number).
+
+    Raises:
+        AnibenchError: unknown task class, or the scenario cannot host the task (no tenant with
+            enough sites, no spare circuit).
+    """
+    if task_class not in TASK_CLASSES:
+        raise AnibenchError(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
+    seed = sc.seed * 1000 + variant
+    rng = random.Random(f"task/{task_class}/{seed}")
+    ipam = Ipam.from_scenario(sc)
+    busy_pes = {s.pe for s in sc.all_sites()}
+    setup: list[SetupStep] = []
+    if task_class == "onboarding":
+        cands = [t for t in sc.tenants if t.sites]
+        if not cands:
+            raise AnibenchError("onboarding needs a tenant with at least one site")
+        t = rng.choice(cands)
+        spare = _pick_spare(rng, sc, set(), busy_pes)
+        has4 = any(s.prefix4 for s in t.sites)
+        add = SiteAdd(site=f"{t.id}s{_next_site_no(t)}", pe=spare.pe, pe_interface=spare.pe_if, ce=spare.ce,
+                      prefix6=ipam.prefix6(), prefix4=ipam.prefix4() if has4 else None)
+        changes = Changes(tenant=t.id, add=[add])
+        request = {"tenant": t.id, "customer": t.name, "add_site": _add_doc(add)}
+        setup += _ce_setup(add.ce, "eth1", add.prefix6, add.prefix4)
+    elif task_class == "change-set":
+        movable = lambda t: [s for s in t.sites if not _entangled(sc, s.id)]  # noqa: E731
+        cands = [t for t in sc.tenants if len(movable(t)) >= 3 and len(t.sites) >= 4]
+        if not cands or len(sc.spares) < 4:
+            raise AnibenchError("change-set needs a tenant with >= 4 sites (3 free of other services) and 4 spare circuits")
+        t = max(cands, key=lambda x: (len(x.sites), x.id))  # the live, large tenant (draft 7.1)
+        free = movable(t)
+        rng.shuffle(free)
+        moved, removed = free[:2], free[2]
+        has4 = any(s.prefix4 for s in t.sites)
+        used: set[str] = set()
+        adds, moves = [], []
+        n = _next_site_no(t)
+        for k in range(2):
+            sp = _pick_spare(rng, sc, used, busy_pes)
+            used.add(sp.ce)
+            adds.append(SiteAdd(site=f"{t.id}s{n + k}", pe=sp.pe, pe_interface=sp.pe_if, ce=sp.ce,
+                                prefix6=ipam.prefix6(), prefix4=ipam.prefix4() if has4 else None))
+        for s in moved:
+            sp = _pick_spare(rng, sc, used | {x.ce for x in sc.spares if x.pe == s.pe}, busy_pes)
+            used.add(sp.ce)
+            moves.append(SiteMove(site=s.id, pe=sp.pe, pe_interface=sp.pe_if, ce=sp.ce))
+        changes = Changes(tenant=t.id, add=adds, move=moves, remove=[removed.id])
+        request = {
+            "tenant": t.id, "customer": t.name,
+            "add": [_add_doc(a) for a in adds],
+            "move": [{"site": m.site, "to_pe": m.pe, "to_port": m.pe_interface, "ce": m.ce} for m in moves],
+            "remove": [removed.id],
+        }
+        for a in adds:
+            setup += _ce_setup(a.ce, "eth1", a.prefix6, a.prefix4)
+        for m in moves:
+            s = next(x for x in t.sites if x.id == m.site)
+            setup.append(SetupStep(node=s.ce, argv=["ip", "link", "set", s.ce_if, "down"], why=f"{s.id}'s old CE unplugged"))
+            setup += _ce_setup(m.ce, "eth1", s.prefix6, s.prefix4)
+    else:
+        cands = [(t, s) for t in sc.tenants if len(t.sites) >= 3 for s in t.sites if not _entangled(sc, s.id)]
+        if not cands:
+            raise AnibenchError("decommissioning needs a tenant with >= 3 sites, one free of other services")
+        t, s = rng.choice(cands)
+        changes = Changes(tenant=t.id, remove=[s.id])
+        request = {"tenant": t.id, "customer": t.name, "remove_site": s.id, "pe": s.pe, "pe_port": s.pe_if}
+    expected = apply_changes(sc, changes)
+    test_cases, damage = split_checks(sc, expected, changes)
+    files = {
+        "request.yaml": yaml.safe_dump(request, sort_keys=False),
+        "sites.csv": _sites_csv(sc, changes.tenant),
+        "design.md": DESIGN_MD,
+    }
+    return TaskVariant(
+        task_class=task_class, variant=variant, seed=seed, scenario_seed=sc.seed,
+        fault_seed=fault_seed if fault_seed is not None else seed, prompt=PROMPTS[task_class], files=files,
+        setup=setup, changes=changes, test_cases=test_cases, damage_checks=damage,
+    )
+
+
+def _next_site_no(t) -> int:  # noqa: ANN001
+    nums = [int(s.id.split("s")[-1]) for s in t.sites if s.id.split("s")[-1].isdigit()]
+    return max(nums, default=0) + 1
+
+
+def _add_doc(a: SiteAdd) -> dict:
+    doc = {"site": a.site, "pe": a.pe, "pe_port": a.pe_interface, "ce": a.ce, "prefix6": a.prefix6}
+    if a.prefix4:
+        doc["prefix4"] = a.prefix4
+    return doc
+
+
+def _changed_markers(before: Scenario, after: Scenario, ch: Changes) -> set[str]:
+    """Strings that identify what the task changes: CE names (old and new), addresses and SIDs
+    of added, moved and removed sites, and the tenant's uDT6 SIDs that appear or disappear."""
+    from substrate.scenario.layers.l3vpn import sid_of
+
+    marks: set[str] = set()
+    changed = set(ch.remove) | {m.site for m in ch.move} | {a.site for a in ch.add}
+    for sc in (before, after):
+        t = sc.tenant(ch.tenant)
+        for s in t.sites:
+            if s.id in changed:
+                marks |= {s.ce, ce_addr(s.prefix6, 2)}
+                if s.prefix4:
+                    marks.add(ce_addr(s.prefix4, 2))
+                if s.dx4_function is not None:
+                    marks.add(sid_of(sc, s.pe, s.dx4_function))
+    tb, ta = before.tenant(ch.tenant), after.tenant(ch.tenant)
+    for pe in set(tb.dt6_functions) ^ set(ta.dt6_functions):
+        t, sc = (tb, before) if pe in tb.dt6_functions else (ta, after)
+        marks.add(sid_of(sc, pe, t.dt6_functions[pe]))
+    return marks
+
+
+def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[Invariant], list[Invariant]]:
+    """Split the checks of a variant.
+
+    - test cases: invariants of the expected inventory that are new or changed and belong to
+      the task's tenant or touch a changed site, plus explicit checks that removed sites are
+      unreachable from the tenant's remaining sites;
+    - damage checks: baseline invariants that still hold in the expected inventory, and baseline
+      invariants of other services that do not touch a changed site (an invariant the generator
+      would now sample differently is still a valid baseline fact).
+    """
+    import json
+
+    marks = _changed_markers(before, after, ch)
+    own = f"l3vpn/{ch.tenant}"
+
+    def key(i: Invariant) -> tuple[str, str]:
+        return i.id, json.dumps(i.params, sort_keys=True)
+
+    def touches(i: Invariant) -> bool:
+        text = json.dumps(i.params, sort_keys=True)
+        return any(m in text for m in marks)
+
+    before_keys = {key(i) for i in before.invariants}
+    after_keys = {key(i) for i in after.invariants}
+    tests = [i for i in after.invariants if key(i) not in before_keys and (i.service == own or touches(i))]
+    damage = [i for i in before.invariants
+              if key(i) in after_keys or (i.service != own and not touches(i))]
+    gone = [s for s in before.tenant(ch.tenant).sites if s.id in ch.remove]
+    remaining = after.tenant(ch.tenant).sites
+    for g in gone:
+        for r in remaining[:3]:
+            tests.append(Invariant(
+                id=f"task/removed/{g.id}/from/{r.id}", kind="isolated", service=own,
+                params={"src": r.ce, "dst": ce_addr(g.prefix6, 2), "family": 6},
+                description=f"removed site {g.id} is unreachable from {r.id}",
+            ))
+    return tests, damage
+
