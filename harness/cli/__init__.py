@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from harness.cli import campaign as campaign_cli
 from harness.cli import demo as demo_cli
 from harness.cli import lab as lab_cli
 from harness.cli import serve as serve_cli
@@ -23,6 +24,8 @@ app.command("demo")(demo_cli.demo)
 app.command("serve")(serve_cli.serve)
 app.command("mcp-config")(serve_cli.mcp_config)
 app.command("report")(report_cli.report)
+app.command("campaign")(campaign_cli.campaign)
+app.add_typer(campaign_cli.task_app, name="task")
 
 
 def main() -> None:

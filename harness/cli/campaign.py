@@ -1,0 +1,198 @@
+"""``harness campaign`` and ``harness task``: the main job of the product."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.cli.common import err, fail, friendly_errors, out
+
+DEFAULT_MANIFEST = "manifests/srv6-brownfield.yaml"
+
+
+def _csv(value: str) -> list[str]:
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _opts(values: list[str] | None) -> dict[str, str]:
+    out_: dict[str, str] = {}
+    for v in values or []:
+        k, sep, val = v.partition("=")
+        if not sep or not k:
+            fail(f"--agent-opt expects KEY=VALUE, got {v!r}", code=2)
+        out_[k] = val
+    return out_
+
+
+def _manifest_path(manifest: str) -> str:
+    p = Path(manifest)
+    if not p.exists():
+        here = Path(__file__).resolve().parents[2] / manifest
+        if here.exists():
+            return str(here)
+    return manifest
+
+
+@friendly_errors
+def campaign(
+    ani: Annotated[str, typer.Option(help="ANI level(s), comma-separated, e.g. A0,A3-T.")] = "A0,A3-T",
+    task: Annotated[str, typer.Option(help="Task class: onboarding, change-set, decommissioning.")] = "change-set",
+    variants: Annotated[int, typer.Option(min=1, help="Task variants (each replayed across the settings).")] = 6,
+    agent: Annotated[str, typer.Option(help="Agent(s): scripted, noisy, openai, command.")] = "scripted",
+    model: Annotated[str | None, typer.Option(help="Model(s) for model-driven agents, comma-separated.")] = None,
+    faults: Annotated[float, typer.Option(min=0, max=1, help="Fault rate lambda, in faults per agent step.")] = 0.0,
+    density: Annotated[int, typer.Option(min=1, help="State density of the brownfield.")] = 2,
+    budget_steps: Annotated[int, typer.Option(min=1, help="Step budget per run (matched across settings).")] = 40,
+    manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
+    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0 (variant v: seed + v).")] = 7,
+    wall_cap: Annotated[float, typer.Option(help="Wall-clock cap per run, seconds.")] = 600.0,
+    agent_opt: Annotated[list[str] | None, typer.Option("--agent-opt", help="Agent option KEY=VALUE (repeatable).")] = None,
+    campaign_id: Annotated[str | None, typer.Option("--id", help="Campaign id (default: derived from the options).")] = None,
+    db: Annotated[Path, typer.Option(envvar="ANIBENCH_DB", help="Results database (SQLite).")] = Path("results/anibench.sqlite"),
+    results: Annotated[Path, typer.Option(help="Directory for run files (trajectories, verdicts).")] = Path("results/runs"),
+    resume: Annotated[bool, typer.Option(help="Continue an interrupted campaign (no run lost or repeated).")] = False,
+    report: Annotated[bool, typer.Option(help="Print the report at the end.")] = True,
+) -> None:
+    """Run a campaign: one controlled factor (ANI level, agent or model) varied, every task
+    variant replayed across its settings on a real SRv6 brownfield; results in SQLite."""
+    from harness.campaign import make_spec, run_campaign, summary_line
+    from harness.store import CampaignStore
+    from substrate.features import check_root_and_tools
+
+    check_root_and_tools()
+    spec = make_spec(
+        ani=_csv(ani), agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
+        manifest=_manifest_path(manifest), seed=seed, density=density, fault_rate=faults, budget_steps=budget_steps,
+        wall_cap_s=wall_cap, agent_options=_opts(agent_opt), campaign_id=campaign_id,
+    )
+    from harness.agents.base import make_agent
+
+    for name in spec.agent:
+        a = make_agent(name, spec.agent_options)
+        pre = getattr(a, "preflight", None)
+        if pre is not None:
+            pre()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    total = spec.variants * len(spec.settings)
+    out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {', '.join(spec.settings)}; "
+              f"task {spec.task} x {spec.variants} variants; agent {','.join(spec.agent)}; lambda {spec.fault_rate}; "
+              f"density {spec.density}; budget {spec.budget_steps} steps", highlight=False)
+    with CampaignStore(db) as store, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+    ) as progress:
+        bar = progress.add_task("runs", total=total)
+        if spec.campaign_id in store.campaigns():
+            progress.update(bar, completed=sum(1 for r in store.rows(spec.campaign_id) if r.status in ("done", "failed")))
+
+        def on_run(key: str, rec) -> None:  # noqa: ANN001
+            if rec is None:
+                progress.update(bar, description=f"running {escape(key)}")
+                return
+            progress.advance(bar)
+            progress.console.print(escape(summary_line(rec)), highlight=False)
+
+        try:
+            run_campaign(spec, store, results_dir=results, resume=resume, on_run=on_run,
+                         on_stage=lambda m: progress.update(bar, description=escape(m)))
+        except KeyboardInterrupt:
+            err.print(f"interrupted: the lab was destroyed; resume with the same options and --resume "
+                      f"(campaign {spec.campaign_id})", highlight=False)
+            raise typer.Exit(130) from None
+        if report:
+            from harness.report import build_report
+
+            out.print(build_report(store, spec.campaign_id))
+    out.print(f"results: {db} (harness report {spec.campaign_id} --db {db})", highlight=False)
+
+
+task_app = typer.Typer(help="Task classes: list, show a variant, validate reference solutions.", no_args_is_help=True)
+
+
+@task_app.command("list")
+@friendly_errors
+def task_list() -> None:
+    """List the task classes."""
+    from harness.tasks import PROMPTS, TASK_CLASSES
+
+    t = Table("class", "request (prompt template, identical across variants)")
+    for c in TASK_CLASSES:
+        t.add_row(c, PROMPTS[c])
+    out.print(t)
+
+
+@task_app.command("show")
+@friendly_errors
+def task_show(
+    task_class: Annotated[str, typer.Argument(help="Task class.")],
+    variant: Annotated[int, typer.Option(help="Variant index.")] = 0,
+    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
+    density: Annotated[int, typer.Option(help="State density.")] = 2,
+    manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
+    reveal: Annotated[bool, typer.Option(help="Also list the hidden test cases.")] = False,
+) -> None:
+    """Show one variant: the prompt, the attached files, and how many hidden checks it has."""
+    from harness.tasks import make_variant
+    from substrate.scenario import build, load_manifest
+
+    sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
+    v = make_variant(task_class, sc, variant)
+    out.print(f"[bold]prompt[/]\n{escape(v.prompt)}\n")
+    for name, text in v.files.items():
+        if name != "design.md":
+            out.print(f"[bold]{name}[/]\n{escape(text)}")
+    out.print(f"design.md: {len(v.files['design.md'].splitlines())} lines (identical for every variant)")
+    out.print(f"customer-side setup: {len(v.setup)} steps; hidden test cases: {len(v.test_cases)}; "
+              f"damage checks: {len(v.damage_checks)}", highlight=False)
+    if reveal:
+        for tc in v.test_cases:
+            out.print(f"  {escape(tc.id)}: {escape(tc.description)}", highlight=False)
+
+
+@task_app.command("validate")
+@friendly_errors
+def task_validate(
+    task_class: Annotated[str, typer.Argument(help="Task class.")],
+    ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A3-T",
+    variants: Annotated[int, typer.Option(min=1, help="Variants to validate.")] = 3,
+    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
+    density: Annotated[int, typer.Option(help="State density.")] = 2,
+    manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
+) -> None:
+    """Apply each level's reference solution (the scripted operator) to each variant in a real lab
+    and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C)."""
+    import tempfile
+
+    from harness.run import RunSpec, execute_run
+    from harness.tasks import make_variant
+    from servers.registry import normalize_level
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+
+    levels = [normalize_level(a) for a in _csv(ani)]
+    m = load_manifest(_manifest_path(manifest))
+    table = Table("variant", "level", "test cases", "damage checks", "result")
+    bad = 0
+    with tempfile.TemporaryDirectory(prefix="anibench-validate-") as tmp:
+        for v in range(variants):
+            sc = build(m, seed=seed + v, density=density)
+            var = make_variant(task_class, sc, v)
+            with err.status(f"variant {v}: deploying"), deploy_scenario(sc, f"validate-{os.getpid() % 100000}") as lab:
+                for level in levels:
+                    spec = RunSpec(campaign_id="validate", run_key=f"validate/{level}/{v}", factor="ani", setting=level,
+                                   level=level, agent="scripted", density=density, run_dir=Path(tmp) / level / str(v))
+                    rec, verdicts = execute_run(lab, spec, var)
+                    ok = rec.task_pass and rec.damage_free
+                    bad += not ok
+                    failed = [x.id for x in verdicts if not x.ok]
+                    table.add_row(str(v), level, f"{rec.test_cases_passed}/{rec.test_cases_total}",
+                                  f"{len(var.damage_checks) - len(rec.violated_invariants)}/{len(var.damage_checks)}",
+                                  "[green]valid[/]" if ok else f"[red]INVALID[/] {escape(', '.join(failed[:3]))}")
+    out.print(table)
+    if bad:
+        raise typer.Exit(1)
