@@ -81,7 +81,8 @@ class _TrajectoryFollower(threading.Thread):
         seen = -1
         while not self.stop.wait(0.05):
             try:
-                n = sum(1 for _ in self.path.open())
+                with self.path.open("rb") as f:
+                    n = sum(1 for _ in f)
             except OSError:
                 n = 0
             if n != seen:

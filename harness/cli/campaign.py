@@ -74,10 +74,11 @@ def campaign(
     from harness.agents.base import make_agent
 
     for name in spec.agent:
-        a = make_agent(name, spec.agent_options)
-        pre = getattr(a, "preflight", None)
-        if pre is not None:
-            pre()
+        for m in spec.model:
+            a = make_agent(name, {**spec.agent_options, **({"model": m} if m else {})})
+            pre = getattr(a, "preflight", None)
+            if pre is not None:
+                pre()
     db.parent.mkdir(parents=True, exist_ok=True)
     total = spec.variants * len(spec.settings)
     out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {', '.join(spec.settings)}; "

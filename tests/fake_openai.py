@@ -1,0 +1,67 @@
+"""A stand-in for a remote OpenAI-compatible model API (test double for what cannot run here).
+
+It serves ``POST /v1/chat/completions`` and ``GET /v1/models`` on 127.0.0.1 and replays a script
+of assistant turns -- tool calls or plain text -- in order, whatever the request says, recording
+every request so tests can check what the agent sent (tools, messages).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeOpenAI:
+    """Replays ``turns``: each a list of (tool name, arguments) calls, or a string (text reply)."""
+
+    def __init__(self, turns: list[list[tuple[str, dict[str, Any]]] | str]):
+        self.turns = list(turns)
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _send(self, code: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append(body)
+                turn = fake.turns.pop(0) if fake.turns else "done"
+                n = len(fake.requests)
+                if isinstance(turn, str):
+                    msg: dict[str, Any] = {"role": "assistant", "content": turn}
+                else:
+                    msg = {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"call_{n}_{i}", "type": "function",
+                         "function": {"name": name, "arguments": json.dumps(args) if not isinstance(args, str) else args}}
+                        for i, (name, args) in enumerate(turn)]}
+                self._send(200, {
+                    "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body.get("model", "fake"),
+                    "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if msg.get("tool_calls") else "stop"}],
+                    "usage": {"prompt_tokens": 100 * n, "completion_tokens": 10, "total_tokens": 100 * n + 10},
+                })
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

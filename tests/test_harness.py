@@ -1,0 +1,248 @@
+"""The harness: task classes, agents (scripted, noisy, openai against a stand-in endpoint,
+external command), runs, campaigns with resume, and the command line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.campaign import make_spec, run_campaign
+from harness.errors import AnibenchError
+from harness.run import RunSpec, execute_run
+from harness.store import CampaignStore, RunStatus
+from harness.tasks import PROMPTS, TASK_CLASSES, apply_changes, make_variant
+from substrate.scenario import build, load_manifest
+from substrate.scenario.deploy import deploy_scenario
+from tests.conftest import REPO, unique_name
+from tests.fake_openai import FakeOpenAI
+
+MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
+HARNESS = [sys.executable, "-m", "harness.cli"]
+
+
+# -- task classes (pure) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task_class", TASK_CLASSES)
+def test_variants_are_deterministic_and_worded_identically(task_class: str) -> None:
+    m = load_manifest(MANIFEST)
+    a = make_variant(task_class, build(m, seed=7), 0)
+    b = make_variant(task_class, build(m, seed=7), 0)
+    c = make_variant(task_class, build(m, seed=8), 1)
+    assert a == b
+    assert a.prompt == c.prompt == PROMPTS[task_class]
+    assert set(a.files) == set(c.files) == {"request.yaml", "sites.csv", "design.md"}
+    assert a.files["request.yaml"] != c.files["request.yaml"]
+    assert a.test_cases and a.damage_checks
+    # hidden test cases never appear in what the agent gets
+    blob = a.prompt + "".join(a.files.values())
+    assert not any(tc.id in blob for tc in a.test_cases)
+
+
+def test_change_set_is_two_additions_two_moves_one_removal_on_one_tenant() -> None:
+    sc = build(load_manifest(MANIFEST), seed=7)
+    v = make_variant("change-set", sc, 0)
+    ch = v.changes
+    assert (len(ch.add), len(ch.move), len(ch.remove)) == (2, 2, 1)
+    after = apply_changes(sc, ch)
+    t = after.tenant(ch.tenant)
+    ids = {s.id for s in t.sites}
+    assert ch.remove[0] not in ids and {a.site for a in ch.add} <= ids
+    for m in ch.move:
+        s = next(x for x in t.sites if x.id == m.site)
+        assert (s.pe, s.pe_if, s.ce) == (m.pe, m.pe_interface, m.ce)
+    # the moved sites' old CEs are unplugged and the new ones configured by the setup
+    assert sum(1 for st in v.setup if st.argv[-1] == "down") == 2
+    # test cases cover the changed sites; damage checks include other tenants' services
+    assert any(m.site in tc.id for m in ch.move for tc in v.test_cases)
+    assert any(tc.id.startswith("task/removed/") for tc in v.test_cases)
+    assert any(d.service.startswith("l3vpn/") and d.service != f"l3vpn/{ch.tenant}" for d in v.damage_checks)
+
+
+def test_unknown_task_class_and_impossible_variants_are_refused() -> None:
+    sc = build(load_manifest(MANIFEST), seed=7)
+    with pytest.raises(AnibenchError, match="unknown task class 'migrate'"):
+        make_variant("migrate", sc, 0)
+    bare = sc.model_copy(update={"spares": []})
+    with pytest.raises(AnibenchError, match="spare attachment circuit"):
+        make_variant("onboarding", bare, 0)
+
+
+def test_campaign_options_are_validated() -> None:
+    kw = dict(agent=["scripted"], model=[None], task="onboarding", variants=1, manifest=str(MANIFEST), seed=7,
+              density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=60, agent_options={})
+    with pytest.raises(AnibenchError, match="unknown ANI level 'A9'"):
+        make_spec(ani=["A9"], **kw)
+    with pytest.raises(AnibenchError, match="one controlled factor at a time"):
+        make_spec(ani=["A0", "A1"], **{**kw, "agent": ["scripted", "noisy"]})
+    with pytest.raises(AnibenchError, match="unknown agent 'gpt'"):
+        make_spec(ani=["A0"], **{**kw, "agent": ["gpt"]})
+    spec = make_spec(ani=["a0", "A1"], **kw)
+    assert spec.factor == "ani" and spec.settings == ["A0", "A1"]
+
+
+# -- runs and campaigns on a real lab ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def campaign_lab():
+    sc = build(load_manifest(MANIFEST), seed=7)
+    with deploy_scenario(sc, unique_name("t-hv")) as lab:
+        yield lab, sc
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("level", ["A0", "A1"])
+@pytest.mark.parametrize("task_class", TASK_CLASSES)
+def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_path, level: str, task_class: str) -> None:
+    lab, sc = campaign_lab
+    v = make_variant(task_class, sc, 0)
+    spec = RunSpec(campaign_id="t", run_key=f"t/{level}/0", factor="ani", setting=level, level=level, agent="scripted",
+                   density=1, run_dir=tmp_path)
+    rec, verdicts = execute_run(lab, spec, v)
+    assert rec.task_pass, [x.id for x in verdicts if not x.ok]
+    assert rec.damage_free and rec.completion_mode.value == "correct_submission"
+    assert rec.steps >= 3 and rec.test_cases_total == len(v.test_cases)
+    calls = [json.loads(x) for x in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert calls[-1]["tool"] == "submit"
+
+
+@pytest.mark.lab
+def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    v = make_variant("change-set", sc, 0)
+    spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="noisy",
+                   agent_options={"rate": "1.0"}, density=1, run_dir=tmp_path)
+    rec, _ = execute_run(lab, spec, v)
+    assert not (rec.task_pass and rec.damage_free)
+    assert rec.outcome_label.value in ("clean_failure", "destructive_failure", "dangerous_success")
+
+
+@pytest.mark.lab
+def test_faults_are_injected_at_steps_and_cleared(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0).model_copy(update={"fault_seed": 3})
+    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="scripted",
+                   density=1, fault_rate=1.0, budget_steps=10, run_dir=tmp_path)
+    rec, _ = execute_run(lab, spec, v)
+    injected = [f for f in rec.faults if f["action"] == "inject"]
+    cleared = {f["fault"] for f in rec.faults if f["action"] in ("clear", "error")}
+    assert injected and {f["fault"] for f in injected} <= cleared
+    assert all(f["step"] >= 1 for f in injected)
+
+
+@pytest.mark.lab
+def test_openai_agent_against_a_stand_in_endpoint(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    turns = [
+        [("list_devices", {})],
+        [("run_shell", {"device": "r1", "command": "ip -6 route show table main | head -3"})],
+        [("run_shell", "{not json")],  # a malformed call: told to the model, never sent to the server
+        "I have looked around.",
+        [("submit", {})],
+    ]
+    with FakeOpenAI(turns) as fake:
+        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="model", setting="fake-model", level="A0", agent="openai",
+                       agent_options={"model": "fake-model", "base_url": fake.url, "api_key": "k"}, density=1,
+                       run_dir=tmp_path)
+        rec, _ = execute_run(lab, spec, v)
+    calls = [json.loads(x) for x in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
+    assert [c["tool"] for c in calls] == ["list_devices", "run_shell", "submit"]
+    assert rec.tokens_in > 0 and rec.tokens_out > 0 and rec.model == "fake-model"
+    assert rec.completion_mode.value == "early_submission"  # it read but configured nothing
+    first = fake.requests[0]
+    assert {t["function"]["name"] for t in first["tools"]} >= {"run_shell", "list_devices", "submit"}
+    assert "request.yaml" in first["messages"][1]["content"]
+
+
+@pytest.mark.lab
+def test_external_command_agent_is_recorded_by_the_server_and_capped(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    tpl = f"{sys.executable} {REPO / 'tests' / 'fake_cli_agent.py'} {{mcp_config}}"
+    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": tpl}, density=1, run_dir=tmp_path / "ok")
+    rec, _ = execute_run(lab, spec, v)
+    assert rec.completion_mode.value == "early_submission" and rec.steps == 2
+    spec = RunSpec(campaign_id="t", run_key="t/A1/1", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": tpl + " --hang"}, density=1, wall_cap_s=8, run_dir=tmp_path / "hang")
+    t0 = time.monotonic()
+    rec, _ = execute_run(lab, spec, v)
+    assert time.monotonic() - t0 < 60
+    assert rec.completion_mode.value == "no_submission" and rec.status is RunStatus.done
+    assert "killed at the wall-clock cap" in (tmp_path / "hang" / "agent.json").read_text()
+
+
+@pytest.mark.lab
+def test_campaign_pairs_runs_and_reports(tmp_path) -> None:
+    spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=2,
+                     manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,
+                     agent_options={})
+    with CampaignStore(tmp_path / "db.sqlite") as store:
+        recs = run_campaign(spec, store, results_dir=tmp_path / "runs")
+        assert len(recs) == 4 and all(r.status is RunStatus.done for r in recs)
+        assert {(r.setting, r.variant) for r in recs} == {("A0", 0), ("A1", 0), ("A0", 1), ("A1", 1)}
+        # paired: same scenario and fault seed for a variant in every setting
+        for v in (0, 1):
+            pair = [r for r in recs if r.variant == v]
+            assert len({(r.scenario_seed, r.fault_seed) for r in pair}) == 1
+        from harness.report import build_report
+
+        rep = build_report(store, spec.campaign_id)
+        assert json.loads(rep.to_json())
+        with pytest.raises(AnibenchError, match="exists in the store"):
+            run_campaign(spec, store, results_dir=tmp_path / "runs")
+        assert run_campaign(spec, store, results_dir=tmp_path / "runs", resume=True) == []
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_crashed_campaign_resumes_without_losing_or_repeating_runs(tmp_path) -> None:
+    db = tmp_path / "db.sqlite"
+    argv = [*HARNESS, "campaign", "--ani", "A0,A1", "--task", "onboarding", "--variants", "2", "--manifest",
+            str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "crash",
+            "--no-report"]
+    p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    done = 0
+    while time.monotonic() < deadline and done < 1:
+        time.sleep(0.2)
+        if db.exists():
+            with sqlite3.connect(db) as c:
+                try:
+                    done = c.execute("select count(*) from runs where status='done'").fetchone()[0]
+                except sqlite3.OperationalError:
+                    done = 0
+    assert done >= 1, "no run finished"
+    p.send_signal(signal.SIGKILL)  # a crash: no clean-up at all
+    p.wait()
+    subprocess.run([*HARNESS, "lab", "cleanup"], cwd=REPO, check=True, capture_output=True)
+    r = subprocess.run([*argv, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with CampaignStore(db) as store:
+        rows = store.rows("crash")
+        assert len(rows) == 4 and all(row.status == "done" for row in rows)
+        # a run completed before the crash was not run again; the interrupted one ran twice at most
+        assert sum(row.attempts for row in rows) <= 5
+        assert len({rec.run_key for rec in store.runs("crash")}) == 4
+
+
+@pytest.mark.lab
+def test_cli_rejects_bad_options_in_one_line(tmp_path) -> None:
+    base = [*HARNESS, "campaign", "--manifest", str(MANIFEST), "--db", str(tmp_path / "d.sqlite"), "--variants", "1"]
+    for extra, needle in ((["--task", "migrate"], "unknown task class 'migrate'"),
+                          (["--agent", "gpt"], "unknown agent 'gpt'"),
+                          (["--ani", "A0,A7"], "unknown ANI level 'A7'"),
+                          (["--agent", "openai", "--model", "m", "--agent-opt", "base_url=http://127.0.0.1:9/v1"],
+                           "model endpoint unreachable")):
+        r = subprocess.run([*base, *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stderr
+        assert needle in r.stderr and r.stderr.count("error:") == 1, r.stderr
