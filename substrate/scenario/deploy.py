@@ -29,6 +29,8 @@ from substrate.scenario.observer import Verdict, observe
 
 SCENARIO_FILE = "scenario.json"
 BASELINE_FILE = "baseline.json"
+#: A token rewritten whenever the lab is put at its baseline (deploy, reset); see baseline_epoch.
+EPOCH_FILE = "baseline_epoch"
 
 
 class ScenarioInvalid(SubstrateError):
@@ -57,6 +59,24 @@ def load_baseline(lab: Lab) -> dict[str, DeviceState]:
     """Baseline device state of every node of a scenario lab."""
     data = json.loads((lab.dir / BASELINE_FILE).read_text())
     return {k: DeviceState.model_validate(v) for k, v in data.items()}
+
+
+def baseline_epoch(lab: Lab) -> str:
+    """A token that changes every time the lab is put at its scenario baseline (deploy, reset).
+
+    Upper layers that keep records of changes made since the baseline (A3-T's committed change
+    sets) tag them with it and drop them when it changes. Empty for a lab without a baseline.
+    """
+    try:
+        return (lab.dir / EPOCH_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _new_epoch(lab: Lab) -> None:
+    import uuid
+
+    (lab.dir / EPOCH_FILE).write_text(uuid.uuid4().hex + "\n")
 
 
 def deploy_scenario(
@@ -101,6 +121,7 @@ def save_baseline(lab: Lab) -> dict[str, DeviceState]:
     """Capture every node and store it as the lab's baseline."""
     states = capture_many(lab)
     (lab.dir / BASELINE_FILE).write_text(json.dumps({k: v.model_dump(mode="json") for k, v in states.items()}))
+    _new_epoch(lab)
     return states
 
 
@@ -191,5 +212,6 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     lab.wait_converged(timeout_s=converge_timeout_s)
     lap("converge")
     residual = {r.node: r.residual for r in reports if r.residual}
+    _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
                        restarted_daemons=restarted, residual=residual, stages=stages)

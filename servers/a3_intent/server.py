@@ -1,0 +1,415 @@
+"""ANI level A3-T: typed transactional service intent (draft section 5.1, Table 1: "cross-device
+workflow transaction, active validation, rollback"; section 7.1 pilot: an agent at A3-T applies a
+five-operation change set in about three steps).
+
+Tools (every one counts as a step; budget, ``submit`` and the trajectory come from
+:mod:`servers.common`):
+
+- ``list_service_classes``: the typed catalog (:mod:`servers.a3_intent.catalog`): each class's
+  create spec and modify patch as JSON Schema, its id form, what the server allocates, examples;
+- ``list_services(service_class, filter)``: instances of a class from the current inventory
+  (scenario records plus committed change sets, read from the lab directory on every call);
+  ``attachment_circuit`` lists PE ports cabled to CEs with their use, read from the devices;
+- ``get_service(id)``: one instance: spec, allocated resources, devices, references,
+  invariants, and whether the devices still hold its state (drift made outside A3-T shows);
+- ``plan_change_set(ops)``: dry run -- validation, allocation, the per-device changes and the
+  invariants active validation would check; nothing is changed;
+- ``apply_change_set(ops)``: the change set as one cross-device transaction with active
+  validation and automatic rollback (:mod:`servers.a3_intent.transaction`); idempotent;
+- ``get_change(change_id)``: a past apply's result.
+
+A change set that is invalid comes back as an MCP error listing every problem with its field
+path (``ops[1].spec.prefix6: ...``); nothing is changed. Every change to the network goes through
+:mod:`substrate` (device deltas computed by :func:`substrate.scenario.apply.config_delta` from the
+layers' own renderings); no agent text reaches a shell.
+"""
+
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+
+from servers.a3_intent import catalog as cat
+from servers.a3_intent.catalog import ChangeSetRejected, natural_key, parse_ops
+from servers.a3_intent.inventory import circuits, expected_found, scanned_nodes
+from servers.a3_intent.planner import drift
+from servers.a3_intent.transaction import ChangeResult, Engine, EngineOptions, PlanResult, TransactionError
+from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from substrate.errors import SubstrateError
+from substrate.locks import ConfigLockHeld
+from substrate.scenario.generator import render_scenario
+from substrate.scenario.layers.l3vpn import ce_addr, sid_of
+from substrate.scenario.layers.steering import policy_segs
+from substrate.scenario.model import NodeConfig, Scenario
+
+LEVEL = "A3-T"
+INSTRUCTIONS = (
+    "Level A3-T of anibench: typed, transactional service intent over an emulated multi-tenant SRv6 provider network. "
+    "You do not configure devices: you state service changes and the server turns them into device changes. "
+    "list_service_classes shows the service classes (tenant, tenant_site, steering_policy, firewall_rule_set, floating_ip) "
+    "with the JSON Schema of their specs; list_services and get_service read the inventory (attachment_circuit lists "
+    "PE ports cabled to customer CEs, free or in use). plan_change_set is a dry run; apply_change_set applies a list of "
+    "operations ({op: create|modify|delete, service_class, id, spec}) as one transaction across devices: it validates, "
+    "allocates SIDs, tables and addresses, applies, checks the changed services and their neighbours with real traffic, "
+    "and rolls everything back if anything fails, saying what failed and why. Applying the same change set twice "
+    "changes nothing the second time. apply_change_set takes seconds (it validates with real traffic)."
+)
+CLASS_NAMES = Literal["tenant", "tenant_site", "steering_policy", "firewall_rule_set", "floating_ip", "attachment_circuit"]
+
+
+class A3Options(BaseModel):
+    """Level-specific options of A3-T (``ServerConfig.options``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lock_timeout_s: float = Field(default=5.0, ge=0, le=120, description="Bound on the wait for the transaction lock and device config locks.")
+    capture_timeout_s: float = Field(default=8.0, gt=0, le=60, description="Deadline of one device state capture.")
+    device_timeout_s: float = Field(default=20.0, gt=0, le=120, description="Deadline of applying one device's change.")
+
+
+# -- result models ------------------------------------------------------------------------------------
+
+
+class ClassInfo(BaseModel):
+    name: str
+    description: str
+    id_format: str
+    operations: list[str]
+    allocated_by_server: list[str]
+    create_spec: dict[str, Any] | None = Field(default=None, description="JSON Schema of the create spec.")
+    modify_spec: dict[str, Any] | None = Field(default=None, description="JSON Schema of the modify spec (fields left out keep their value).")
+    examples: list[dict[str, Any]] = Field(default_factory=list, description="Example operations.")
+    source: str = Field(description="Generator layer that defines the class (substrate.scenario.layers).")
+
+
+class ClassList(BaseModel):
+    classes: list[ClassInfo]
+    operation_shape: str
+    pools: dict[str, Any] = Field(description="The pools the server allocates from (the scenario's).")
+
+
+class ServiceList(BaseModel):
+    service_class: str
+    count: int
+    items: list[dict[str, Any]]
+    inventory_version: int = Field(description="Committed change sets since the lab's baseline.")
+
+
+class ServiceDetail(BaseModel):
+    id: str
+    service_class: str
+    spec: dict[str, Any] = Field(description="The instance as a create spec would state it.")
+    allocated: dict[str, Any] = Field(description="Resources the server allocated (SIDs, table, CE, mark, ...).")
+    devices: list[str] = Field(description="Devices holding its state.")
+    referenced_by: list[str] = Field(default_factory=list, description="Instances that refer to it.")
+    invariants: list[str] = Field(description="Ids of its invariants (what active validation checks for it).")
+    device_state: dict[str, Any] = Field(description="in_sync, and per device what its records expect but the device lacks.")
+    inventory_version: int
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _rejected(e: ChangeSetRejected) -> ToolError:
+    note_rejected(*[str(p) for p in e.problems[:20]])
+    return ToolError(str(e))
+
+
+def _spec_of(cls: str, x: Any) -> dict[str, Any]:
+    if cls == "tenant":
+        return {"name": x.name}
+    if cls == "tenant_site":
+        return {"tenant": x.tenant, "pe": x.pe, "pe_interface": x.pe_if, "prefix6": x.prefix6, "prefix4": x.prefix4}
+    if cls == "steering_policy":
+        return {"tenant": x.tenant, "ingress_pe": x.ingress_pe, "dst_site": x.dst_site, "waypoint": x.waypoint}
+    if cls == "firewall_rule_set":
+        return {"tenant": x.tenant, "rules": [r.model_dump(mode="json") for r in x.rules]}
+    return {"site": x.site, "address": x.address}
+
+
+def _instances(sc: Scenario) -> dict[str, tuple[str, Any]]:
+    out: dict[str, tuple[str, Any]] = {t.id: ("tenant", t) for t in sc.tenants}
+    out.update({s.id: ("tenant_site", s) for s in sc.all_sites()})
+    out.update({p.id: ("steering_policy", p) for p in sc.steering})
+    out.update({f.id: ("firewall_rule_set", f) for f in sc.firewalls})
+    out.update({f.id: ("floating_ip", f) for f in sc.floating_ips})
+    return out
+
+
+def _summary(cls: str, x: Any) -> dict[str, Any]:
+    if cls == "tenant":
+        return {"id": x.id, "name": x.name, "table": x.table, "sites": len(x.sites), "pes": sorted(x.dt6_functions, key=natural_key)}
+    if cls == "tenant_site":
+        return {"id": x.id, "tenant": x.tenant, "pe": x.pe, "pe_interface": x.pe_if, "ce": x.ce, "prefix6": x.prefix6,
+                "prefix4": x.prefix4}  # fmt: skip
+    if cls == "firewall_rule_set":
+        return {"id": x.id, "tenant": x.tenant, "rules": len(x.rules)}
+    return {"id": x.id, **_spec_of(cls, x)} | ({"tenant": x.tenant} if cls == "floating_ip" else {})
+
+
+def _without(sc: Scenario, cls: str, iid: str) -> Scenario:
+    """``sc`` without an instance and the instances that depend on it (for the state it owns)."""
+    s = sc.model_copy(deep=True)
+    if cls == "tenant":
+        s.tenants = [t for t in s.tenants if t.id != iid]
+        s.steering = [p for p in s.steering if p.tenant != iid]
+        s.firewalls = [f for f in s.firewalls if f.tenant != iid]
+        s.floating_ips = [f for f in s.floating_ips if f.tenant != iid]
+    elif cls == "tenant_site":
+        for t in s.tenants:
+            t.sites = [x for x in t.sites if x.id != iid]
+        s.steering = [p for p in s.steering if p.dst_site != iid]
+        s.firewalls = [f for f in s.firewalls if not any(iid in (r.src_site, r.dst_site) for r in f.rules)]
+        s.floating_ips = [f for f in s.floating_ips if f.site != iid]
+    elif cls == "steering_policy":
+        s.steering = [p for p in s.steering if p.id != iid]
+    elif cls == "firewall_rule_set":
+        s.firewalls = [f for f in s.firewalls if f.id != iid]
+    else:
+        s.floating_ips = [f for f in s.floating_ips if f.id != iid]
+    return s
+
+
+def _owned(full: dict[str, NodeConfig], reduced: dict[str, NodeConfig]) -> dict[str, NodeConfig]:
+    out = {}
+    for node, cfg in full.items():
+        r = reduced.get(node, NodeConfig())
+        own = NodeConfig(
+            links_up=[], addresses=[x for x in cfg.addresses if x not in r.addresses],
+            rules6=[x for x in cfg.rules6 if x not in r.rules6], rules4=[x for x in cfg.rules4 if x not in r.rules4],
+            routes6=[x for x in cfg.routes6 if x not in r.routes6], routes4=[x for x in cfg.routes4 if x not in r.routes4],
+            nft={}, frr=[x for x in cfg.frr if x not in r.frr],
+        )  # fmt: skip
+        if not own.is_empty():
+            out[node] = own
+    return out
+
+
+# -- the server ---------------------------------------------------------------------------------------------
+
+
+def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # noqa: C901
+    """The A3-T server over ``config.lab`` (a lab deployed from a scenario).
+
+    Raises:
+        ServerSetupError: bad options, lab missing, down or not deployed from a scenario, trajectory unwritable.
+    """
+    try:
+        opts = A3Options.model_validate(config.options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ServerSetupError(f"bad A3-T options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
+                               f"known options: {', '.join(A3Options.model_fields)}") from None  # fmt: skip
+    server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
+    lab_ = server.lab
+    engine = Engine(lab_, EngineOptions(lock_timeout_s=opts.lock_timeout_s, capture_timeout_s=opts.capture_timeout_s,
+                                        device_timeout_s=opts.device_timeout_s, holder=pid_holder(LEVEL)))  # fmt: skip
+    try:
+        engine.records.base_scenario()
+    except SubstrateError as e:
+        raise ServerSetupError(f"A3-T needs a lab deployed from a scenario: {e}") from None
+    allowed = set(server.device_names)
+
+    def inventory() -> tuple[Scenario, int]:
+        sc, st = engine.inventory()
+        return sc, st.version
+
+    def ops_arg(ops: Any) -> tuple[list[Any], list[dict[str, Any]]]:
+        try:
+            return parse_ops(ops), ops if isinstance(ops, list) else []
+        except ChangeSetRejected as e:
+            raise _rejected(e) from None
+
+    # typed as Any so that parse_ops reports every problem with its path (``ops[1].spec.pe``);
+    # the advertised input schema is the catalog's precise one
+    OpsArg = Annotated[
+        Any,
+        WithJsonSchema(cat.ops_json_schema()),
+        Field(description=cat.OPS_DESCRIPTION),
+    ]
+
+    # -- reading ------------------------------------------------------------------------------------------
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="List service classes")
+    def list_service_classes() -> ClassList:
+        """The typed service catalog: each class with its description, id form, the operations it takes, what the
+        server allocates for it, the JSON Schema of its create spec and modify spec, and example operations.
+        attachment_circuit is read-only (the PE ports where sites attach). Source: draft section 5.1 (A3-T)."""
+        sc = engine.records.base_scenario()
+        classes = []
+        for name in (*cat.SERVICE_CLASSES, *cat.READ_ONLY_CLASSES):
+            info = cat.CLASS_INFO[name]
+            writable = name in cat.SERVICE_CLASSES
+            classes.append(ClassInfo(
+                name=name, description=info["description"], id_format=info["id_format"],
+                operations=["create", "modify", "delete"] if writable else ["list"],
+                allocated_by_server=info["allocated"],
+                create_spec=cat.spec_schema(name) if writable else None,
+                modify_spec=cat.spec_schema(name, patch=True) if writable else None,
+                examples=cat.EXAMPLES.get(name, []), source=f"substrate.scenario.layers.{info['layer']}",
+            ))  # fmt: skip
+        shape = ('{"op": "create"|"modify"|"delete", "service_class": <class>, "id": <instance id>, "spec": {...}}: '
+                 "create takes the full spec (id optional: allocated), modify the fields to change, delete no spec")  # fmt: skip
+        pools = sc.pools.model_dump(mode="json")
+        pools["functions"] = [hex(x) for x in sc.pools.functions]
+        pools["marks"] = [hex(x) for x in sc.pools.marks]
+        return ClassList(classes=classes, operation_shape=shape, pools=pools)
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="List services")
+    def list_services(
+        service_class: Annotated[CLASS_NAMES, Field(description="Service class, e.g. 'tenant_site' or 'attachment_circuit'.")],
+        filter: Annotated[  # noqa: A002 - the tool's parameter name
+            dict[str, str | int | bool | None] | None,
+            Field(description='Exact-match filter on the listed fields, e.g. {"tenant": "t3"} or {"pe": "r2", "status": "free"}.'),
+        ] = None,
+    ) -> ServiceList:
+        """The instances of a service class in the current inventory (scenario records plus every change set
+        committed since the lab's baseline), one summary per instance, optionally filtered by field values.
+        For attachment_circuit the devices are read too: a circuit carrying state that no service explains
+        shows as 'in use outside A3-T'."""
+        sc, version = inventory()
+        if service_class == "attachment_circuit":
+            used = {(s.pe, s.pe_if): s for s in sc.all_sites()}
+            _states, found, _errors = engine.scan(sc, scanned_nodes(sc))
+            extra = found.minus(expected_found(sc))
+            items = []
+            for c in circuits(sc).values():
+                s = used.get((c.pe, c.pe_if))
+                ev = sorted(extra.port_addrs.get((c.pe, c.pe_if), set()) | extra.port_rules.get((c.pe, c.pe_if), set()))
+                status = f"site {s.id}" if s else (f"in use outside A3-T ({'; '.join(ev[:3])})" if ev else "free")
+                items.append({"id": c.id, "pe": c.pe, "pe_interface": c.pe_if, "ce": c.ce, "ce_interface": c.ce_if,
+                              "status": "free" if status == "free" else ("site" if s else "in use outside A3-T"),
+                              "site": s.id if s else None, "tenant": s.tenant if s else None,
+                              "detail": status})  # fmt: skip
+        else:
+            items = [_summary(cls, x) for iid, (cls, x) in _instances(sc).items() if cls == service_class]
+            items.sort(key=lambda d: natural_key(d["id"]))
+        if filter:
+            fields = set(items[0]) if items else set()
+            unknown = [k for k in filter if items and k not in fields]
+            if unknown:
+                raise ToolError(f"filter: unknown field(s) {', '.join(map(repr, unknown))} for {service_class}; fields: {', '.join(sorted(fields))}")
+            items = [d for d in items if all(str(d.get(k)) == str(v) if v is not None else d.get(k) is None for k, v in filter.items())]
+        return ServiceList(service_class=service_class, count=len(items), items=items, inventory_version=version)
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get service")
+    def get_service(
+        id: Annotated[str, Field(max_length=64, description="Instance id, e.g. 't3s2', 't3', 'sp1', 'fw-t3', 'fip1'.")],  # noqa: A002
+    ) -> ServiceDetail:
+        """One service instance: its spec, the resources the server allocated for it (SIDs, table, CE, mark), the
+        devices that hold its state, the instances that refer to it, its invariants, and device_state: whether the
+        devices still hold every item its records imply (state removed or changed outside A3-T shows here)."""
+        sc, version = inventory()
+        inst = _instances(sc)
+        if id not in inst:
+            ids = sorted(inst, key=natural_key)
+            raise ToolError(f"no service instance {id[:64]!r}; instances: {', '.join(ids[:40])}{' ...' if len(ids) > 40 else ''}")
+        cls, x = inst[id]
+        allocated: dict[str, Any] = {}
+        refs: list[str] = []
+        if cls == "tenant":
+            allocated = {"table": x.table, "dt6_sids": {pe: sid_of(sc, pe, fn) for pe, fn in x.dt6_functions.items()},
+                         "sites": [s.id for s in x.sites]}  # fmt: skip
+            refs = [p.id for p in sc.steering if p.tenant == id] + [f.id for f in sc.firewalls if f.tenant == id]
+            refs += [f.id for f in sc.floating_ips if f.tenant == id]
+        elif cls == "tenant_site":
+            t = sc.tenant(x.tenant)
+            allocated = {"ce": x.ce, "ce_interface": x.ce_if, "table": t.table, "pe_address6": f"{ce_addr(x.prefix6, 1)}",
+                         "ce_address6": ce_addr(x.prefix6, 2), "dt6_sid": sid_of(sc, x.pe, t.dt6_functions[x.pe])}  # fmt: skip
+            if x.prefix4:
+                allocated.update(pe_address4=ce_addr(x.prefix4, 1), ce_address4=ce_addr(x.prefix4, 2))
+            if x.dx4_function is not None:
+                allocated["dx4_sid"] = sid_of(sc, x.pe, x.dx4_function)
+            refs = [f"{p.id} (steering dst_site)" for p in sc.steering if p.dst_site == id]
+            refs += [f"{f.id} (firewall rule)" for f in sc.firewalls if any(id in (r.src_site, r.dst_site) for r in f.rules)]
+            refs += [f"{f.id} (floating IP)" for f in sc.floating_ips if f.site == id]
+        elif cls == "steering_policy":
+            t = sc.tenant(x.tenant)
+            dst = sc.site(x.dst_site)
+            allocated = {"waypoint_sid": sid_of(sc, x.waypoint, x.waypoint_function),
+                         "segment_list6": policy_segs(sc, x, t.dt6_functions[dst.pe])}
+            if dst.prefix4 and dst.dx4_function is not None:
+                allocated["segment_list4"] = policy_segs(sc, x, dst.dx4_function)
+        elif cls == "floating_ip":
+            allocated = {"mark": hex(x.mark), "border_pe": sc.external.border_pe if sc.external else None,
+                         "nat_to": ce_addr(sc.site(x.site).prefix4 or "0.0.0.0/24", 2)}  # fmt: skip
+        owned = _owned(sc.node_config, render_scenario(_without(sc, cls, id)))
+        devices = sorted(owned, key=natural_key)
+        if cls == "firewall_rule_set":
+            devices = sorted({sc.site(r.dst_site).pe for r in x.rules}, key=natural_key)
+        svc = {"tenant": f"l3vpn/{id}", "steering_policy": f"steering/{id}", "firewall_rule_set": f"firewall/{getattr(x, 'tenant', '')}",
+               "floating_ip": f"floating_ip/{id}"}.get(cls)  # fmt: skip
+        if cls == "tenant_site":
+            invs = [i.id for i in sc.invariants if i.service == f"l3vpn/{x.tenant}" and (f"/{id}->" in i.id or f"->{id}/" in i.id
+                                                                                           or f"/{id}-x-" in i.id)]  # fmt: skip
+        else:
+            invs = [i.id for i in sc.invariants if i.service == svc]
+        states, _found, errors = engine.scan(sc, devices)
+        missing: dict[str, list[str]] = {}
+        for n in devices:
+            if n in states:
+                lines = drift(n, owned.get(n, NodeConfig()), states[n]) if cls != "firewall_rule_set" else \
+                    drift(n, NodeConfig(nft=sc.node_config.get(n, NodeConfig()).nft), states[n])  # fmt: skip
+                if lines:
+                    missing[n] = lines[:20]
+        return ServiceDetail(
+            id=id, service_class=cls, spec=_spec_of(cls, x), allocated=allocated, devices=devices, referenced_by=refs,
+            invariants=invs,
+            device_state={"in_sync": not missing and not errors, "missing": missing, "unreadable": errors},
+            inventory_version=version,
+        )  # fmt: skip
+
+    # -- changing -----------------------------------------------------------------------------------------
+
+    @server.ani_tool(kind="validation", read_only=True, idempotent=True, title="Plan a change set (dry run)")
+    def plan_change_set(ops: OpsArg) -> PlanResult:
+        """Dry run of a change set: validates types, references and resource constraints against the live inventory
+        (records and the devices' current state), allocates what the server allocates (SIDs, tables, 'auto' prefixes
+        and addresses), and returns per operation its effect and allocations, per device the exact changes
+        ('- ' removed, '+ ' added, '~ ' replaced), and the invariants apply_change_set would then check.
+        Nothing is changed. An invalid change set is an error listing each problem with its field path
+        (e.g. ops[1].spec.prefix6). Allocations may differ at apply time if the network changes in between."""
+        parsed, _raw = ops_arg(ops)
+        try:
+            return engine.plan(parsed, allowed=allowed)
+        except ChangeSetRejected as e:
+            raise _rejected(e) from None
+
+    @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Apply a change set")
+    def apply_change_set(ops: OpsArg) -> ChangeResult:
+        """Apply a change set as ONE transaction across devices: validate (as plan_change_set; an invalid change set
+        is an error listing each problem with its field path, and nothing is changed), lock and snapshot every
+        device it touches, apply each device's changes, then validate actively -- real traffic and state checks of
+        the changed services and of every service sharing a device with them. On any failure every device is
+        rolled back to its exact prior state and the result names the failed invariants with their evidence
+        (status rolled_back). Applying the same change set again changes nothing and says so (status no_change).
+        Change sets are serialized; a device locked by someone else is waited for (bounded), then reported.
+        Takes seconds. Sources: draft section 5.1 (A3-T: cross-device transaction, active validation, rollback)."""
+        parsed, raw = ops_arg(ops)
+        try:
+            res = engine.apply(parsed, submitted=raw, allowed=allowed)
+        except ChangeSetRejected as e:
+            raise _rejected(e) from None
+        except ConfigLockHeld as e:
+            raise ToolError(f"{e} Nothing was changed.") from None
+        except TransactionError as e:
+            raise ToolError(str(e)) from None
+        if res.status in ("rolled_back", "rollback_incomplete"):
+            note_rejected(res.message)
+        return res
+
+    @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get a change")
+    def get_change(
+        change_id: Annotated[str, Field(max_length=16, description="Change id returned by apply_change_set, e.g. 'c3'.")],
+    ) -> ChangeResult:
+        """The result of an earlier apply_change_set (status, per-operation effects and allocations, per-device changes,
+        validation verdicts with evidence, rollback, timings, and the change set as submitted). Change ids count
+        from the lab's baseline (a lab reset starts again from c1)."""
+        rec = engine.records.change(change_id)
+        if rec is None:
+            ids = engine.records.change_ids()
+            raise ToolError(f"no change {change_id[:16]!r}; changes: {', '.join(ids) if ids else 'none yet'}")
+        rec.pop("epoch", None)
+        return ChangeResult.model_validate(rec)
+
+    return server
