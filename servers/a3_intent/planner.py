@@ -983,10 +983,24 @@ def validation_scope(old: Scenario, new: Scenario, touched: set[str], changed: s
     # instance is unchanged and merely sampled differently now (e.g. an isolation check against
     # another tenant's sites); an addressing invariant that disappears is a SID the change frees
     live = set(new_nodes)
+    # ... but not one that speaks of a site the change removed or moved (its CE or addresses):
+    # e.g. a firewall's open-port check sourced at a deleted site
+    new_sites = {s.id: s for s in new.all_sites()}
+    marks: set[str] = set()
+    for s in old.all_sites():
+        if new_sites.get(s.id) != s:
+            marks.add(f'"{s.ce}"')
+            marks |= {f'"{_host(p)}"' for p in (s.prefix6, s.prefix4) if p}
     out += [i for i in old.invariants
             if i.id not in new_ids and i.service not in changed and i.service in live
-            and footprint(i, old_nodes, old_owners) & touched]  # fmt: skip
+            and footprint(i, old_nodes, old_owners) & touched
+            and not any(m in json.dumps(i.params) for m in marks)]  # fmt: skip
     return out
+
+
+def _host(prefix: str) -> str:
+    """The CE address of a site prefix (host 2, design of substrate.scenario.model)."""
+    return str(ipaddress.ip_network(prefix).network_address + 2)
 
 
 # -- drift (records vs devices) -----------------------------------------------------------------------

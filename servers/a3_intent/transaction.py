@@ -242,6 +242,13 @@ class Engine:
         p = plan(sc, ops, found, deleted_by=deleted, states=states)
         t.plan_s = time.monotonic() - t1
         outside = [d for d in p.devices if allowed is not None and d not in allowed]
+        # customer equipment (CE hosts) outside the episode is the customer's to configure (the
+        # ticket says it is done): leave its part of the rendering out rather than refuse
+        hosts = {n.name for n in sc.topology.hosts}
+        customer = [d for d in outside if d in hosts]
+        for d in customer:
+            del p.deltas[d]
+        outside = [d for d in outside if d not in customer]
         if outside:
             raise ChangeSetRejected([Problem(path="ops", message=f"the change would touch {', '.join(outside)}, outside this "
                                                                   f"episode's devices ({', '.join(sorted(allowed or (), key=natural_key))})")])  # fmt: skip
