@@ -1,50 +1,53 @@
-"""``harness demo``: the main job on the embedded default substrate, end to end, in one command."""
+"""``harness demo``: the main job on the embedded default substrate, end to end, in one command --
+two small real campaigns (A0 against A3-T, change-set task) on the 25-router brownfield, one
+with the competent scripted operator and one with the noisy one, then their reports."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from harness.cli.common import friendly_errors, out
+from harness.cli.common import err, friendly_errors, out
 
 
 @friendly_errors
 def demo(
-    topology: Annotated[str, typer.Option("--topology", "-t", help="Topology spec.")] = "grid:5x5",
+    ani: Annotated[str, typer.Option(help="ANI levels to compare.")] = "A0,A3-T",
+    task: Annotated[str, typer.Option(help="Task class.")] = "change-set",
+    variants: Annotated[int, typer.Option(min=1, help="Task variants per campaign.")] = 3,
+    density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
+    faults: Annotated[float, typer.Option(min=0, max=1, help="Fault rate lambda (faults per agent step).")] = 0.0,
+    db: Annotated[Path, typer.Option(help="Results database.")] = Path("results/demo.sqlite"),
 ) -> None:
-    """Deploy a lab, show IS-IS and an SRv6 uSID-steered ping with its per-SID counters, destroy it."""
-    import json
+    """Run two small campaigns (scripted and noisy agents; A0 vs A3-T by default) and print the reports."""
+    from harness.campaign import make_spec, run_campaign, summary_line
+    from harness.cli.campaign import DEFAULT_MANIFEST, _manifest_path
+    from harness.report import build_report
+    from harness.store import CampaignStore
+    from substrate.features import check_root_and_tools
 
-    from substrate import Lab, Topology
-    from substrate import addressing as a
-
-    topo = Topology.from_spec(topology)
-    pes = [n for n in topo.routers if n.role.value == "PE" and any(h for h in topo.hosts if topo.gateway_of(h.name)[0].name == n.name)]
-    if len(pes) < 2:
-        out.print("demo needs a topology with at least two PEs with hosts")
-        raise typer.Exit(2)
-    src, dst = pes[0], pes[-1]
-    via = next((r for r in topo.routers if r.role.value == "P"), topo.routers[len(topo.routers) // 2])
+    check_root_and_tools()
+    db.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with Lab.create(topo, f"demo-{int(time.time()) % 100000}") as lab:
-        out.print(f"lab up: {len(topo.routers)} routers, {len(topo.hosts)} hosts, converged in {time.monotonic() - t0:.1f} s")
-        nbrs = lab.vtysh(via.name, "show isis neighbor").stdout.count(" Up ")
-        out.print(f"{via.name}: {nbrs} IS-IS adjacencies up; locator {a.locator(via.node_id)} installed as End (NEXT-C-SID)")
-        h_src = next(h.name for h in topo.hosts if topo.gateway_of(h.name)[0].name == src.name)
-        h_dst = next(h.name for h in topo.hosts if topo.gateway_of(h.name)[0].name == dst.name)
-        dst_net = a.base_host_prefix(dst.node_id, 0)
-        dt6 = a.function_sid(dst.node_id, 0xE000)
-        segs = a.usid_segment_list([via.node_id], dst.node_id, 0xE000)
-        lab.check([lab.exec(dst.name, ["ip", "-6", "route", "add", str(dt6), "encap", "seg6local", "action", "End.DT6",
-                                       "table", "main", "count", "dev", "sr0"])])
-        first_if = topo.links_of(src.name)[0].endpoint_of(src.name).interface
-        lab.check([lab.exec(src.name, ["ip", "-6", "route", "add", str(dst_net), "encap", "seg6", "mode", "encap.red",
-                                       "segs", ",".join(map(str, segs)), "dev", first_if, "metric", "1"])])
-        ping = lab.exec(h_src, ["ping", "-6", "-c", "5", "-i", "0.1", "-W", "1", str(dst_net.network_address + 2)])
-        stats = json.loads(lab.exec(via.name, ["ip", "-6", "-s", "-j", "route", "show", str(a.locator(via.node_id))]).stdout)
-        count = sum(x["stats64"]["packets"] for x in stats if x.get("encap") == "seg6local")
-        out.print(f"{h_src} -> {h_dst} steered by uSID container {segs[0]} (via {via.name}): "
-                  f"ping {'ok' if ping.ok else 'FAILED'}, {via.name} End counter = {count} packets")
-    out.print(f"lab destroyed; total {time.monotonic() - t0:.1f} s")
+    stamp = f"{int(time.time())}-{os.getpid() % 1000}"
+    with CampaignStore(db) as store:
+        for agent in ("scripted", "noisy"):
+            spec = make_spec(ani=ani.split(","), agent=[agent], model=[None], task=task, variants=variants,
+                             manifest=_manifest_path(DEFAULT_MANIFEST), seed=7, density=density, fault_rate=faults,
+                             budget_steps=40, wall_cap_s=300, agent_options={}, campaign_id=f"demo-{agent}-{stamp}")
+            out.rule(f"campaign {spec.campaign_id}: {agent} agent, {' vs '.join(spec.settings)}, {task} x {variants}")
+
+            def on_run(_key: str, rec) -> None:  # noqa: ANN001
+                if rec is not None:
+                    err.print(escape(summary_line(rec)), highlight=False)
+
+            with err.status("running..."):
+                run_campaign(spec, store, results_dir=db.parent / "runs", on_run=on_run)
+            out.print(build_report(store, spec.campaign_id))
+    out.print(f"demo done in {time.monotonic() - t0:.0f} s; results in {db} (harness report CAMPAIGN --db {db})",
+              highlight=False)
