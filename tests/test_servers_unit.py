@@ -340,7 +340,7 @@ def test_episode_budget_submit_and_resume() -> None:
 
 
 def test_registry() -> None:
-    assert levels() == ["A0", "A1"]
+    assert levels() == ["A0", "A1", "A3-T"]
     assert normalize_level("a1") == "A1"
     with pytest.raises(KeyError, match="registered: A0, A1"):
         normalize_level("A7")
