@@ -67,3 +67,9 @@ def grid3() -> Iterator:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def reachable(lab, src: str, dst: str) -> bool:  # noqa: ANN001
+    """At least one of three pings from ``src`` to ``dst`` is answered (the first packet after a
+    restore may wait on neighbour discovery; a real break loses all three)."""
+    return lab.exec(src, ["ping", "-6", "-n", "-c", "3", "-i", "0.2", "-W", "1", dst], timeout_s=10).ok

@@ -18,7 +18,7 @@ from substrate.scenario import Invariant, Scenario, build, load_manifest
 from substrate.scenario.deploy import ScenarioInvalid, deploy_scenario, load_baseline, reset
 from substrate.scenario.layers.l3vpn import segs
 from substrate.scenario.observer import observe
-from tests.conftest import REPO, unique_name
+from tests.conftest import REPO, reachable, unique_name
 
 pytestmark = pytest.mark.lab
 SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
@@ -182,7 +182,7 @@ def test_reset_puts_several_mutated_nodes_back_exactly(bf) -> None:
     assert [n for n in lab.node_names() if not now[n].same_as(base[n])] == []
     assert failing(lab, sc.invariants) == []
     # the PE's own traffic works again too (ip rule flush had removed the main-table rule)
-    assert lab.exec(s.pe, ["ping", "-6", "-c", "1", "-W", "2", "fd00::5"]).ok
+    assert reachable(lab, s.pe, "fd00::5")
 
 
 def test_reset_of_an_untouched_lab_changes_nothing(bf) -> None:
