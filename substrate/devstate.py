@@ -94,19 +94,33 @@ class DeviceState(BaseModel):
     nft: str = Field(default="", description="`nft list ruleset` output.")
     sysctls: dict[str, str] = Field(default_factory=dict, description="Values of SYSCTLS (path -> value).")
     tunsrc: str = ""
-    frr_config: str | None = Field(default=None, description="FRR running configuration (routers).")
+    frr_config: str | None = Field(default=None, description="FRR running configuration (routers), vtysh's merged view.")
+    frr_daemons: dict[str, str] | None = Field(
+        default=None,
+        description="Each FRR daemon's own running configuration, read from its vty socket (fast; see "
+        "substrate.vty). When both states have it, FRR equality is judged on it.",
+    )
 
     def fingerprint(self) -> dict[str, Any]:
-        """What equality is judged on: everything but timestamps and counter values."""
-        d = self.model_dump(exclude={"taken_at", "schema_version"})
+        """What equality is judged on: everything but timestamps and counter values (FRR is
+        compared by :meth:`frr_same`)."""
+        d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons"})
         d["nft"] = normalize_nft(self.nft)
         for k in ("routes4", "routes6", "addresses"):
             d[k] = sorted(d[k])
         return d
 
+    def frr_same(self, other: DeviceState) -> bool:
+        """FRR configurations are equal: the daemons' configurations merged (as vtysh merges
+        them) when both states read the daemons, else vtysh's merged configuration (None, when
+        FRR could not be read, equals only None)."""
+        if self.frr_daemons is not None and other.frr_daemons is not None:
+            return canonical_frr(self.frr_daemons) == canonical_frr(other.frr_daemons)
+        return self.frr_config == other.frr_config
+
     def same_as(self, other: DeviceState) -> bool:
         """True when both states are equal for every restorable item."""
-        return self.fingerprint() == other.fingerprint()
+        return self.fingerprint() == other.fingerprint() and self.frr_same(other)
 
     def diff(self, target: DeviceState) -> list[str]:
         """Human-readable differences, as ``+ item`` (in target, missing here) / ``- item``."""
@@ -127,9 +141,33 @@ class DeviceState(BaseModel):
                 out.append(f"~ sysctl {k}: {self.sysctls.get(k)} -> {target.sysctls.get(k)}")
         if self.tunsrc != target.tunsrc:
             out.append(f"~ sr tunsrc {self.tunsrc!r} -> {target.tunsrc!r}")
-        if a["frr_config"] != b["frr_config"]:
+        if not self.frr_same(target):
             out.append("~ FRR running configuration differs")
         return out
+
+
+_FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+
+
+def canonical_frr(daemons: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The daemons' own running configurations merged into one canonical form: stanzas (a
+    top-level line and its indented lines) from every daemon, the lines of stanzas with the same
+    head united, sorted. vtysh shows the same union; a daemon's copy of a line the others also
+    carry (vtysh pushes e.g. ``description`` or ``log`` to every daemon at start-up, while
+    frr-reload sends them to one) does not make two equivalent configurations differ."""
+    merged: dict[str, set[str]] = {}
+    for text in daemons.values():
+        head = ""
+        for raw in text.splitlines():
+            line = raw.rstrip()
+            if not line.strip() or line.strip() in _FRR_NOISE:
+                continue
+            if not line.startswith(" "):
+                head = line
+                merged.setdefault(head, set())
+            else:
+                merged.setdefault(head, set()).add(line.strip())
+    return sorted((h, tuple(sorted(body))) for h, body in merged.items())
 
 
 def _link_text(x: LinkState | None) -> str:
@@ -377,23 +415,30 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
         raise SnapshotError(f"{node}: cannot parse device state ({type(e).__name__}: {e})") from None
 
 
-def capture(lab: Lab, node: str, *, frr: bool = True, timeout_s: float = 20.0) -> DeviceState:
-    """Capture one node's restorable state with a single command inside the node.
+def capture(lab: Lab, node: str, *, frr: bool | str = True, timeout_s: float = 20.0) -> DeviceState:
+    """Capture one node's restorable state: one command inside the node for the kernel, the
+    FRR daemons' vty sockets for their configurations.
 
     Args:
-        frr: include FRR's running configuration (routers). ``False`` captures the kernel state
-            only (``frr_config`` None): no vtysh, so it works on a node whose FRR is frozen.
+        frr: ``True`` (or ``"full"``): FRR's merged running configuration through vtysh and
+            each daemon's own; ``"fast"``: each daemon's own only (no vtysh: what reset needs
+            to tell whether FRR changed, at a fraction of the cost); ``False``: the kernel state
+            only, so it works on a node whose FRR is frozen.
         timeout_s: deadline of the capture command.
 
     Raises:
         NodeNotFoundError, SnapshotError.
     """
-    with_frr = frr and lab.state(node).role is not Role.HOST
-    script = _CAPTURE_SCRIPT + (_FRR_SECTION if with_frr else "")
+    router = lab.state(node).role is not Role.HOST
+    full = router and frr in (True, "full")
+    script = _CAPTURE_SCRIPT + (_FRR_SECTION if full else "")
     r = lab.sh(node, script, timeout_s=timeout_s)
     if r.timed_out:
         raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?)")
-    return parse_capture(node, r.stdout, with_frr=with_frr)
+    state = parse_capture(node, r.stdout, with_frr=full)
+    if router and frr:
+        state.frr_daemons = lab.frr_daemon_configs(node, timeout_s=min(5.0, timeout_s))
+    return state
 
 
 def capture_many(lab: Lab, nodes: list[str] | None = None) -> dict[str, DeviceState]:
@@ -448,7 +493,8 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     """
     t0 = time.monotonic()
     node = target.node
-    cur = current or capture(lab, node)
+    mode: bool | str = "fast" if target.frr_daemons is not None else True
+    cur = current or capture(lab, node, frr=mode)
     rep = RestoreReport(node=node, changed=False)
     if cur.same_as(target):
         rep.seconds = time.monotonic() - t0
@@ -457,10 +503,10 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     errors: list[str] = []
     # FRR first: zebra owns the addresses its configuration names, and removes them from the
     # kernel itself; the kernel diff is then taken against what FRR left
-    if target.frr_config is not None and cur.frr_config != target.frr_config and cur.frr_config is not None:
+    if target.frr_config is not None and not cur.frr_same(target) and (cur.frr_config is not None or cur.frr_daemons):
         rep.actions.append("frr-reload to target running-config")
         errors += restore_frr(lab, node, target.frr_config)
-        cur = capture(lab, node)
+        cur = capture(lab, node, frr=mode)
     link_lines: list[str] = []
     for name, want in target.links.items():
         have = cur.links.get(name)
@@ -512,22 +558,22 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     if cur.tunsrc != target.tunsrc:
         rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
         lab.exec(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"])
-    if target.frr_config is not None and cur.frr_config != target.frr_config:
+    if target.frr_config is not None and not cur.frr_same(target):
         # still different (FRR was down at capture, or the links it configures were missing)
         rep.actions.append("frr-reload to target running-config")
         errors += restore_frr(lab, node, target.frr_config)
     if verify:
-        after = capture(lab, node)
-        if target.frr_config is not None and after.frr_config != target.frr_config:
+        after = capture(lab, node, frr=mode)
+        if target.frr_config is not None and not after.frr_same(target):
             # frr-reload could not get there (zebra refuses to undo some states, e.g. an IPv4
             # address configured on two ports): restart FRR from the target configuration, as
             # an operator would, then put the kernel state back against a fresh capture
             rep.actions.append("FRR restarted from the target configuration")
             errors = restart_frr(lab, node, target.frr_config)
-            sub = restore(lab, target.model_copy(update={"frr_config": None}), verify=False)
+            sub = restore(lab, target.model_copy(update={"frr_config": None, "frr_daemons": None}), verify=False)
             rep.actions += sub.actions
             errors += sub.residual
-            after = capture(lab, node)
+            after = capture(lab, node, frr=mode)
         rep.residual = errors + after.diff(target) if errors or not after.same_as(target) else []
     else:
         rep.residual = errors

@@ -385,6 +385,33 @@ class Lab:
 
         return config_lock(self.dir, nodes, holder=holder, timeout_s=timeout_s)
 
+    def vty(self, node: str, daemon: str, *commands: str, timeout_s: float = 5.0) -> list[tuple[str, int]]:
+        """Run CLI commands on one FRR daemon of ``node`` through its vty socket (no vtysh
+        process; see :mod:`substrate.vty`). Returns (output, status) per command.
+
+        Raises:
+            NodeNotFoundError. substrate.vty.VtyError: the daemon is down, absent or frozen.
+        """
+        from substrate.vty import vty_command
+
+        st = self.state(node)
+        return vty_command(self._backend.vty_path(self, st, daemon), list(commands), timeout_s=timeout_s)
+
+    def frr_daemon_configs(self, node: str, *, timeout_s: float = 5.0) -> dict[str, str]:
+        """Each running FRR daemon's own part of the running configuration (``show running-config``
+        on its vty socket); a daemon that does not answer is left out."""
+        from substrate.vty import VtyError
+
+        out = {}
+        for d in self.state(node).daemons:
+            try:
+                text, status = self.vty(node, d, "show running-config", timeout_s=timeout_s)[0]
+            except VtyError:
+                continue
+            if status == 0:
+                out[d] = text
+        return out
+
     # -- FRR daemons ---------------------------------------------------------------------------
 
     def daemon_pid(self, node: str, daemon: str) -> int | None:
@@ -446,11 +473,16 @@ class Lab:
 
     def missing_adjacencies(self, router: str) -> set[str]:
         """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        from substrate.vty import VtyError
+
         want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
         if not want:
             return set()
-        r = self.vtysh(router, "show isis neighbor", timeout_s=5)
-        up = {m.group(1) for m in re.finditer(r"^\s*\S+\s+(\S+)\s+\d\s+Up\b", r.stdout, re.M)}
+        try:
+            text = self.vty(router, "isisd", "show isis neighbor", timeout_s=5)[0][0]
+        except VtyError:
+            return want
+        up = {m.group(1) for m in re.finditer(r"^\s*\S+\s+(\S+)\s+\d\s+Up\b", text, re.M)}
         return want - up
 
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:

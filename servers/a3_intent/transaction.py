@@ -476,7 +476,7 @@ class Engine:
                     pending.append(PendingRepair(change_id=cid, node=n, lines=inverse, expected={h: was.get(h, []) for h in heads}))
                     residual.append(f"FRR did not answer within {self.opts.device_timeout_s:g} s (frozen node?): its part of the "
                                     "rollback is retried by the next apply_change_set")  # fmt: skip
-            target = snap.model_copy(update={"frr_config": None})
+            target = snap.model_copy(update={"frr_config": None, "frr_daemons": None})
             try:
                 cur = capture(self.lab, n, frr=False, timeout_s=self.opts.capture_timeout_s)
                 rep = restore(self.lab, target, current=cur, verify=False)
@@ -484,7 +484,7 @@ class Engine:
                 after = capture(self.lab, n, frr=bool(heads) and frr_ok, timeout_s=self.opts.capture_timeout_s)
             except Exception as e:  # noqa: BLE001 - one device's failure must not stop the others' rollback
                 return [*residual, f"cannot restore or check the kernel state: {type(e).__name__}: {e}"]
-            residual += after.model_copy(update={"frr_config": None}).diff(target)
+            residual += after.model_copy(update={"frr_config": None, "frr_daemons": None}).diff(target)
             if heads and frr_ok and snap.frr_config is not None:
                 now = _stanzas(after.frr_config or "")
                 was = _stanzas(snap.frr_config)

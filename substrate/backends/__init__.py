@@ -15,6 +15,7 @@ from substrate.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from substrate.lab import Lab, NodeState
     from substrate.process import ExecResult
@@ -40,6 +41,9 @@ class Backend(Protocol):
 
     def run(self, lab: Lab, node: str, full_argv: list[str], **kw: Any) -> ExecResult:
         """Run a prefixed command (see Lab.exec)."""
+
+    def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
+        """Path, on the host, of an FRR daemon's vty socket in ``node``."""
 
 
 _REGISTRY: dict[str, type] = {}

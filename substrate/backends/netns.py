@@ -275,6 +275,14 @@ class NetnsBackend:
             prefix += [_tool("setpriv"), f"--bounding-set=-all,{keep}", "--inh-caps=-all", "--"]
         return prefix
 
+    def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
+        """A daemon's vty socket seen from the host: the node's /run through its init's root."""
+        from substrate.lab import pid_alive
+
+        if not pid_alive(node.init_pid, node.init_start):
+            raise ExecError(f"node {node.name} of lab {lab.name} is not running")
+        return Path(f"/proc/{node.init_pid}/root/run/frr/{daemon}.vty")
+
     def run(self, lab: Lab, node: str, full_argv: list[str], **kw: Any) -> ExecResult:
         argv = kw.pop("argv")
         return run_bounded(full_argv, env=NODE_ENV, node=node, shown_argv=argv, **kw)

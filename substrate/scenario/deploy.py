@@ -198,7 +198,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     def check_and_restore(node: str) -> tuple[DeviceState, RestoreReport]:
         # pipelined: a node is restored as soon as its own capture shows a difference, while
         # the other nodes are still being captured
-        cur = capture(lab, node)
+        cur = capture(lab, node, frr="fast")
         return cur, restore(lab, baseline[node], cur)
 
     results = dict(zip(lab.node_names(), lab.map(check_and_restore, lab.node_names()), strict=True))
