@@ -544,6 +544,7 @@ class CleanupReport:
     namespaces: list[str] = field(default_factory=list)
     processes: int = 0
     kept: list[str] = field(default_factory=list)
+    faults_cleared: list[str] = field(default_factory=list)
 
 
 def _list_netns() -> list[str]:
@@ -581,6 +582,11 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                 creating = record.status == "creating" and owner_alive
                 lab = Lab(record)
                 if creating or (lab.alive() and (record.detached or owner_alive)):
+                    if not owner_alive and not creating:
+                        # a kept lab may still carry faults of a run whose process crashed
+                        from substrate.faults import clear_all
+
+                        report.faults_cleared += clear_all(lab)
                     report.kept.append(record.name)
                     keep_ns.update(s.netns for s in record.nodes.values())
                     keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)

@@ -323,3 +323,27 @@ def test_faults_left_by_a_crashed_run_are_cleared(bf) -> None:
     assert clear_all(lab)
     assert "state DOWN" not in lab.exec(adj.params["node"], ["ip", "link", "show", adj.params["interface"]]).stdout
     assert reset(lab).exact
+
+
+def test_cleanup_clears_faults_a_crashed_run_left_on_a_kept_lab() -> None:
+    import os
+
+    name = unique_name("t-flt")
+    code = (
+        "import os; from substrate import Lab, Topology; from substrate.faults import Fault, FaultInjector; "
+        f"lab = Lab.create(Topology.from_spec('line:2:nohosts'), {name!r}, detached=True); "
+        "FaultInjector(lab, [Fault(id='f1', kind='link_down', step=1, duration_steps=5, "
+        "target={'node': 'r1', 'interface': 'eth1'})]).on_step(1); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO, timeout=60)
+    lab = Lab.attach(name)
+    try:
+        assert "state DOWN" in lab.exec("r1", ["ip", "link", "show", "eth1"]).stdout
+        r = subprocess.run([sys.executable, "-m", "harness.cli", "lab", "cleanup"], cwd=REPO, capture_output=True,
+                           text=True, timeout=60)
+        said = " ".join(r.stdout.split())
+        assert f"kept running: {name}" in said and "faults cleared: r1 eth1 up" in said, said
+        assert "state DOWN" not in lab.exec("r1", ["ip", "link", "show", "eth1"]).stdout
+        assert not (lab.dir / "faults.json").exists() and os.path.isdir(lab.dir)
+    finally:
+        lab.destroy()

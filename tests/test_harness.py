@@ -246,3 +246,32 @@ def test_cli_rejects_bad_options_in_one_line(tmp_path) -> None:
         r = subprocess.run([*base, *extra], cwd=REPO, capture_output=True, text=True, timeout=60)
         assert r.returncode == 1, r.stderr
         assert needle in r.stderr and r.stderr.count("error:") == 1, r.stderr
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
+    db = tmp_path / "db.sqlite"
+    argv = [*HARNESS, "campaign", "--ani", "A0,A1", "--task", "decommissioning", "--variants", "2", "--manifest",
+            str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "intr",
+            "--no-report"]
+    p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 180
+    done = 0
+    while time.monotonic() < deadline and done < 1:
+        time.sleep(0.2)
+        if db.exists():
+            with sqlite3.connect(db) as c:
+                try:
+                    done = c.execute("select count(*) from runs where status='done'").fetchone()[0]
+                except sqlite3.OperationalError:
+                    done = 0
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-1000:]
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"anibench-camp-{p.pid % 100000}-" not in netns  # its lab is gone, without harness lab cleanup
+    r = subprocess.run([*argv, "--resume"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    with CampaignStore(db) as store:
+        assert [row.status for row in store.rows("intr")] == ["done"] * 4

@@ -175,7 +175,8 @@ def cleanup(
     out.print(
         f"removed {len(rep.labs)} lab(s){': ' + ', '.join(rep.labs) if rep.labs else ''}; "
         f"{len(rep.namespaces)} stray namespace(s); {rep.processes} process(es) killed"
-        + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else ""),
+        + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else "")
+        + (f"; faults cleared: {'; '.join(rep.faults_cleared)}" if rep.faults_cleared else ""),
         highlight=False,
     )
 
