@@ -203,6 +203,21 @@ def test_campaign_pairs_runs_and_reports(tmp_path) -> None:
         assert run_campaign(spec, store, results_dir=tmp_path / "runs", resume=True) == []
 
 
+def wait_for_done_runs(db: Path, n: int, bound_s: float = 180.0) -> bool:
+    """Poll the campaign database until ``n`` runs are done (bounded)."""
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if db.exists():
+            with sqlite3.connect(db) as c:
+                try:
+                    if c.execute("select count(*) from runs where status='done'").fetchone()[0] >= n:
+                        return True
+                except sqlite3.OperationalError:
+                    pass
+        time.sleep(0.2)
+    return False
+
+
 @pytest.mark.lab
 @pytest.mark.slow
 def test_crashed_campaign_resumes_without_losing_or_repeating_runs(tmp_path) -> None:
@@ -211,17 +226,7 @@ def test_crashed_campaign_resumes_without_losing_or_repeating_runs(tmp_path) -> 
             str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "crash",
             "--no-report"]
     p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 180
-    done = 0
-    while time.monotonic() < deadline and done < 1:
-        time.sleep(0.2)
-        if db.exists():
-            with sqlite3.connect(db) as c:
-                try:
-                    done = c.execute("select count(*) from runs where status='done'").fetchone()[0]
-                except sqlite3.OperationalError:
-                    done = 0
-    assert done >= 1, "no run finished"
+    assert wait_for_done_runs(db, 1), "no run finished"
     p.send_signal(signal.SIGKILL)  # a crash: no clean-up at all
     p.wait()
     subprocess.run([*HARNESS, "lab", "cleanup"], cwd=REPO, check=True, capture_output=True)
@@ -256,16 +261,7 @@ def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
             str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "intr",
             "--no-report"]
     p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 180
-    done = 0
-    while time.monotonic() < deadline and done < 1:
-        time.sleep(0.2)
-        if db.exists():
-            with sqlite3.connect(db) as c:
-                try:
-                    done = c.execute("select count(*) from runs where status='done'").fetchone()[0]
-                except sqlite3.OperationalError:
-                    done = 0
+    assert wait_for_done_runs(db, 1), "no run finished"
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-1000:]

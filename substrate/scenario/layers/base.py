@@ -10,7 +10,9 @@ changes the inventory, and task classes use ``invariants`` to produce hidden tes
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -33,6 +35,16 @@ class GenerationError(ValueError):
     def __init__(self, field: str, message: str):
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+@contextlib.contextmanager
+def density_fits(density: int) -> Iterator[None]:
+    """Within the block, a pool running dry is reported as the density not fitting the pools
+    (the error keeps naming the pool's field)."""
+    try:
+        yield
+    except GenerationError as e:
+        raise GenerationError(e.field, f"density {density} does not fit the pools: {e}") from None
 
 
 class Layer:

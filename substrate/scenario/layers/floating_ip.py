@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, density_fits, node_cfg, register
 from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, interface_block, segs, sid_of
 from substrate.scenario.model import (
     RULE_PRIO_FWMARK,
@@ -115,11 +115,9 @@ class FloatingIp(Layer):
             clash = [o for o in sc.all_sites() if o.pe == ext.border_pe and o.prefix4 == s.prefix4 and o.id != s.id]
             if clash:
                 continue
-            try:
+            with density_fits(density):
                 fips.append(FloatingIP(id=f"fip{len(fips) + 1}", tenant=s.tenant, site=s.id,
                                        address=ipam.floating4(), mark=ipam.mark()))
-            except GenerationError as e:
-                raise GenerationError(e.field, f"density {density} does not fit the pools: {e}") from None
         return sc.model_copy(update={"topology": topo, "external": ext, "floating_ips": fips})
 
     def render(self, sc: Scenario, out: dict[str, NodeConfig]) -> None:

@@ -21,7 +21,7 @@ import random
 
 from substrate import addressing as a
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, node_cfg, register, zipf_weights
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, density_fits, node_cfg, register, zipf_weights
 from substrate.scenario.model import (
     RULE_PRIO_SIDS,
     RULE_PRIO_TENANT,
@@ -264,7 +264,7 @@ class L3vpn(Layer):
                         if donor.prefix4 and donor.prefix4 not in mine4 and donor.prefix4 not in v4_on_pe.get(pe, set()):
                             prefix4 = donor.prefix4
                 want4 = rng.random() < params.ipv4_share
-                try:
+                with density_fits(density):
                     prefix6 = prefix6 or ipam.prefix6()
                     if want4 and prefix4 is None:
                         prefix4 = ipam.prefix4()
@@ -273,8 +273,6 @@ class L3vpn(Layer):
                     if pe not in tenant.dt6_functions:
                         tenant.dt6_functions[pe] = ipam.function(pe)
                     dx4 = ipam.function(pe) if prefix4 else None
-                except GenerationError as e:
-                    raise GenerationError(e.field, f"density {density} does not fit the pools: {e}") from None
                 v6_on_pe.setdefault(pe, set()).add(prefix6)
                 if prefix4:
                     v4_on_pe.setdefault(pe, set()).add(prefix4)

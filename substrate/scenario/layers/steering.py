@@ -18,7 +18,7 @@ import random
 from substrate import addressing as a
 from substrate.routes import route_key
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, density_fits, node_cfg, register
 from substrate.scenario.layers.l3vpn import ce_addr, sid_of
 from substrate.scenario.model import Invariant, NodeConfig, Scenario, SteeringPolicy
 from substrate.topology import Role
@@ -88,10 +88,8 @@ class Steering(Layer):
             site = sc.site(dst)
             wps = [c for c in cores if c not in (ing, site.pe)]
             wp = rng.choice(wps or cores)
-            try:
+            with density_fits(density):
                 fn = ipam.function(wp)
-            except GenerationError as e:
-                raise GenerationError(e.field, f"density {density} does not fit the pools: {e}") from None
             policies.append(SteeringPolicy(id=f"sp{len(policies) + 1}", tenant=tid, ingress_pe=ing,
                                            dst_site=dst, waypoint=wp, waypoint_function=fn))
         return sc.model_copy(update={"steering": policies})
