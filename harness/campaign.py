@@ -76,6 +76,14 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
 
     if task not in TASK_CLASSES:
         raise AnibenchError(f"unknown task class {task!r}; known: {', '.join(TASK_CLASSES)}")
+    for name, vals in (("ani", ani), ("agent", agent), ("model", model)):
+        if not vals:
+            raise AnibenchError(f"--{name} needs at least one value")
+    if any(model) and set(agent) <= {"scripted", "noisy"}:
+        raise AnibenchError("--model is for model-driven agents (openai, command); the scripted and noisy agents use none")
+    if wall_cap_s <= 0 or seed < 0 or variants < 1 or budget_steps < 1 or density < 1 or not 0 <= fault_rate <= 1:
+        raise AnibenchError("out of range: --wall-cap > 0, --seed >= 0, --variants >= 1, --budget-steps >= 1, "
+                            "--density >= 1, 0 <= --faults <= 1")
     try:
         ani = [normalize_level(a) for a in ani]
     except KeyError as e:

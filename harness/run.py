@@ -164,6 +164,11 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         if server is not None:
             server.close()
     agent_s = time.monotonic() - t1
+    from harness.agents.command import CAPPED, START_FAILED
+
+    if outcome.error and outcome.error.startswith(START_FAILED):
+        raise RunFailed(outcome.error)
+    capped = capped or bool(outcome.error and f"({CAPPED})" in outcome.error)
 
     t2 = time.monotonic()
     try:

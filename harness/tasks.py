@@ -370,12 +370,15 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
 
     before_keys = {key(i) for i in before.invariants}
     after_keys = {key(i) for i in after.invariants}
-    # behaviour, not bookkeeping: which free SID function an operator picks for a new or moved
-    # site is theirs to choose, so a new SID binding is not a test case (its reachability is)
-    tests = [i for i in after.invariants if key(i) not in before_keys and (i.service == own or touches(i))
-             and i.kind != "sid_bound"]
+    # anything about a changed site is the task's to make true, even when it reads the same
+    # before and after (a moved site keeps its addresses; the customer has unplugged the old
+    # CE, so doing nothing breaks it): a test case, never a damage check. Behaviour, not
+    # bookkeeping: which free SID function an operator picks is theirs, so a new SID binding is
+    # not a test case (its reachability is).
+    tests = [i for i in after.invariants if i.kind != "sid_bound"
+             and (touches(i) or (key(i) not in before_keys and i.service == own))]
     damage = [i for i in before.invariants
-              if key(i) in after_keys or (i.service != own and not touches(i))]
+              if not touches(i) and (key(i) in after_keys or i.service != own)]
     gone = [s for s in before.tenant(ch.tenant).sites if s.id in ch.remove]
     remaining = after.tenant(ch.tenant).sites
     for g in gone:

@@ -44,7 +44,7 @@ from substrate.errors import (
 )
 from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
 from substrate.process import DEFAULT_MAX_OUTPUT, ExecResult
-from substrate.signals import terminate_gracefully
+from substrate.signals import cleanup_shield, terminate_gracefully
 from substrate.topology import Role, Topology
 
 T = TypeVar("T")
@@ -198,10 +198,13 @@ class Lab:
                 say("waiting for IS-IS convergence")
                 lab.wait_converged(timeout_s=converge_timeout_s)
             except BaseException as exc:
-                try:
-                    lab.destroy()
-                except Exception:  # noqa: BLE001 - the original error matters more
-                    pass
+                with cleanup_shield():
+                    try:
+                        lab.destroy()
+                    except Exception:  # noqa: BLE001 - the original error matters more
+                        pass
+                if "KeyboardInterrupt" in str(exc):  # an interrupt that surfaced inside a library call
+                    raise KeyboardInterrupt from exc
                 if isinstance(exc, (SubstrateError, KeyboardInterrupt)) or not isinstance(exc, Exception):
                     raise
                 raise BringUpError(f"bring-up of lab {name!r} failed: {exc}") from exc
@@ -532,7 +535,7 @@ class Lab:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        with terminate_gracefully():
+        with cleanup_shield():
             self.destroy()
 
 
@@ -557,8 +560,9 @@ def _list_netns() -> list[str]:
 def cleanup(all_labs: bool = False) -> CleanupReport:
     """Remove leftovers of crashed labs; only anibench's.
 
-    A lab is a leftover when any of its nodes is dead, when it was not detached and its owner
-    process is gone, or when its record is unreadable. Namespaces named ``anibench-*`` that
+    A lab is a leftover when it was not detached (``harness lab up`` detaches) and its owner
+    process is gone or one of its nodes died, or when its record is unreadable. Detached labs
+    are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
     belong to no kept lab are removed with every process inside them. With ``all_labs`` every
     anibench lab goes, running or not.
 
@@ -581,7 +585,9 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                 owner_alive = pid_alive(record.owner_pid)
                 creating = record.status == "creating" and owner_alive
                 lab = Lab(record)
-                if creating or (lab.alive() and (record.detached or owner_alive)):
+                # a detached lab (harness lab up) is the user's until harness lab down, even with a
+                # dead node; a lab owned by a process is a leftover once that process is gone
+                if creating or record.detached or (lab.alive() and owner_alive):
                     if not owner_alive and not creating:
                         # a kept lab may still carry faults of a run whose process crashed
                         from substrate.faults import clear_all

@@ -36,3 +36,18 @@ def terminate_gracefully() -> Iterator[None]:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def cleanup_shield() -> Iterator[None]:
+    """Within the block, Ctrl-C and SIGTERM are ignored, so that a second interrupt cannot cut
+    a clean-up (destroying a lab) short. Main thread only; elsewhere it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

@@ -179,6 +179,24 @@ class Topology(BaseModel):
         for h in self.hosts:
             if not self.links_of(h.name):
                 raise ValueError(f"host {h.name} has no link")
+        roles = {n.name: n.role for n in self.nodes}
+        for lk in self.links:
+            if roles[lk.a.node] is Role.HOST and roles[lk.b.node] is Role.HOST:
+                raise ValueError(f"link {lk.a} -- {lk.b} joins two hosts; hosts attach to routers")
+        routers = [n.name for n in self.nodes if n.is_router]
+        if len(routers) > 1:
+            seen = {routers[0]}
+            todo = [routers[0]]
+            while todo:
+                cur = todo.pop()
+                for lk in self.links_of(cur):
+                    nxt = lk.peer_of(cur).node
+                    if roles[nxt] is not Role.HOST and nxt not in seen:
+                        seen.add(nxt)
+                        todo.append(nxt)
+            cut = [r for r in routers if r not in seen]
+            if cut:
+                raise ValueError(f"the routers are not all connected: {', '.join(cut[:5])} cannot reach {routers[0]}")
         return self
 
     # -- construction -----------------------------------------------------------------------
@@ -250,7 +268,7 @@ class Topology(BaseModel):
                 parsed_links.append({"a": ends[0], "b": ends[1], "metric": metric})
             return cls.model_validate({"name": name, "nodes": filled, "links": parsed_links})
         except ValidationError as e:
-            raise TopologyError(_first_error(e)) from None
+            raise TopologyError(_first_error(e, nodes)) from None
         except (KeyError, ValueError, TypeError) as e:
             if isinstance(e, TopologyError):
                 raise
@@ -300,6 +318,9 @@ class Topology(BaseModel):
             raise TopologyError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}") from None
         if not isinstance(data, dict) or "nodes" not in data:
             raise TopologyError(f"{p}: expected a mapping with 'nodes' and 'links'")
+        unknown = sorted(set(data) - {"name", "nodes", "links"})
+        if unknown:
+            raise TopologyError(f"{p}: unknown key(s) {', '.join(map(repr, unknown))}; a topology file has name, nodes and links")
         raw_nodes = data["nodes"]
         if isinstance(raw_nodes, dict):
             nodes = [{"name": k, **(v or {})} for k, v in raw_nodes.items()]
@@ -369,10 +390,24 @@ def _digits_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _first_error(e: ValidationError) -> str:
+_PATTERN_HELP = {
+    NODE_NAME_RE: "use 1-12 lowercase letters and digits, starting with a letter",
+    IFNAME_RE: "use 1-15 letters, digits, '_', '.' or '-', starting with a letter",
+}
+
+
+def _first_error(e: ValidationError, nodes: list[dict[str, Any]] | None = None) -> str:
+    """One line naming the node (not its index) and saying what the rule is."""
     err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"]) or "topology"
-    return f"{loc}: {err['msg']}"
+    loc = list(err["loc"])
+    where = ".".join(str(x) for x in loc) or "topology"
+    if nodes is not None and len(loc) >= 2 and loc[0] == "nodes" and isinstance(loc[1], int) and loc[1] < len(nodes):
+        where = f"node {nodes[loc[1]].get('name')!r}" + (f" ({'.'.join(map(str, loc[2:]))})" if loc[2:] else "")
+    msg = err["msg"]
+    pattern = (err.get("ctx") or {}).get("pattern")
+    if pattern in _PATTERN_HELP:
+        msg = f"invalid value {err.get('input')!r}: {_PATTERN_HELP[pattern]}"
+    return f"{where}: {msg}"
 
 
 def _with_hosts(routers: list[dict[str, Any]], links: list[Any], hosts: bool) -> tuple[list, list]:

@@ -52,3 +52,19 @@ def test_write_containerlab_writes_bound_files(tmp_path, clab_schema: dict) -> N
         for bind in node.get("binds", []):
             assert (tmp_path / bind.split(":")[0]).is_file()
     assert doc["topology"]["links"][0] == {"endpoints": ["r1:eth1", "r2:eth1"]}
+
+
+def test_scenario_services_are_exported(clab_schema: dict) -> None:
+    from substrate.scenario import build, load_manifest
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "tests" / "data" / "small-brownfield.yaml"))
+    doc, files = to_containerlab(sc.topology, "bf", services=sc.node_config)
+    _validate(clab_schema, json.loads(json.dumps(doc)))
+    site = sc.all_sites()[0]
+    pe = doc["topology"]["nodes"][site.pe]
+    assert any("End.DT6" in c for c in pe["exec"]) and any(c.startswith("ip -6 rule add") for c in pe["exec"])
+    assert f"interface {site.pe_if}" in files[f"{site.pe}/frr.conf"]
+    assert any(c.startswith("ip addr add") for c in doc["topology"]["nodes"][site.ce]["exec"])
+    fw = next(n for n, cfg in sc.node_config.items() if "inet tenant_fw" in cfg.nft)
+    assert f"{fw}/nft-inet-tenant_fw.nft" in files and any("nft -f" in c for c in doc["topology"]["nodes"][fw]["exec"])

@@ -271,3 +271,33 @@ def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     with CampaignStore(db) as store:
         assert [row.status for row in store.rows("intr")] == ["done"] * 4
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("task_class", TASK_CLASSES)
+def test_an_agent_that_does_nothing_fails_cleanly(campaign_lab, tmp_path, task_class: str) -> None:
+    """Doing nothing never counts as damage: what the customer changed (a moved site's old CE
+    unplugged) is the task's to repair, so it is a test case, not a damage check."""
+    lab, sc = campaign_lab
+    v = make_variant(task_class, sc, 0)
+    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": "true"}, density=1, run_dir=tmp_path)
+    rec, _ = execute_run(lab, spec, v)
+    assert rec.outcome_label.value == "clean_failure", rec.violated_invariants
+    assert rec.steps == 0 and rec.completion_mode.value == "no_submission"
+
+
+@pytest.mark.lab
+def test_an_agent_that_cannot_start_fails_the_run_not_the_agent(campaign_lab, tmp_path) -> None:
+    from harness.run import RunFailed
+
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": "no-such-agent-binary {prompt}"}, density=1, run_dir=tmp_path)
+    with pytest.raises(RunFailed, match="could not start the agent"):
+        execute_run(lab, spec, v)
+    from harness.agents.command import CommandAgent
+
+    with pytest.raises(AnibenchError, match="'no-such-agent-binary' is not found"):
+        CommandAgent(template="no-such-agent-binary {prompt}").preflight()

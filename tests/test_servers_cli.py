@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 from tests.servers_support import HARNESS
 
@@ -52,3 +54,10 @@ def test_cli_errors_are_one_line_and_stdout_stays_clean() -> None:
     assert r.returncode == 2 and "KEY=VALUE" in r.stderr
     r = run("serve", "--ani", "A1", "--lab", "x", "-o", "max_wait_s=30", "-o", "nosuch=1")
     assert r.returncode == 1 and "bad A1 options: nosuch" in r.stderr and "known options: vtysh_timeout_s" in r.stderr
+
+
+@pytest.mark.lab
+def test_serving_beyond_loopback_needs_a_token(line3) -> None:  # noqa: ANN001
+    # refused before anything binds: a lab must not be reachable from other machines unguarded
+    r = run("serve", "--ani", "A1", "--lab", line3.name, "--transport", "http", "--host", "0.0.0.0", "--port", "0")
+    assert r.returncode == 1 and "give a bearer token (--token)" in r.stderr, r.stderr

@@ -22,6 +22,9 @@ from harness.agents.base import AgentContext, AgentOutcome
 from harness.errors import AnibenchError
 
 SERVER_NAME = "anibench"
+#: How an outcome says the process never ran (the harness then fails the run: not an agent result).
+START_FAILED = "could not start the agent"
+CAPPED = "capped"
 
 
 def mcp_config(serve_argv: list[str]) -> dict:
@@ -48,6 +51,18 @@ class CommandAgent:
         self.template = template
         self.model = options.get("model")
 
+    def preflight(self) -> None:
+        """Fail fast when the template's program cannot be found.
+
+        Raises:
+            AnibenchError: naming the program.
+        """
+        import shutil
+
+        program = shlex.split(self.template)[0] if self.template.strip() else ""
+        if not program or (shutil.which(program) is None and not os.access(program, os.X_OK)):
+            raise AnibenchError(f"the command agent's program {program!r} is not found or not executable")
+
     async def run(self, ctx: AgentContext) -> AgentOutcome:
         import anyio
 
@@ -73,7 +88,7 @@ class CommandAgent:
                                  start_new_session=True)
         except OSError as e:
             log.close()
-            return AgentOutcome(error=f"could not start the agent: {e}", model=self.model)
+            return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model)
         try:
             p.wait(timeout=max(1.0, ctx.time_left()))
             rc = p.returncode
@@ -81,7 +96,7 @@ class CommandAgent:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-            err = "agent process killed at the wall-clock cap"
+            err = f"agent process killed at the wall-clock cap ({CAPPED})"
         finally:
             log.close()
         return AgentOutcome(error=err, model=self.model)

@@ -34,6 +34,10 @@ from substrate.scenario.model import NodeConfig, Scenario, Site, Tenant
 from substrate.topology import Topology
 
 FUNCTION_MIN, FUNCTION_MAX = 0xE000, 0xEFFF
+#: A competent operator retries a change refused because another session holds the device's
+#: configuration lock (the held-lock fault): this many times, pausing this long (seconds).
+LOCK_RETRIES = 3
+LOCK_PAUSE_S = 2.0
 SHARED_RULE = "priority 900 to fcbb:bb00::/32 lookup main"
 
 
@@ -255,7 +259,17 @@ class ScriptedAgent:
     name = "scripted"
 
     def __init__(self, rate: str | float = 0.0, **options: str):
-        self.mistakes_rate = float(rate)
+        from harness.errors import AnibenchError
+
+        try:
+            self.mistakes_rate = float(rate)
+        except ValueError:
+            raise AnibenchError(f"rate must be a number in [0, 1], got {rate!r}") from None
+        if not 0.0 <= self.mistakes_rate <= 1.0:
+            raise AnibenchError(f"rate must be in [0, 1] (mistakes per change), got {rate!r}")
+        unknown = set(options) - {"model"}
+        if unknown:
+            raise AnibenchError(f"unknown {self.name} agent option(s) {sorted(unknown)}; known: rate")
         self.options = options
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
@@ -282,6 +296,23 @@ class ScriptedAgent:
             await tools.call("submit", {})
         return AgentOutcome(note=",".join(mistakes.made))
 
+    async def _mutate(self, tools: ToolSession, name: str, args: dict[str, Any], *, has_wait: bool) -> Any:
+        """Call a mutating tool; when the device's configuration is locked by another session,
+        pause and retry, as an operator would (at most LOCK_RETRIES times; the pause is the
+        level's ``wait`` tool where it has one)."""
+        import anyio
+
+        r = await tools.call(name, args)
+        for _ in range(LOCK_RETRIES):
+            if r.ok or "locked" not in r.text:
+                break
+            if has_wait:
+                await tools.call("wait", {"seconds": LOCK_PAUSE_S})
+            else:
+                await anyio.sleep(LOCK_PAUSE_S)
+            r = await tools.call(name, args)
+        return r
+
     async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         ops = intent_ops(req)
         noisy: list[dict[str, Any]] = []
@@ -306,7 +337,7 @@ class ScriptedAgent:
             if noisy != ops:
                 noisy = ops
                 await tools.call("plan_change_set", {"ops": noisy})
-        await tools.call("apply_change_set", {"ops": noisy})
+        await self._mutate(tools, "apply_change_set", {"ops": noisy}, has_wait=False)
 
     async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
         facts: dict[str, PeFacts] = {}
@@ -343,7 +374,7 @@ class ScriptedAgent:
             elif kind == "overbroad_delete":
                 delta.removals.insert(0, f"-6 route flush table {after.table}")
             if a1:
-                await tools.call("apply_config", {"commands": {target: a1_commands(delta)}})
+                await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
             else:
                 await tools.call("run_shell", {"device": target, "command": delta.script()})
         check = {pe: [f"ip -6 route show table {after.table}"] for pe in sorted(deltas)}

@@ -50,8 +50,8 @@ def campaign(
     density: Annotated[int, typer.Option(min=1, help="State density of the brownfield.")] = 2,
     budget_steps: Annotated[int, typer.Option(min=1, help="Step budget per run (matched across settings).")] = 40,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
-    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0 (variant v: seed + v).")] = 7,
-    wall_cap: Annotated[float, typer.Option(help="Wall-clock cap per run, seconds.")] = 600.0,
+    seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0 (variant v: seed + v).")] = 7,
+    wall_cap: Annotated[float, typer.Option(min=1, help="Wall-clock cap per run, seconds.")] = 600.0,
     agent_opt: Annotated[list[str] | None, typer.Option("--agent-opt", help="Agent option KEY=VALUE (repeatable).")] = None,
     campaign_id: Annotated[str | None, typer.Option("--id", help="Campaign id (default: derived from the options).")] = None,
     db: Annotated[Path, typer.Option(envvar="ANIBENCH_DB", help="Results database (SQLite).")] = Path("results/anibench.sqlite"),
@@ -80,6 +80,9 @@ def campaign(
             if pre is not None:
                 pre()
     db.parent.mkdir(parents=True, exist_ok=True)
+    with CampaignStore(db) as store:
+        if spec.campaign_id in store.campaigns() and not resume:
+            fail(f"campaign {spec.campaign_id!r} exists in {db}: add --resume to continue it, or give another --id")
     total = spec.variants * len(spec.settings)
     out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {', '.join(spec.settings)}; "
               f"task {spec.task} x {spec.variants} variants; agent {','.join(spec.agent)}; lambda {spec.fault_rate}; "

@@ -14,14 +14,17 @@ from harness.errors import AnibenchError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Tables and results go to stdout; progress and errors to stderr.
-out = Console()
-err = Console(stderr=True)
+#: Tables and results go to stdout; progress and errors to stderr. Piped into a file or a CI
+#: log, rich would wrap tables to 80 columns and cut their headers: give them room instead.
+out = Console() if Console().is_terminal else Console(width=200)
+err = Console(stderr=True) if Console(stderr=True).is_terminal else Console(stderr=True, width=200)
 
 
 def fail(message: str, code: int = 1) -> None:
     """Print ``error: message`` on stderr (one line) and exit with ``code``."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -30,6 +33,8 @@ def friendly_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from pydantic import ValidationError
+
         from substrate.errors import SubstrateError
         from substrate.signals import Terminated
 
@@ -42,6 +47,13 @@ def friendly_errors(fn: F) -> F:
             raise typer.Exit(130) from None
         except AnibenchError as e:
             fail(str(e))
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or e.title
+            more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+            fail(f"invalid {e.title}: {where}: {first['msg']}{more}")
+        except OSError as e:
+            fail(f"{e.strerror or e}: {e.filename}" if getattr(e, "filename", None) else str(e))
 
     return wrapper  # type: ignore[return-value]
 

@@ -25,17 +25,23 @@ TopologyOpt = Annotated[
 @friendly_errors
 def up(
     name: Annotated[str, typer.Option("--name", "-n", help="Lab name (unique on this machine).")],
-    topology: TopologyOpt = "grid:5x5",
+    topology: Annotated[
+        str | None, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file [default: grid:5x5].")
+    ] = None,
     scenario: Annotated[
         Path | None, typer.Option("--scenario", help="Scenario file (harness scenario build) to deploy instead of a bare topology.")
     ] = None,
     foreground: Annotated[
         bool, typer.Option("--foreground", help="Stay attached; destroy the lab on Ctrl-C or SIGTERM.")
     ] = False,
-    timeout: Annotated[float, typer.Option(help="Bound on the wait for convergence, seconds.")] = 60.0,
+    timeout: Annotated[float, typer.Option(min=1, help="Bound on the wait for convergence, seconds.")] = 60.0,
 ) -> None:
     """Deploy a lab and return once IS-IS has converged (every router has every loopback and locator)."""
     from substrate import Lab, Topology
+
+    if scenario is not None and topology is not None:
+        fail("give --topology or --scenario, not both (a scenario brings its own topology)", code=2)
+    topology = topology or "grid:5x5"
 
     t0 = time.monotonic()
     with err.status("deploying...") as status:
@@ -88,7 +94,14 @@ def ls() -> None:
     table = Table("name", "status", "backend", "topology", "routers", "hosts", "created")
     for r in records:
         lab = Lab(r)
-        status = "up" if lab.alive() else ("creating" if r.status == "creating" else "dead (harness lab cleanup)")
+        from substrate.lab import pid_alive
+
+        if lab.alive():
+            status = "up"
+        elif r.status == "creating" and pid_alive(r.owner_pid):
+            status = "creating"
+        else:
+            status = "dead (harness lab down NAME)" if r.detached else "dead (harness lab cleanup)"
         table.add_row(
             r.name, status, r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
@@ -118,7 +131,8 @@ def exec_(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Lab name.")],
     node: Annotated[str, typer.Argument(help="Node name.")],
-    timeout: Annotated[float, typer.Option(help="Deadline, seconds (exit 124 when reached).")] = 30.0,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Deadline, seconds (exit 124 when reached).")] = 30.0,
+    stdin: Annotated[bool, typer.Option("--stdin", "-i", help="Pass standard input to the command (as docker exec -i).")] = False,
 ) -> None:
     """Run a command inside a node: harness lab exec LAB NODE -- CMD [ARGS...]. Exits with its status."""
     from substrate import Lab
@@ -128,7 +142,8 @@ def exec_(
         argv = argv[1:]
     if not argv:
         fail("no command given: harness lab exec LAB NODE -- CMD [ARGS...]", code=2)
-    r = Lab.attach(name).exec(node, argv, timeout_s=timeout)
+    data = sys.stdin.buffer.read() if stdin else None
+    r = Lab.attach(name).exec(node, argv, timeout_s=timeout, input=data)
     sys.stdout.write(r.stdout)
     sys.stderr.write(r.stderr)
     if r.timed_out:
@@ -144,6 +159,7 @@ def export(
     lab: Annotated[str | None, typer.Option("--lab", help="Export a deployed lab's topology instead.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Name in the Containerlab file.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="Export format.")] = "containerlab",
+    frr_image: Annotated[str | None, typer.Option(help="FRR container image (default: the upstream 10.5.1).")] = None,
 ) -> None:
     """Write the topology as a Containerlab lab (topology file + frr.conf/daemons per router)."""
     from substrate import Lab, Topology
@@ -151,14 +167,20 @@ def export(
 
     if fmt != "containerlab":
         fail(f"unknown export format {fmt!r}; available: containerlab", code=2)
+    services = None
     if lab is not None:
         handle = Lab.attach(lab)
         topo, label = handle.topology, name or handle.name
+        if (handle.dir / "scenario.json").exists():
+            from substrate.scenario.deploy import load_scenario
+
+            services = load_scenario(handle).node_config
     else:
         topo = Topology.from_spec(topology)
         label = name or topo.name.replace(":", "-")
-    path = write_containerlab(topo, label, output)
-    out.print(f"wrote {path}", highlight=False)
+    kw = {"frr_image": frr_image} if frr_image else {}
+    path = write_containerlab(topo, label, output, services=services, **kw)
+    out.print(f"wrote {path}" + (" (with the scenario's services)" if services else ""), highlight=False)
 
 
 @app.command("cleanup")

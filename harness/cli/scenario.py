@@ -30,6 +30,8 @@ def build(
     from substrate.scenario import build as do_build
     from substrate.scenario import load_manifest
 
+    if not output.parent.is_dir():
+        fail(f"cannot write {output}: directory {output.parent} does not exist")
     m = load_manifest(manifest)
     sc = do_build(m, seed=seed, density=density)
     if verify:

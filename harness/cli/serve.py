@@ -103,6 +103,8 @@ def serve(
         err.print("note: --token only applies to --transport http", highlight=False)
     try:
         run_server(server, transport, host=host, port=port, path=path)  # type: ignore[arg-type]
+    except ServerSetupError as e:
+        fail(str(e))
     except OSError as e:
         fail(f"cannot serve on {host}:{port}: {e}")
     except KeyboardInterrupt:

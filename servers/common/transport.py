@@ -6,7 +6,8 @@ MCP messages may go to stdout (logs go to stderr).
 Streamable HTTP: binds ``127.0.0.1`` by default, with the SDK's DNS-rebinding protection (Host
 and Origin headers must name a loopback address); with a bearer token configured
 (``ServerConfig.bearer_token``) every request needs ``Authorization: Bearer <token>``. Binding a
-non-loopback address keeps the protection on, allowing that address too, and warns.
+non-loopback address needs a bearer token; a specific address keeps the protection on (allowing
+that address too), a wildcard address (0.0.0.0, ::) relies on the token alone.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from typing import Literal
 
 import anyio
 
-from servers.common.server import AniServer
+from servers.common.server import AniServer, ServerSetupError
 
 Transport = Literal["stdio", "http"]
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::")
 
 
 def _say(msg: str) -> None:
@@ -66,13 +68,21 @@ async def _serve_http(server: AniServer, host: str, port: int, path: str, on_lis
 
     security = None
     if host not in LOOPBACK:
-        _say(f"warning: serving on {host}, reachable from other machines; use a bearer token (--token)")
-        hosts = [f"{host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=hosts,
-            allowed_origins=[f"http://{h}" for h in hosts],
-        )
+        if server.config.bearer_token is None:
+            raise ServerSetupError(f"serving on {host} makes the lab reachable from other machines: "
+                                   "give a bearer token (--token) or bind 127.0.0.1")
+        _say(f"warning: serving on {host}, reachable from other machines (bearer token required)")
+        if host in WILDCARD:
+            # clients arrive under any of the machine's names: the token, not the Host header,
+            # is what guards the endpoint (DNS rebinding targets token-less loopback services)
+            security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        else:
+            hosts = [f"{host}:*", "127.0.0.1:*", "localhost:*", "[::1]:*"]
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=hosts,
+                allowed_origins=[f"http://{h}" for h in hosts],
+            )
     app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

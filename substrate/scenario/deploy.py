@@ -56,8 +56,17 @@ def load_scenario(lab: Lab) -> Scenario:
 
 
 def load_baseline(lab: Lab) -> dict[str, DeviceState]:
-    """Baseline device state of every node of a scenario lab."""
-    data = json.loads((lab.dir / BASELINE_FILE).read_text())
+    """Baseline device state of every node of a scenario lab.
+
+    Raises:
+        SubstrateError: the lab was not deployed from a scenario (it has no baseline).
+    """
+    try:
+        data = json.loads((lab.dir / BASELINE_FILE).read_text())
+    except FileNotFoundError:
+        raise SubstrateError(
+            f"lab {lab.name} has no baseline: it was not deployed from a scenario (harness lab up --scenario FILE)"
+        ) from None
     return {k: DeviceState.model_validate(v) for k, v in data.items()}
 
 

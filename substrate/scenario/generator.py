@@ -63,11 +63,11 @@ def build(manifest: Manifest, *, seed: int | None = None, density: int | None = 
     seed = manifest.seed if seed is None else seed
     density = manifest.density if density is None else density
     if density < 1:
-        raise ManifestError(f"density must be >= 1, got {density}", field="density")
+        raise manifest.error(f"density must be >= 1, got {density}", "density")
     try:
         topo = Topology.from_spec(manifest.topology)
     except TopologyError as e:
-        raise ManifestError(str(e), field="topology") from None
+        raise manifest.error(str(e), "topology") from None
     sc = Scenario(name=manifest.name, manifest_digest=manifest.digest(), seed=seed, density=density,
                   layers=[spec.name for spec in manifest.layers], topology=topo)
     rng = random.Random(seed)
@@ -78,5 +78,5 @@ def build(manifest: Manifest, *, seed: int | None = None, density: int | None = 
         sc.node_config = render_scenario(sc)
         sc.invariants = scenario_invariants(sc)
     except GenerationError as e:
-        raise ManifestError(str(e).split(": ", 1)[-1], field=e.field) from None
+        raise manifest.error(str(e).split(": ", 1)[-1], e.field) from None
     return sc

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from substrate.errors import SubstrateError
 
@@ -57,6 +57,28 @@ class Manifest(BaseModel):
     seed: int = Field(default=0, ge=0, description="Default seed (harness scenario build --seed overrides).")
     density: int = Field(default=1, ge=1, le=20, description="State density: instances per class scale with it.")
     layers: list[LayerSpec] = Field(min_length=1)
+
+    _lines: dict[tuple[Any, ...], int] = PrivateAttr(default_factory=dict)
+    _source: str = PrivateAttr(default="manifest")
+
+    def line_of(self, field: str) -> int | None:
+        """The line of a field named like a generation error names it: ``layers.<layer>.<param>``,
+        ``pools.<pool>`` (the addressing layer's parameter), ``density``, ``topology``."""
+        parts = field.split(".")
+        names = [spec.name for spec in self.layers]
+        path: tuple[Any, ...] = tuple(parts)
+        if parts[0] == "pools" and "addressing" in names:
+            parts = ["layers", "addressing", *parts[1:]]
+        if parts[0] == "layers" and len(parts) > 1 and parts[1] in names:
+            i = names.index(parts[1])
+            path = ("layers", i, parts[1], *parts[2:])
+            if path[:2] + path[3:] in self._lines:  # a layer written as a bare name
+                path = path[:2] + path[3:]
+        return _closest_line(self._lines, path) if self._lines else None
+
+    def error(self, message: str, field: str) -> ManifestError:
+        """A ManifestError for ``field``, with its line when the manifest came from text."""
+        return ManifestError(message, field=field, line=self.line_of(field), source=self._source)
 
     def digest(self) -> str:
         """SHA-256 of the canonical JSON of the manifest (seed and density excluded)."""
@@ -170,6 +192,8 @@ def parse_manifest(text: str, source: str = "manifest") -> Manifest:
                 line=_closest_line(lines, yaml_paths[i] + sub), source=source,
             ) from None
         seen.append(spec.name)
+    manifest._lines = lines
+    manifest._source = source
     return manifest
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ipaddress
 import random
 
+from pydantic import ValidationInfo, field_validator
+
 from substrate import addressing as a
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, register
 from substrate.scenario.model import Invariant, Pools, Scenario
@@ -32,6 +34,25 @@ class AddressingParams(LayerParams):
     tables: tuple[int, int] = (100, 199)
     functions: tuple[int, int] = (0xE000, 0xEFFF)
     floating4: str = "198.51.100.0/24"
+
+    @field_validator("prefix6", "prefix4", "floating4")
+    @classmethod
+    def _network(cls, v: str, info: ValidationInfo) -> str:
+        version, longest = (6, 64) if info.field_name == "prefix6" else (4, 24)
+        try:
+            net = ipaddress.ip_network(v)
+        except ValueError as e:
+            raise ValueError(f"not an IPv{version} network: {e}") from None
+        if net.version != version or net.prefixlen > longest:
+            raise ValueError(f"expected an IPv{version} network of length /{longest} or shorter, got {v}")
+        return v
+
+    @field_validator("tables", "functions")
+    @classmethod
+    def _range(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if v[0] > v[1]:
+            raise ValueError(f"the range is empty: {v[0]} > {v[1]}")
+        return v
 
 
 class PoolExhausted(GenerationError):

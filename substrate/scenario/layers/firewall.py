@@ -14,6 +14,9 @@ connection or a reset), and one unlisted port stays open (the policy does not ov
 from __future__ import annotations
 
 import random
+from typing import Annotated
+
+from pydantic import Field
 
 from substrate.scenario.layers.base import Layer, LayerParams, node_cfg, register
 from substrate.scenario.layers.l3vpn import ce_addr
@@ -26,8 +29,10 @@ OPEN_PORT = 8443
 
 
 class FirewallParams(LayerParams):
-    items_per_tenant: tuple[int, int] = (1, 3)
-    allow_share: float = 0.5
+    """Policy items per tenant (min, max) and the share that opens a port to one source site."""
+
+    items_per_tenant: tuple[Annotated[int, Field(ge=0, le=50)], Annotated[int, Field(ge=0, le=50)]] = (1, 3)
+    allow_share: float = Field(default=0.5, ge=0, le=1)
 
 
 def _match(src: Site | None, dst: Site, fam: int) -> str:

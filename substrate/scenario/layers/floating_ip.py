@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import random
 
+from pydantic import Field
+
 from substrate.scenario.layers.addressing import Ipam
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, density_fits, node_cfg, register
 from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, interface_block, segs, sid_of
@@ -37,7 +39,9 @@ EXTERNAL_HOST = "x1"
 
 
 class FloatingIpParams(LayerParams):
-    per_density: int = 1
+    """Floating IPs per unit of density, and the border PE (default: drawn from the seed)."""
+
+    per_density: int = Field(default=1, ge=0, le=100)
     border_pe: str | None = None
 
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import ipaddress
 import random
+from typing import Annotated
+
+from pydantic import Field
 
 from substrate import addressing as a
 from substrate.scenario.layers.addressing import Ipam
@@ -45,13 +48,16 @@ ALL_PAIRS_MAX = 5
 
 
 class L3vpnParams(LayerParams):
-    tenants_per_density: int = 3
-    sites: tuple[int, int] = (2, 7)
-    size_skew: float = 1.1
-    pe_skew: float = 0.8
-    ipv4_share: float = 0.7
-    overlap_rate: float = 0.25
-    spare_circuits: int = 4
+    """Tenant VPNs: count per density, sites per tenant (min, max), Zipf skews of tenant sizes
+    and PE load, share of sites with IPv4, rate of prefix reuse across tenants, spare circuits."""
+
+    tenants_per_density: int = Field(default=3, ge=0, le=100)
+    sites: tuple[Annotated[int, Field(ge=1, le=100)], Annotated[int, Field(ge=1, le=100)]] = (2, 7)
+    size_skew: float = Field(default=1.1, ge=0)
+    pe_skew: float = Field(default=0.8, ge=0)
+    ipv4_share: float = Field(default=0.7, ge=0, le=1)
+    overlap_rate: float = Field(default=0.25, ge=0, le=1)
+    spare_circuits: int = Field(default=4, ge=0, le=200)
     #: Sites of the first tenant (0 = drawn like the others): a large live tenant, as in the
     #: draft's pilot (section 7.1: change set on a live 25-site tenant).
     anchor_sites: int = 0

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import random
 
+from pydantic import Field
+
 from substrate import addressing as a
 from substrate.routes import route_key
 from substrate.scenario.layers.addressing import Ipam
@@ -28,7 +30,9 @@ PATH_PROBES = 5
 
 
 class SteeringParams(LayerParams):
-    per_density: int = 2
+    """Steering policies per unit of density."""
+
+    per_density: int = Field(default=2, ge=0, le=100)
 
 
 def policy_segs(sc: Scenario, p: SteeringPolicy, egress_function: int) -> str:
