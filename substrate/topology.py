@@ -184,7 +184,9 @@ class Topology(BaseModel):
             if roles[lk.a.node] is Role.HOST and roles[lk.b.node] is Role.HOST:
                 raise ValueError(f"link {lk.a} -- {lk.b} joins two hosts; hosts attach to routers")
         routers = [n.name for n in self.nodes if n.is_router]
-        if len(routers) > 1:
+        # a topology without any link is a node inventory (e.g. what an operator renders
+        # configuration for); with links, every router must reach every other
+        if len(routers) > 1 and self.links:
             seen = {routers[0]}
             todo = [routers[0]]
             while todo:

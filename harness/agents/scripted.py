@@ -290,7 +290,7 @@ class ScriptedAgent:
                     await self._devices(tools, req, mistakes, a1=True)
                 else:
                     await self._devices(tools, req, mistakes, a1=False)
-            except (ValueError, KeyError, StopIteration) as e:
+            except Exception as e:  # noqa: BLE001 - an operator who cannot go on says so and submits
                 await tools.call("submit", {})
                 return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=",".join(mistakes.made))
             await tools.call("submit", {})
