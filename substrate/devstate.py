@@ -22,6 +22,7 @@ snapshot/rollback.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import time
@@ -525,12 +526,28 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     link_lines += [f"link del {name}" for name in deleted]
     addr_add = sorted(set(target.addresses) - set(cur.addresses))
     addr_del = [a for a in sorted(set(cur.addresses) - set(target.addresses)) if a.split()[-1] not in deleted]
-    link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add]
+    # an interface that comes (back) up gets the addresses FRR configures on it from zebra itself
+    # (zebra installs configured addresses when the interface goes up); adding them too races
+    # zebra, whose install then fails with EEXIST and leaves zebra, hence IS-IS, without the
+    # address: wait for zebra's instead
+    woken = {n for n, want in target.links.items() if want.up and not (cur.links.get(n) and cur.links[n].up)}
+    zebra_owned = frr_interface_addresses(target.frr_config or "") if cur.frr_daemons or cur.frr_config else set()
+    from_zebra = [a for a in addr_add if a.split()[-1] in woken and a in zebra_owned]
+    link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add if a not in from_zebra]
     if link_lines:
         rep.actions += link_lines
         r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(link_lines) + "\n", timeout_s=20)
         if not r.ok:
             errors.append(f"links/addresses: {r.stderr.strip()[:500]}")
+    if from_zebra:
+        rep.actions += [f"zebra: addr {a}" for a in from_zebra]
+        missing = _wait_addresses(lab, node, from_zebra, timeout_s=5.0)
+        if missing:  # zebra did not (FRR down or not configured after all): add them ourselves
+            lines = [f"addr replace {a}" for a in missing]
+            rep.actions += lines
+            r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=20)
+            if not r.ok:
+                errors.append(f"addresses: {r.stderr.strip()[:500]}")
     if normalize_nft(cur.nft) != normalize_nft(target.nft):
         rep.actions.append("nft: replace ruleset")
         r = lab.exec(node, ["nft", "-f", "-"], input="flush ruleset\n" + target.nft + "\n", timeout_s=20)
@@ -593,6 +610,46 @@ def restart_frr(lab: Lab, node: str, config: str) -> list[str]:
         return [f"frr restart: {r.summary()}"]
     r = lab.sh(node, frr.start_script(daemons), timeout_s=60)
     return [] if r.ok else [f"frr restart: {r.summary()}"]
+
+
+def frr_interface_addresses(config: str) -> set[str]:
+    """Addresses an FRR configuration puts on interfaces (zebra's ``ip address`` / ``ipv6
+    address`` under ``interface IF``), as :attr:`DeviceState.addresses` entries ``ADDR/LEN dev IF``
+    with the address in the kernel's canonical text form."""
+    out: set[str] = set()
+    ifname: str | None = None
+    for line in config.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if not line.startswith(" "):
+            ifname = words[1] if words[0] == "interface" and len(words) == 2 else None
+        elif ifname and len(words) == 3 and words[0] in ("ip", "ipv6") and words[1] == "address":
+            try:
+                iface = ipaddress.ip_interface(words[2])
+            except ValueError:
+                continue
+            out.add(f"{iface.ip}/{iface.network.prefixlen} dev {ifname}")
+    return out
+
+
+def _wait_addresses(lab: Lab, node: str, wanted: list[str], timeout_s: float) -> list[str]:
+    """Poll ``node`` until every ``ADDR/LEN dev IF`` of ``wanted`` is on its interface, for at
+    most ``timeout_s`` seconds; returns those still missing."""
+    deadline = time.monotonic() + timeout_s
+    missing = list(wanted)
+    while missing:
+        r = lab.exec(node, ["ip", "-j", "addr", "show"], timeout_s=5)
+        have = set()
+        if r.ok:
+            for iface in json.loads(r.stdout or "[]"):
+                for ai in iface.get("addr_info", []):
+                    have.add(f"{ai.get('local')}/{ai.get('prefixlen')} dev {iface.get('ifname')}")
+        missing = [a for a in missing if a not in have]
+        if not missing or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    return missing
 
 
 def restore_frr(lab: Lab, node: str, config: str) -> list[str]:

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from substrate import Lab, Topology
-from substrate.devstate import DeviceState, capture, capture_many, normalize_nft, restore, route_args, route_del_args
+from substrate.devstate import (
+    DeviceState,
+    capture,
+    capture_many,
+    frr_interface_addresses,
+    normalize_nft,
+    restore,
+    route_args,
+    route_del_args,
+)
 from tests.conftest import reachable, unique_name
 
 
@@ -77,3 +86,10 @@ def test_deleted_veth_is_reported_not_hidden() -> None:
         lab.check([lab.exec("r1", ["ip", "link", "del", "eth1"])])
         rep = restore(lab, base)
         assert any("eth1" in r and "cannot be re-created" in r for r in rep.residual)
+
+
+def test_frr_interface_addresses_are_read_per_interface_in_kernel_form() -> None:
+    conf = ("interface eth2\n ipv6 address fd00:1:1:0::1/64\n ip address 10.0.0.1/24\nexit\n!\n"
+            "router isis CORE\n net 49.0001.0000.0000.0001.00\nexit\n!\ninterface sr0\n ipv6 address fcbb:bb00:1::1/48\nexit\n")
+    assert frr_interface_addresses(conf) == {"fd00:1:1::1/64 dev eth2", "10.0.0.1/24 dev eth2", "fcbb:bb00:1::1/48 dev sr0"}
+    assert frr_interface_addresses("") == set()
