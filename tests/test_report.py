@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,42 @@ def test_cli_unknown_campaign_and_missing_store(db: Path, tmp_path: Path) -> Non
     res = runner.invoke(app, [CID, "--db", str(missing)])
     assert res.exit_code == 1 and "no results store" in res.output
     assert not missing.exists()
+
+
+def test_html_page_plots_the_rates_with_their_wilson_intervals(db: Path, tmp_path: Path) -> None:
+    from html.parser import HTMLParser
+
+    from harness.report_html import OUTCOME_COLOURS, figures, to_html
+
+    with CampaignStore(db) as s:
+        rep = build_report(s, CID)
+        empty = build_report(s, "other")
+    figs = figures(rep)
+    rates = figs["rates"].axes[0]
+    assert [t.get_text() for t in rates.get_xticklabels()] == ["A0\nn=6", "A3-T\nn=6", "A1\nn=5"]
+    completion, damage_free = rates.containers  # one errorbar series per rate
+    ys = list(completion.lines[0].get_ydata())
+    assert ys == [0.0, 1.0, 0.6]
+    # the error bars span exactly the Wilson intervals of the cells
+    segments = completion.lines[2][0].get_segments()
+    spans = [(round(seg[0][1], 4), round(seg[1][1], 4)) for seg in segments]
+    assert spans == [tuple(round(x, 4) for x in c.completion.wilson) for c in rep.cells]
+    assert list(damage_free.lines[0].get_ydata()) == [1.0, 1.0, 0.6]
+    # stacked outcome bars: A1 has 2 clean successes, 1 dangerous, 1 clean and 1 destructive failure
+    bars = figs["outcomes"].axes[0].patches
+    a1 = [p.get_height() for p in bars[2::3]]
+    assert a1 == [2, 1, 1, 1] and len(bars) == 3 * len(OUTCOME_COLOURS)
+
+    page = to_html(rep)
+    parser = HTMLParser()
+    parser.feed(page)  # well-formed enough for a parser; self-contained: no script, no remote URL
+    assert page.count("<svg") == 2 and "<script" not in page
+    assert not re.search(r'(src|href)="https?:', page)
+    for needle in ("anibench campaign ani-pilot", "exact McNemar", "lab reset: r4", "&quot;variants&quot;: 6"):
+        assert needle in page
+    assert "No run is done yet" in to_html(empty) and figures(empty) == {}
+
+    out = tmp_path / "page" / "r.html"
+    res = runner.invoke(app, [CID, "--db", str(db), "--html", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")

@@ -28,6 +28,7 @@ def demo(
     from harness.campaign import make_spec, run_campaign, summary_line
     from harness.cli.campaign import DEFAULT_MANIFEST, _manifest_path
     from harness.report import build_report
+    from harness.report_html import to_html
     from harness.store import CampaignStore
     from substrate.features import check_root_and_tools
 
@@ -35,6 +36,7 @@ def demo(
     db.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     stamp = f"{int(time.time())}-{os.getpid() % 1000}"
+    pages: list[Path] = []
     with CampaignStore(db) as store:
         for agent in ("scripted", "noisy"):
             spec = make_spec(ani=ani.split(","), agent=[agent], model=[None], task=task, variants=variants,
@@ -48,6 +50,11 @@ def demo(
 
             with err.status("running..."):
                 run_campaign(spec, store, results_dir=db.parent / "runs", on_run=on_run)
-            out.print(build_report(store, spec.campaign_id))
-    out.print(f"demo done in {time.monotonic() - t0:.0f} s; results in {db} (harness report CAMPAIGN --db {db})",
+            rep = build_report(store, spec.campaign_id)
+            out.print(rep)
+            page = db.parent / f"{spec.campaign_id}.html"
+            page.write_text(to_html(rep), encoding="utf-8")
+            pages.append(page)
+    out.print(f"demo done in {time.monotonic() - t0:.0f} s; results in {db} (harness report CAMPAIGN --db {db}); "
+              f"HTML reports: {', '.join(map(str, pages))}",
               highlight=False)

@@ -1,4 +1,4 @@
-"""``harness report``: the statistics of a campaign from the results store (terminal, JSON, CSV)."""
+"""``harness report``: the statistics of a campaign from the results store (terminal, JSON, CSV, HTML)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,13 @@ def report(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     csv_out: Annotated[Path | None, typer.Option(
         "--csv", help="Also write one row per cell here, and the paired tests beside it (<name>_paired.csv).")] = None,
+    html_out: Annotated[Path | None, typer.Option(
+        "--html", help="Also write a self-contained HTML page here: plots of the rates with their "
+        "95% intervals and of the outcome labels, the tables, the campaign specification.")] = None,
 ) -> None:
     """Report a campaign: per-setting rates with intervals, outcomes, cost, paired McNemar tests.
+
+    Prints the report; ``--json``, ``--csv`` and ``--html`` also write it to files.
 
     Completion and damage-free run rates with Wilson and Clopper-Pearson 95% intervals, outcome
     labels, completion modes, cost per run, and exact McNemar tests between every two settings.
@@ -47,3 +52,9 @@ def report(
     if csv_out:
         cells, paired = rep.to_csv(csv_out)
         err.print(f"wrote {cells} and {paired}", highlight=False)
+    if html_out:
+        from harness.report_html import to_html
+
+        html_out.parent.mkdir(parents=True, exist_ok=True)
+        html_out.write_text(to_html(rep), encoding="utf-8")
+        err.print(f"wrote {html_out}", highlight=False)
