@@ -197,6 +197,13 @@ class _Planner:
             self.touch[iid] = (i, op.op)
         return r
 
+    def in_use(self, i: int, iid: str) -> bool:
+        """A create names an id another instance has: refuse it (field ``ops[i].id``)."""
+        other = self.ids().get(iid)
+        if other:
+            self.bad(f"ops[{i}].id", f"{iid!r} is already in use by a {other}")
+        return other is not None
+
     def missing(self, i: int, op: Any, cls: str) -> None:
         """A modify/delete of an id that does not exist (a delete repeated after it succeeded is no change)."""
         if op.op == "delete" and op.id in self.deleted_by and op.id not in self.ids():
@@ -229,8 +236,7 @@ class _Planner:
             if iid in tenants and tenants[iid].name == op.spec.name:
                 self.result(i, op, iid, "no change", notes=["the tenant exists with this spec"])
                 return
-            if iid in self.ids():
-                self.bad(f"ops[{i}].id", f"{iid!r} is already in use by a {self.ids()[iid]}")
+            if self.in_use(i, iid):
                 return
             if same:
                 self.bad(f"ops[{i}].spec.name", f"customer name {op.spec.name!r} is tenant {same[0].id}'s")
@@ -439,8 +445,7 @@ class _Planner:
                 self.result(i, op, same[0].id, "no change", notes=[f"policy {same[0].id} exists with this spec"])
                 return
             iid = op.id or self.new_id("sp", set(self.ids()))
-            if iid in self.ids():
-                self.bad(f"ops[{i}].id", f"{iid!r} is already in use by a {self.ids()[iid]}")
+            if self.in_use(i, iid):
                 return
             p = SteeringPolicy(id=iid, tenant=sp.tenant, ingress_pe=sp.ingress_pe, dst_site=sp.dst_site, waypoint=sp.waypoint,
                                waypoint_function=0)  # fmt: skip
@@ -481,8 +486,7 @@ class _Planner:
                 self.result(i, op, same[0].id, "no change", notes=[f"rule set {same[0].id} exists with these rules"])
                 return
             iid = op.id or f"fw-{sp.tenant}"
-            if iid in self.ids():
-                self.bad(f"ops[{i}].id", f"{iid!r} is already in use by a {self.ids()[iid]}")
+            if self.in_use(i, iid):
                 return
             self.work.firewalls.append(FirewallPolicy(id=iid, tenant=sp.tenant, rules=list(sp.rules)))
             self.result(i, op, iid, "created")
@@ -520,8 +524,7 @@ class _Planner:
                 self.result(i, op, same[0].id, "no change", notes=[f"{same[0].id} already maps {same[0].address} to {sp.site}"])
                 return
             iid = op.id or self.new_id("fip", set(self.ids()))
-            if iid in self.ids():
-                self.bad(f"ops[{i}].id", f"{iid!r} is already in use by a {self.ids()[iid]}")
+            if self.in_use(i, iid):
                 return
             site = self.sites().get(sp.site)
             if site is None:
