@@ -103,10 +103,13 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
 
     started = datetime.now(UTC)
     t0 = time.monotonic()
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
-    trajectory = spec.run_dir / "trajectory.jsonl"
+    # absolute: the server's --trajectory and an external agent's files must not depend on the
+    # working directory of the process that reads them (an external agent runs in files/)
+    run_dir = spec.run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trajectory = run_dir / "trajectory.jsonl"
     trajectory.unlink(missing_ok=True)
-    files_dir = spec.run_dir / "files"
+    files_dir = run_dir / "files"
     files_dir.mkdir(exist_ok=True)
     for name, text in variant.files.items():
         (files_dir / name).write_text(text)
@@ -134,7 +137,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
             raise RunFailed(f"the {spec.level} server could not start: {e}") from e
     follower = _TrajectoryFollower(trajectory, injector) if external else None
     ctx = AgentContext(
-        level=spec.level, prompt=variant.prompt, files=variant.files, workdir=spec.run_dir, server=server,
+        level=spec.level, prompt=variant.prompt, files=variant.files, workdir=run_dir, server=server,
         serve_argv=_serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
         deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step, seed=variant.seed,
         options=spec.agent_options,
@@ -190,8 +193,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     budget_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
     mode = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                            budget_hit=budget_hit, task_pass=task_pass)
-    (spec.run_dir / "verdicts.json").write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
-    (spec.run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped}, indent=1))
+    (run_dir / "verdicts.json").write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
+    (run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped}, indent=1))
     record = RunRecord(
         campaign_id=spec.campaign_id, run_key=spec.run_key, factor=spec.factor, setting=spec.setting,
         task_class=variant.task_class, variant=variant.variant, scenario_seed=variant.scenario_seed,

@@ -182,6 +182,27 @@ def test_external_command_agent_is_recorded_by_the_server_and_capped(campaign_la
 
 
 @pytest.mark.lab
+def test_command_agent_with_a_relative_results_dir(campaign_lab, tmp_path, monkeypatch) -> None:
+    """The agent runs in <run>/files/: every path it is given (template, mcp.json) is absolute, so it
+    finds its configuration and the server records where the harness reads."""
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    monkeypatch.chdir(tmp_path)
+    rel = Path("results/runs/rel/A1/v0")
+    tpl = f"{sys.executable} {REPO / 'tests' / 'fake_cli_agent.py'} {{mcp_config}}"
+    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": tpl}, density=1, run_dir=rel)
+    rec, _ = execute_run(lab, spec, v)
+    run_dir = tmp_path / rel
+    assert rec.steps == 2 and rec.completion_mode.value == "early_submission", (run_dir / "agent.log").read_text()
+    calls = [json.loads(x) for x in (run_dir / "trajectory.jsonl").read_text().splitlines()]
+    assert [c["tool"] for c in calls] == ["get_topology", "submit"]
+    assert not list((run_dir / "files").rglob("trajectory.jsonl"))
+    args = json.loads((run_dir / "mcp.json").read_text())["mcpServers"]["anibench"]["args"]
+    assert args[args.index("--trajectory") + 1] == str(run_dir / "trajectory.jsonl")
+
+
+@pytest.mark.lab
 def test_campaign_pairs_runs_and_reports(tmp_path) -> None:
     spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=2,
                      manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,

@@ -69,20 +69,22 @@ class CommandAgent:
         return await anyio.to_thread.run_sync(self._run, ctx)
 
     def _run(self, ctx: AgentContext) -> AgentOutcome:
-        work = ctx.workdir / "files"
+        # every path handed to the process is absolute: it runs in ``files/``, not in our cwd
+        root = ctx.workdir.resolve()
+        work = root / "files"
         work.mkdir(parents=True, exist_ok=True)
         for name, text in ctx.files.items():
             (work / name).write_text(text)
-        prompt_file = ctx.workdir / "prompt.txt"
+        prompt_file = root / "prompt.txt"
         prompt_file.write_text(ctx.prompt)
-        cfg = ctx.workdir / "mcp.json"
+        cfg = root / "mcp.json"
         cfg.write_text(json.dumps(mcp_config(ctx.serve_argv), indent=1))
         values = {"prompt": ctx.prompt, "prompt_file": str(prompt_file), "mcp_config": str(cfg), "workdir": str(work)}
         try:
             argv = [w.format(**values) for w in shlex.split(self.template)]
         except (KeyError, IndexError) as e:
             return AgentOutcome(error=f"unknown placeholder {e} in the command template", model=self.model)
-        log = (ctx.workdir / "agent.log").open("w")
+        log = (root / "agent.log").open("w")
         try:
             p = subprocess.Popen(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  start_new_session=True)
