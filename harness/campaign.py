@@ -61,6 +61,27 @@ class CampaignSpec(BaseModel):
         return level, agent, model
 
 
+def parse_levels(values: list[str]) -> list[str]:
+    """The ANI levels named by ``--ani`` (already split on commas), canonical and in order.
+
+    Shared by ``harness campaign`` and ``harness task validate`` so both refuse the same input.
+
+    Raises:
+        AnibenchError: no level, an unknown level (naming the registered ones), or a level twice.
+    """
+    from servers.registry import normalize_level
+
+    if not values:
+        raise AnibenchError("--ani needs at least one value")
+    try:
+        levels = [normalize_level(a) for a in values]
+    except KeyError as e:
+        raise AnibenchError(str(e.args[0])) from None
+    if len(set(levels)) != len(levels):
+        raise AnibenchError("--ani lists a value twice")
+    return levels
+
+
 def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task: str, variants: int, manifest: str,
               seed: int, density: int, fault_rate: float, budget_steps: int, wall_cap_s: float,
               agent_options: dict[str, str], campaign_id: str | None = None) -> CampaignSpec:
@@ -71,7 +92,6 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
             manifest.
     """
     from harness.agents.base import AGENTS
-    from servers.registry import normalize_level
     from substrate.scenario import load_manifest
 
     if task not in TASK_CLASSES:
@@ -84,10 +104,7 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
     if wall_cap_s <= 0 or seed < 0 or variants < 1 or budget_steps < 1 or density < 1 or not 0 <= fault_rate <= 1:
         raise AnibenchError("out of range: --wall-cap > 0, --seed >= 0, --variants >= 1, --budget-steps >= 1, "
                             "--density >= 1, 0 <= --faults <= 1")
-    try:
-        ani = [normalize_level(a) for a in ani]
-    except KeyError as e:
-        raise AnibenchError(str(e.args[0])) from None
+    ani = parse_levels(ani)
     for a in agent:
         if a not in AGENTS:
             raise AnibenchError(f"unknown agent {a!r}; available: {', '.join(AGENTS)}")

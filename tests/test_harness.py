@@ -275,6 +275,20 @@ def test_cli_rejects_bad_options_in_one_line(tmp_path) -> None:
 
 
 @pytest.mark.lab
+def test_task_validate_and_campaign_refuse_the_same_bad_levels(tmp_path) -> None:
+    validate = [*HARNESS, "task", "validate", "onboarding", "--manifest", str(MANIFEST), "--variants", "1"]
+    camp = [*HARNESS, "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants", "1",
+            "--db", str(tmp_path / "d.sqlite"), "--results", str(tmp_path / "runs")]
+    for ani, needle in (("A5", "unknown ANI level 'A5'; registered: A0, A1, A3-T"), ("", "--ani needs at least one value"),
+                        ("A0,A0", "--ani lists a value twice"), ("a0, A0", "--ani lists a value twice")):
+        for base in (validate, camp):
+            r = subprocess.run([*base, "--ani", ani], cwd=REPO, capture_output=True, text=True, timeout=60)
+            assert r.returncode == 1 and r.stdout == "", (base[3], ani, r.stdout)
+            assert r.stderr.strip() == f"error: {needle}", (base[3], ani, r.stderr)
+    assert not (tmp_path / "d.sqlite").exists()
+
+
+@pytest.mark.lab
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
     db = tmp_path / "db.sqlite"

@@ -172,13 +172,15 @@ def task_validate(
     and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C)."""
     import tempfile
 
+    from harness.campaign import parse_levels
     from harness.run import RunSpec, execute_run
-    from harness.tasks import make_variant
-    from servers.registry import normalize_level
+    from harness.tasks import TASK_CLASSES, make_variant
     from substrate.scenario import build, load_manifest
     from substrate.scenario.deploy import deploy_scenario
 
-    levels = [normalize_level(a) for a in _csv(ani)]
+    levels = parse_levels(_csv(ani))
+    if task_class not in TASK_CLASSES:
+        fail(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
     m = load_manifest(_manifest_path(manifest))
     table = Table("variant", "level", "test cases", "damage checks", "result")
     bad = 0
