@@ -192,6 +192,27 @@ def test_reset_of_an_untouched_lab_changes_nothing(bf) -> None:
     assert rep.restored == [] and rep.exact
 
 
+def test_reset_kills_what_an_agent_left_running_and_keeps_frr(bf) -> None:
+    lab, sc = bf
+    s = sc.tenants[0].sites[0]
+    daemons_before = lab.sh(s.pe, "cat /run/frr/*.pid").stdout.split()
+    # a background loop (as an A0 shell could leave) that keeps re-breaking the customer's circuit
+    lab.check([lab.sh(s.pe, f"nohup sh -c 'while true; do ip link set {s.pe_if} down; sleep 0.2; done' "
+                             ">/dev/null 2>&1 &"),
+               lab.sh(s.ce, "nohup sleep 1000 >/dev/null 2>&1 &")])
+    rep = reset(lab)
+    assert rep.exact, rep.residual
+    assert {k.split(":")[0] for k in rep.killed_processes} == {s.pe, s.ce}
+    assert any(k.endswith(":sh") for k in rep.killed_processes) and any(k.endswith(":sleep") for k in rep.killed_processes)
+    # nothing but init and the FRR daemons is left in the PE, and the daemons are the same processes
+    left = lab.sh(s.pe, 'for d in /proc/[0-9]*; do echo "${d#/proc/}"; done').stdout.split()
+    assert len(set(left) - {"1"} - set(daemons_before)) == 1  # the listing shell itself
+    assert lab.sh(s.pe, "cat /run/frr/*.pid").stdout.split() == daemons_before
+    assert failing(lab, sc.invariants) == []
+    assert '"operstate":"UP"' in lab.exec(s.pe, ["ip", "-j", "link", "show", s.pe_if]).stdout  # not re-broken
+    assert reset(lab).killed_processes == []
+
+
 def test_cli_check_and_reset(bf) -> None:
     lab, sc = bf
     harness = [sys.executable, "-m", "harness.cli.__main__"]

@@ -248,7 +248,8 @@ def reset(name: Annotated[str, typer.Argument(help="Lab name (deployed from a sc
         f"reset {name} in {rep.seconds:.2f} s: {len(rep.restored)} node(s) restored"
         + (f" ({', '.join(r.node for r in rep.restored)})" if rep.restored else "")
         + (f"; links re-created: {', '.join(rep.repaired_links)}" if rep.repaired_links else "")
-        + (f"; daemons restarted: {', '.join(rep.restarted_daemons)}" if rep.restarted_daemons else ""),
+        + (f"; daemons restarted: {', '.join(rep.restarted_daemons)}" if rep.restarted_daemons else "")
+        + (f"; processes killed: {', '.join(rep.killed_processes)}" if rep.killed_processes else ""),
         highlight=False,
     )
     if rep.residual:

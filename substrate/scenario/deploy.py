@@ -6,8 +6,8 @@ A scenario whose invariants do not all pass is refused: the lab is destroyed and
 what failed (draft section 6: "every pre-existing service passes its invariants before the run").
 The scenario and the baseline device state of every node are kept in the lab's directory.
 
-Reset: back to that baseline without redeploying. Faults are cleared, stopped processes resumed,
-dead FRR daemons restarted, deleted links re-created, then every node whose state differs from
+Reset: back to that baseline without redeploying. Faults are cleared, processes an agent left
+running in a node are killed, stopped processes resumed, dead FRR daemons restarted, deleted links re-created, then every node whose state differs from
 the baseline is restored (only what differs), and the underlay is left converged.
 """
 
@@ -29,6 +29,24 @@ from substrate.scenario.observer import Verdict, observe
 
 SCENARIO_FILE = "scenario.json"
 BASELINE_FILE = "baseline.json"
+#: One shell per node at the start of a reset, builtins only (no fork, so nothing it starts is
+#: killed by it): kill every process but the node's init (PID 1), its FRR daemons and itself --
+#: whatever an agent left running (a loop that keeps changing state would otherwise reach into the
+#: next run) -- printing ``K pid:comm``; resume stopped processes (the frozen-node fault); print
+#: ``D daemon`` for each FRR daemon that is not running.
+_REVIVE = """keep=" 1 $$ "
+for f in /run/frr/*.pid; do read -r p < "$f" 2>/dev/null && keep="$keep$p "; done
+for d in /proc/[0-9]*; do
+  p=${{d#/proc/}}
+  case "$keep" in *" $p "*) continue;; esac
+  c=?; read -r c < "$d/comm" 2>/dev/null
+  kill -9 "$p" 2>/dev/null && echo "K $p:$c"
+done
+kill -CONT -1 2>/dev/null
+for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev/null || echo "D $d"; done
+true
+"""
+
 #: A token rewritten whenever the lab is put at its baseline (deploy, reset); see baseline_epoch.
 EPOCH_FILE = "baseline_epoch"
 
@@ -141,6 +159,8 @@ class ResetReport(BaseModel):
     restored: list[RestoreReport] = Field(default_factory=list, description="Nodes that needed changes.")
     repaired_links: list[str] = Field(default_factory=list)
     restarted_daemons: list[str] = Field(default_factory=list)
+    killed_processes: list[str] = Field(
+        default_factory=list, description="Processes left running in a node (by an agent), killed: `node:pid:command`.")
     residual: dict[str, list[str]] = Field(default_factory=dict, description="Differences left (empty = exact).")
     stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage (revive, capture+restore, repair, converge).")
 
@@ -189,19 +209,19 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     clear_all(lab)
     restarted = []
 
-    def revive(node: str) -> list[str]:
-        # resume stopped processes and list dead FRR daemons: one command per node, builtins only
-        daemons = " ".join(lab.state(node).daemons)
-        r = lab.sh(node, "kill -CONT -1 2>/dev/null; for d in " + daemons +
-                   '; do { read -r p < /run/frr/$d.pid && kill -0 "$p"; } 2>/dev/null || echo "$d"; done; true',
-                   timeout_s=5)
-        dead = r.stdout.split()
+    killed: list[str] = []
+
+    def revive(node: str) -> tuple[list[str], list[str]]:
+        lines = lab.sh(node, _REVIVE.format(daemons=" ".join(lab.state(node).daemons)), timeout_s=5).stdout.splitlines()
+        dead = [ln[2:] for ln in lines if ln.startswith("D ")]
+        strays = [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
         for d in dead:
             lab.start_daemon(node, d, load_config=False)
-        return [f"{node}:{d}" for d in dead]
+        return [f"{node}:{d}" for d in dead], strays
 
-    for found in lab.map(revive, lab.node_names()):
+    for found, strays in lab.map(revive, lab.node_names()):
         restarted += found
+        killed += strays
     lap("revive")
 
     def check_and_restore(node: str) -> tuple[DeviceState, RestoreReport]:
@@ -223,4 +243,4 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     residual = {r.node: r.residual for r in reports if r.residual}
     _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
-                       restarted_daemons=restarted, residual=residual, stages=stages)
+                       restarted_daemons=restarted, killed_processes=killed, residual=residual, stages=stages)
