@@ -140,3 +140,48 @@ def test_config_delta_changes_only_what_the_inventory_changed() -> None:
     assert any(site.prefix6 in x and "route del" in x for x in d2.removals)
     untouched = [n for n in cfg_b if n not in {site.pe, other.pe} and cfg_b[n] == cfg_a.get(n)]
     assert untouched and all(config_delta(n, cfg_b[n], cfg_a[n]).empty() for n in untouched)
+
+
+def _line_manifest(tmp_path: Path, routers: int) -> Path:
+    """The small brownfield's manifest on a ``line:N`` base, with a few steering policies asked for."""
+    data = yaml.safe_load(SMALL.read_text())
+    data["name"], data["topology"] = f"small-line{routers}", f"line:{routers}:nohosts"
+    data["layers"] = [{"steering": {"per_density": 3}} if isinstance(x, dict) and "steering" in x else x
+                      for x in data["layers"]]
+    path = tmp_path / f"line{routers}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("routers", [3, 4])
+def test_steering_waypoint_is_never_the_ingress_or_egress_pe_on_a_small_base(tmp_path: Path, routers: int) -> None:
+    m = load_manifest(_line_manifest(tmp_path, routers))
+    policies = []
+    for seed in range(12):
+        try:
+            sc = build(m, seed=seed, density=1)
+        except ManifestError as e:  # a seed whose tenants all sit on one PE: nothing to steer
+            assert "no tenant has sites on two PEs" in str(e)
+            continue
+        for p in sc.steering:
+            policies.append(p)
+            assert p.waypoint not in (p.ingress_pe, sc.site(p.dst_site).pe), p
+            # on a line the only routers besides the two end PEs are the P routers in between
+            assert p.waypoint in {f"r{i}" for i in range(2, routers)}, p
+            inv = next(i for i in sc.invariants if i.id == f"steering/{p.id}/path")
+            assert inv.params["node"] == p.waypoint
+    assert len(policies) >= 6
+
+
+def test_steering_refuses_a_base_with_no_router_between_the_pes(tmp_path: Path) -> None:
+    m = load_manifest(_line_manifest(tmp_path, 2))
+    refused = 0
+    for seed in range(6):
+        with pytest.raises(ManifestError, match=r"layers.steering.per_density: no (router to steer through|tenant has)") as e:
+            build(m, seed=seed, density=1)
+        refused += "router to steer through" in str(e.value)
+    assert refused  # some seed has a tenant on both PEs, and its only flows cannot be steered
+    # without the steering layer the same base builds
+    data = yaml.safe_load((tmp_path / "line2.yaml").read_text())
+    data["layers"] = [x for x in data["layers"] if not (isinstance(x, dict) and "steering" in x)]
+    assert not build(parse_manifest(yaml.safe_dump(data, sort_keys=False)), seed=0).steering

@@ -1,7 +1,9 @@
 """Layer ``steering``: SRv6 traffic-steering policies (a tenant flow pinned through a core router).
 
 A policy takes a tenant's traffic entering at one PE toward one remote site through a waypoint
-(a P router when there is one). Its segment list is one uSID container (RFC 9800):
+(a P router when there is one, else another PE), never the ingress or the egress PE itself: there
+the path invariant would hold whatever the path. A flow with no such router is not a candidate;
+when no flow has one, the layer refuses the manifest. Its segment list is one uSID container (RFC 9800):
 ``<waypoint uN><policy function><egress PE uN><egress uDT6 or uDX4>``. The policy function is a
 SID of its own on the waypoint, an End with the NEXT-C-SID flavor and a 32-bit node+function
 length, so the waypoint shifts both C-SIDs at once and its packet counter counts this policy's
@@ -67,6 +69,16 @@ def render_policy(sc: Scenario, p: SteeringPolicy, out: dict[str, NodeConfig]) -
                               f"segs {policy_segs(sc, p, dst.dx4_function)} dev sr0")
 
 
+def waypoints(cores: list[str], ingress_pe: str, egress_pe: str) -> list[str]:
+    """The routers a flow from ``ingress_pe`` to a site on ``egress_pe`` may be steered through.
+
+    ``cores`` are the P routers (or every router when the topology has none); a waypoint is never
+    the ingress or the egress PE, where the path check would pass whatever the path. Empty when
+    the flow cannot be steered.
+    """
+    return [c for c in cores if c not in (ingress_pe, egress_pe)]
+
+
 @register
 class Steering(Layer):
     name = "steering"
@@ -85,13 +97,17 @@ class Steering(Layer):
         want = params.per_density * density
         if want and not flows:
             raise GenerationError("layers.steering.per_density", "no tenant has sites on two PEs to steer between")
+        # a flow with no waypoint but its own two PEs (line:2) cannot be steered: never a candidate
+        flows = [f for f in flows if waypoints(cores, f[1], sc.site(f[2]).pe)]
+        if want and not flows:
+            raise GenerationError("layers.steering.per_density",
+                                  "no router to steer through besides the ingress and egress PEs of a flow "
+                                  "(the topology needs a third router on the way, e.g. line:3)")
         policies = list(sc.steering)
         taken = {(p.tenant, p.ingress_pe, p.dst_site) for p in policies}
         free = [f for f in flows if f not in taken]
         for tid, ing, dst in rng.sample(free, min(want, len(free))):
-            site = sc.site(dst)
-            wps = [c for c in cores if c not in (ing, site.pe)]
-            wp = rng.choice(wps or cores)
+            wp = rng.choice(waypoints(cores, ing, sc.site(dst).pe))
             with density_fits(density):
                 fn = ipam.function(wp)
             policies.append(SteeringPolicy(id=f"sp{len(policies) + 1}", tenant=tid, ingress_pe=ing,
