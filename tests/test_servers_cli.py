@@ -61,3 +61,16 @@ def test_serving_beyond_loopback_needs_a_token(line3) -> None:  # noqa: ANN001
     # refused before anything binds: a lab must not be reachable from other machines unguarded
     r = run("serve", "--ani", "A1", "--lab", line3.name, "--transport", "http", "--host", "0.0.0.0", "--port", "0")
     assert r.returncode == 1 and "give a bearer token (--token)" in r.stderr, r.stderr
+
+
+def test_ports_are_range_checked() -> None:
+    """An out-of-range port is refused by the option parser (exit 2, no traceback), for serve and mcp-config."""
+    for args in (("serve", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "99999"),
+                 ("serve", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "-1"),
+                 ("mcp-config", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "65536"),
+                 ("mcp-config", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "0")):
+        r = run(*args)
+        assert r.returncode == 2 and "Invalid value for '--port'" in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr and r.stdout == "", args
+    r = run("mcp-config", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "65535")
+    assert r.returncode == 0 and json.loads(r.stdout)["mcpServers"]["anibench-a0"]["url"] == "http://127.0.0.1:65535/mcp"

@@ -26,7 +26,9 @@ AniOpt = Annotated[str, typer.Option("--ani", "-a", help="ANI level: A0 (raw she
 LabOpt = Annotated[str, typer.Option("--lab", "-l", envvar="ANIBENCH_LAB", help="Name of the deployed lab.")]
 TransportOpt = Annotated[str, typer.Option("--transport", help="stdio or http (streamable HTTP).")]
 HostOpt = Annotated[str, typer.Option(help="HTTP: address to bind (loopback by default).")]
-PortOpt = Annotated[int, typer.Option(help="HTTP: port (0 = any free port, printed on stderr).")]
+PortOpt = Annotated[int, typer.Option(min=0, max=65535, help="HTTP: port, 1-65535 (0 = any free port, printed on stderr).")]
+#: mcp-config writes the port into a URL the client connects to: 0 would name no server.
+ClientPortOpt = Annotated[int, typer.Option("--port", min=1, max=65535, help="HTTP: port of the running server, 1-65535.")]
 PathOpt = Annotated[str, typer.Option("--path", help="HTTP: endpoint path.")]
 TokenOpt = Annotated[
     str | None, typer.Option("--token", envvar="ANIBENCH_MCP_TOKEN", help="HTTP: require this bearer token.")
@@ -126,7 +128,7 @@ def mcp_config(
     transport: TransportOpt = "stdio",
     name: Annotated[str | None, typer.Option("--name", help="Server name in the client (default anibench-<level>).")] = None,
     host: HostOpt = "127.0.0.1",
-    port: PortOpt = 8765,
+    port: ClientPortOpt = 8765,
     path: PathOpt = "/mcp",
     token: TokenOpt = None,
     trajectory: TrajectoryOpt = None,
