@@ -74,3 +74,42 @@ def test_ports_are_range_checked() -> None:
         assert "Traceback" not in r.stderr and r.stdout == "", args
     r = run("mcp-config", "--ani", "A0", "--lab", "x", "--transport", "http", "--port", "65535")
     assert r.returncode == 0 and json.loads(r.stdout)["mcpServers"]["anibench-a0"]["url"] == "http://127.0.0.1:65535/mcp"
+
+
+@pytest.mark.lab
+def test_serve_continues_or_refuses_an_existing_trajectory(line3, tmp_path: Path) -> None:  # noqa: ANN001
+    """Same level and lab: the episode continues and the server says so at start; another level or
+    lab: refused in one line naming the file."""
+    import anyio
+
+    from servers.common import ServerConfig
+    from servers.registry import build_server
+    from tests.servers_support import connect, text
+
+    traj = tmp_path / "t.jsonl"
+
+    async def episode() -> None:
+        srv = build_server("A0", ServerConfig(lab=line3.name, trajectory=traj))
+        async with connect(srv) as c:
+            await c.call_tool("list_devices", {})
+            await c.call_tool("submit", {})
+        srv.close()
+        again = build_server("A0", ServerConfig(lab=line3.name, trajectory=traj))
+        async with connect(again) as c:
+            r = await c.call_tool("list_devices", {})
+            assert r.is_error and "submit was called (call 2)" in text(r) and str(traj) in text(r)
+        again.close()
+
+    anyio.run(episode)
+    # stdin at EOF: the stdio server starts, says what it continues, and stops
+    r = run("serve", "--ani", "A0", "--lab", line3.name, "--trajectory", str(traj))
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    assert f"continuing the episode recorded in {traj}: 3 call(s) so far, submitted at call 2" in r.stderr, r.stderr
+    r = run("serve", "--ani", "A1", "--lab", line3.name, "--trajectory", str(traj))
+    assert r.returncode == 1 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert f"trajectory file {traj} holds an episode of level A0 on lab {line3.name}, not A1" in r.stderr
+    other = tmp_path / "other.jsonl"
+    other.write_text(traj.read_text().replace(f'"lab":"{line3.name}"', '"lab":"another-lab"'))
+    r = run("serve", "--ani", "A0", "--lab", line3.name, "--trajectory", str(other))
+    assert r.returncode == 1 and "holds an episode of level A0 on lab another-lab" in r.stderr, r.stderr
+    assert traj.read_text().count("\n") == 3  # nothing was appended by the refused servers

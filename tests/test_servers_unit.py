@@ -337,6 +337,24 @@ def test_episode_budget_submit_and_resume() -> None:
     prev = [{"seq": 1, "kind": "read", "is_error": False}, {"seq": 2, "kind": "submit", "is_error": False, "ended_at": 5.0}]
     ep3 = Episode(budget=10, previous=prev)
     assert ep3.seq == 2 and ep3.begin() == (3, "episode_ended")
+    assert Episode(budget=10, previous=prev).continued_note() is None  # no file: nothing to name
+
+
+def test_episode_texts_name_the_trajectory_file(tmp_path) -> None:  # noqa: ANN001
+    traj = tmp_path / "t.jsonl"
+    prev = [{"seq": 1, "kind": "read", "is_error": False}, {"seq": 2, "kind": "submit", "is_error": False, "ended_at": 5.0}]
+    ep = Episode(budget=10, previous=prev, trajectory=traj)
+    note = ep.continued_note()
+    assert note is not None and str(traj) in note and "2 call(s) so far, submitted at call 2" in note
+    seq, reason = ep.begin()
+    msg = ep.refusal_message(reason or "", seq)
+    assert msg.startswith("the episode has ended: submit was called (call 2)") and str(traj) in msg and "new --trajectory" in msg
+    spent = Episode(budget=1, previous=prev[:1], trajectory=traj)
+    assert "budget already spent" in (spent.continued_note() or "")
+    seq, reason = spent.begin()
+    assert reason == "budget" and str(traj) in spent.refusal_message(reason, seq)
+    fresh = Episode(budget=10, trajectory=traj)
+    assert fresh.continued_note() is None
 
 
 def test_registry() -> None:

@@ -103,6 +103,9 @@ def serve(
         return
     if token and transport == "stdio":
         err.print("note: --token only applies to --transport http", highlight=False)
+    continued = server.episode.continued_note()
+    if continued:
+        err.print(continued, highlight=False, soft_wrap=True)
     try:
         run_server(server, transport, host=host, port=port, path=path)  # type: ignore[arg-type]
     except ServerSetupError as e:

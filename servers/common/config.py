@@ -28,7 +28,8 @@ class ServerConfig(BaseModel):
     trajectory: Path | None = Field(
         default=None,
         description="Trajectory JSONL file (one line per tool call, fsync'd per line). None = no recording. "
-        "An existing file is continued: its calls count against the budget and a recorded submit ends the episode.",
+        "An existing file written by the same level on the same lab is continued: its calls count against the "
+        "budget and a recorded submit ends the episode; one written by another level or lab is refused.",
     )
     blocklist: bool = Field(
         default=False,

@@ -46,6 +46,8 @@ class CallRecord(BaseModel):
     seq: int = Field(description="1-based index of the call among all tools/call requests the server received.")
     level: str = Field(description="ANI level of the server (A0, A1, ...).")
     run_id: str | None = Field(default=None, description="Label given by the harness (ServerConfig.run_id).")
+    lab: str | None = Field(default=None, description="Lab the server acted on (a server refuses to continue a "
+                            "trajectory written on another lab or at another level).")
     tool: str = Field(description="Tool name as sent by the client (may be unknown to the server).")
     arguments: Any = Field(description="Arguments as sent; a JSON string prefix when larger than 64 KiB.")
     arguments_truncated: bool = Field(default=False, description="`arguments` was cut to the bound.")

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.auth.provider import AccessToken
@@ -108,8 +109,10 @@ class Episode:
     the budget are refused; after an accepted ``submit`` every call is refused.
     """
 
-    def __init__(self, budget: int | None, previous: Iterable[dict[str, Any]] = ()):
+    def __init__(self, budget: int | None, previous: Iterable[dict[str, Any]] = (), trajectory: Path | None = None):
         self.budget = budget
+        #: the file the episode is recorded in: refusals name it, so the user knows to pass a new one
+        self.trajectory = trajectory
         self.seq = 0
         self.submit_seq: int | None = None
         self.submitted_at: float | None = None
@@ -149,22 +152,45 @@ class Episode:
             self.ended.set()
 
     def submit(self, seq: int) -> None:
+        """Accept ``submit`` as call ``seq`` and end the episode.
+
+        Raises:
+            ToolError: the episode was already submitted.
+        """
         with self._lock:
             if self.submit_seq is not None:
-                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended")
+                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended{self._where()}")
             self.submit_seq, self.submitted_at = seq, time.time()
         self.ended.set()
 
+    def _where(self) -> str:
+        if self.trajectory is None:
+            return ""
+        return (f" (episode recorded in {self.trajectory}; to start a new episode, start the server with a new "
+                "--trajectory file)")
+
     def refusal_message(self, reason: str, seq: int) -> str:
+        """The error text of a call refused for ``reason`` (``episode_ended`` or ``budget``)."""
         if reason == "episode_ended":
             return (
                 f"the episode has ended: submit was called (call {self.submit_seq}). This call ({seq}) was not "
-                "executed; no further calls are accepted."
+                f"executed; no further calls are accepted{self._where()}."
             )
         return (
             f"step budget spent: this episode allows {self.budget} tool calls and this is call {seq}. "
-            "Nothing was executed; every further call, submit included, is refused."
+            f"Nothing was executed; every further call, submit included, is refused{self._where()}."
         )
+
+    def continued_note(self) -> str | None:
+        """One line saying that this episode continues an earlier one from its trajectory file, or
+        None for a fresh episode."""
+        if self.trajectory is None or self.seq == 0:
+            return None
+        state = (f"submitted at call {self.submit_seq}: every call will be refused" if self.submit_seq is not None
+                 else "budget already spent: every call will be refused" if self.budget_spent
+                 else "not submitted")  # fmt: skip
+        return (f"note: continuing the episode recorded in {self.trajectory}: {self.seq} call(s) so far, {state} "
+                "(pass a new --trajectory file to start a new episode)")
 
 
 # -- bearer token --------------------------------------------------------------------------------
@@ -205,6 +231,20 @@ def attach_lab(name: str):  # noqa: ANN201 - substrate.Lab, imported lazily
         return require_up(Lab.attach(name))
     except SubstrateError as e:
         raise ServerSetupError(str(e)) from None
+
+
+def _check_same_episode(path: Path, previous: list[dict[str, Any]], level: str, lab: str) -> None:
+    """Refuse to continue a trajectory written by another ANI level or on another lab.
+
+    Raises:
+        ServerSetupError: naming the file, what wrote it and what to do.
+    """
+    for rec in previous:
+        other_level, other_lab = rec.get("level"), rec.get("lab")
+        if (other_level is not None and other_level != level) or (other_lab is not None and other_lab != lab):
+            raise ServerSetupError(
+                f"trajectory file {path} holds an episode of level {other_level} on lab {other_lab or '?'}, not "
+                f"{level} on lab {lab}: pass a new --trajectory file")
 
 
 class AniServer(MCPServer):
@@ -258,10 +298,14 @@ class AniServer(MCPServer):
             try:
                 if config.trajectory.exists():
                     previous = read_trajectory(config.trajectory)
-                self.recorder = TrajectoryRecorder(config.trajectory)
             except (OSError, ValueError) as e:
                 raise ServerSetupError(f"cannot use trajectory file {config.trajectory}: {e}") from None
-        self.episode = Episode(config.budget_steps, previous)
+            _check_same_episode(config.trajectory, previous, level, self.lab.name)
+            try:
+                self.recorder = TrajectoryRecorder(config.trajectory)
+            except OSError as e:
+                raise ServerSetupError(f"cannot use trajectory file {config.trajectory}: {e}") from None
+        self.episode = Episode(config.budget_steps, previous, trajectory=config.trajectory)
         self._kinds: dict[str, KindSpec] = {}
         self._register_submit()
 
@@ -432,6 +476,7 @@ class AniServer(MCPServer):
             seq=seq,
             level=self.level,
             run_id=self.config.run_id,
+            lab=self.lab.name,
             tool=name[:200],
             arguments=args,
             arguments_truncated=truncated,
