@@ -58,7 +58,9 @@ def sc(bf: tuple[Lab, Scenario]) -> Scenario:
 
 
 def server(lab: Lab, tmp_path: Path | None = None, **kw: Any):  # noqa: ANN201
+    """The A3-T server over ``lab``; every node (CEs included) is a device unless ``devices`` says otherwise."""
     traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
+    kw.setdefault("devices", "all")
     return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)
 
 

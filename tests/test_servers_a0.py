@@ -31,7 +31,10 @@ def lab() -> Iterator[Lab]:
 
 
 def server(lab: Lab, tmp_path: Path | None = None, **kw: object):  # noqa: ANN201
+    """The level's server over ``lab``; every node is a device unless ``devices`` says otherwise
+    (these tests exercise the hosts too; the routers-only default is tested on its own)."""
     traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
+    kw.setdefault("devices", "all")
     return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)  # type: ignore[arg-type]
 
 

@@ -26,7 +26,10 @@ def lab() -> Iterator[Lab]:
 
 
 def server(lab: Lab, tmp_path: Path | None = None, **kw: object):  # noqa: ANN201
+    """The level's server over ``lab``; every node is a device unless ``devices`` says otherwise
+    (these tests exercise the hosts too; the routers-only default is tested on its own)."""
     traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
+    kw.setdefault("devices", "all")
     return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)  # type: ignore[arg-type]
 
 
@@ -90,7 +93,12 @@ async def test_apply_config_echo_snapshot_and_rollback(lab: Lab, mode: str, tmp_
         "h1": ["ip -6 route add fd00:96::/64 dev eth1", "ip -6 route add fd00:96::/64 dev eth1"],
     }  # fmt: skip
     async with connect(s, mode) as c:
-        res = data(await c.call_tool("apply_config", {"commands": commands}))["devices"]
+        reply = data(await c.call_tool("apply_config", {"commands": commands}))
+        # partly applied: not an error, and the summary (first in the text) names what was refused
+        assert reply["summary"].startswith("PARTLY APPLIED: 2 command(s) REJECTED and not applied (r1: spf-interval 1 10: "
+                                           "% Unknown command: spf-interval 1 10; h1: ip -6 route add fd00:96::/64")
+        assert reply["summary"].endswith("the other 7 command(s) were applied")
+        res = reply["devices"]
         r1, h1 = res["r1"], res["h1"]
         assert r1["echo"].startswith("r1# configure terminal\nr1(config)# router isis CORE\nr1(config-router)# lsp-gen-interval 2\n")
         assert "r1(config-router)# spf-interval 1 10\n% Unknown command: spf-interval 1 10" in r1["echo"]
@@ -122,10 +130,40 @@ async def test_apply_config_echo_snapshot_and_rollback(lab: Lab, mode: str, tmp_
     assert unchanged(lab, before)
     recs = records(tmp_path / "trajectory.jsonl")
     first = recs[0]
-    assert (first["tool"], first["kind"], first["is_error"], first["tool_error"]) == ("apply_config", "config", True, False)
-    assert any("% Unknown command: spf-interval" in x for x in first["rejected"])
+    # the record agrees with the MCP flag: a partly applied call is not an error; its text says what was refused
+    assert (first["tool"], first["kind"], first["is_error"], first["tool_error"]) == ("apply_config", "config", False, False)
+    assert "PARTLY APPLIED" in first["result"] and "% Unknown command: spf-interval" in first["result"]
     assert first["arguments"] == {"commands": commands}
     assert [r["kind"] for r in recs[1:4]] == ["config"] * 3 and not any(r["is_error"] for r in recs[1:4])
+
+
+async def test_apply_config_error_flag_is_truthful_and_matches_the_record(lab: Lab, tmp_path: Path) -> None:
+    """Every command refused by the device: an MCP error that still carries the echo, recorded as
+    an error; every command accepted: neither. The record's is_error is the MCP isError."""
+    s = server(lab, tmp_path)
+    delete = {"r1": ["nft delete table inet tenant_fw"]}
+    async with connect(s) as c:
+        assert "tenant_fw" not in lab.exec("r1", ["nft", "list", "tables"]).stdout
+        r = await c.call_tool("apply_config", {"commands": delete})
+        assert r.is_error and r.structured_content is None
+        head, body = text(r).split("\n", 1)
+        assert head == "nothing was applied: the device(s) refused every command; fix the rejected commands below and apply again"
+        got = json.loads(body)["devices"]["r1"]
+        assert got["accepted"] == 0 and got["echo"].startswith("r1(kernel)# nft delete table inet tenant_fw\n")
+        assert got["rejected"][0]["command"] == "nft delete table inet tenant_fw" and "No such file" in got["rejected"][0]["message"]
+        # create it, then the same delete is accepted: not an error
+        add = data(await c.call_tool("apply_config", {"commands": {"r1": ["nft add table inet tenant_fw"]}}))
+        assert add["summary"] == "applied: all 1 command(s)" and add["devices"]["r1"]["accepted"] == 1
+        assert "tenant_fw" in lab.exec("r1", ["nft", "list", "tables"]).stdout
+        gone = data(await c.call_tool("apply_config", {"commands": delete}))
+        assert gone["devices"]["r1"]["rejected"] == [] and "tenant_fw" not in lab.exec("r1", ["nft", "list", "tables"]).stdout
+        # refused on every device of a multi-device call: still an error
+        r = await c.call_tool("apply_config", {"commands": {**delete, "r2": ["nft delete table inet tenant_fw"]}})
+        assert r.is_error and set(json.loads(text(r).split("\n", 1)[1])["devices"]) == {"r1", "r2"}
+    recs = records(tmp_path / "trajectory.jsonl")
+    assert [(x["is_error"], x["tool_error"]) for x in recs] == [(True, True), (False, False), (False, False), (True, True)]
+    assert "nothing was applied" in recs[0]["error"] and any("r1: nft delete table inet tenant_fw" in x for x in recs[0]["rejected"])
+    assert recs[3]["rejected"] and all(x.startswith(("r1: ", "r2: ")) for x in recs[3]["rejected"])
 
 
 async def test_disallowed_commands_apply_nothing(lab: Lab, tmp_path: Path) -> None:
@@ -205,8 +243,10 @@ async def test_execute_validation(lab: Lab, tmp_path: Path) -> None:
         assert res["r1"]["rejected"] == [{"command": "show bogus", "message": "% Unknown command: show bogus"}]
         h1 = res["h1"]["output"]
         assert "h1# ping -i 0.2 -W 1 -c 2 fd00:1:3::2" in h1 and "0% packet loss" in h1 and "fd00:1:3::2" in h1
-        # a probe past its deadline is killed and reported
-        res = data(await c.call_tool("execute_validation", {"commands": {"r1": "traceroute -w 5 -q 3 -m 30 fd00:1:3::99"}}))
+        # a probe past its deadline is killed and reported; it was the only command: the call fails
+        r = await c.call_tool("execute_validation", {"commands": {"r1": "traceroute -w 5 -q 3 -m 30 fd00:1:3::99"}})
+        assert r.is_error and text(r).startswith("nothing was run: the device(s) refused every command\n")
+        res = json.loads(text(r).split("\n", 1)[1])
         assert "% timed out" in res["devices"]["r1"]["output"]
         assert res["devices"]["r1"]["rejected"][0]["message"] == "timed out after 1 s"
         for args, frag in [
@@ -223,7 +263,8 @@ async def test_execute_validation(lab: Lab, tmp_path: Path) -> None:
         assert r.is_error and "less than or equal to 60" in text(r)
     assert unchanged(lab, before)
     recs = records(tmp_path / "trajectory.jsonl")
-    assert [(r["kind"], r["is_error"]) for r in recs[:2]] == [("validation", True), ("validation", True)]
+    assert [(r["kind"], r["is_error"], r["tool_error"]) for r in recs[:2]] == [("validation", False, False),
+                                                                             ("validation", True, True)]
     assert recs[-2]["kind"] == "wait" and not recs[-2]["is_error"]
 
 

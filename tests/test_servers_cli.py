@@ -113,3 +113,44 @@ def test_serve_continues_or_refuses_an_existing_trajectory(line3, tmp_path: Path
     r = run("serve", "--ani", "A0", "--lab", line3.name, "--trajectory", str(other))
     assert r.returncode == 1 and "holds an episode of level A0 on lab another-lab" in r.stderr, r.stderr
     assert traj.read_text().count("\n") == 3  # nothing was appended by the refused servers
+
+
+@pytest.mark.lab
+def test_default_devices_are_the_routers(line3) -> None:  # noqa: ANN001
+    """Without --devices every level exposes the routers only (hosts stay topology context, not
+    targets); --devices all exposes every node."""
+    import anyio
+
+    from servers.common import ServerConfig
+    from servers.registry import build_server
+    from substrate.devstate import capture
+    from tests.servers_support import connect, data, stdio, text
+
+    before = capture(line3, "h1")
+
+    async def check() -> None:
+        async with connect(build_server("A0", ServerConfig(lab=line3.name))) as c:
+            assert [d["name"] for d in data(await c.call_tool("list_devices", {}))["devices"]] == ["r1", "r2", "r3"]
+            r = await c.call_tool("run_shell", {"device": "h1", "command": "touch /tmp/agent-was-here"})
+            assert r.is_error and "unknown device 'h1'; devices: r1, r2, r3" in text(r)
+        # over stdio, as a client attached with `harness mcp-config` output (no --devices) would start it
+        async with connect(stdio("A1", line3.name)) as c:
+            topo = data(await c.call_tool("get_topology", {}))
+            managed = {n["name"]: n["managed"] for n in topo["nodes"]}
+            assert managed == {"r1": True, "r2": True, "r3": True, "h1": False, "h3": False}
+            r = await c.call_tool("apply_config", {"commands": {"h1": "ip -6 route add fd00:96::/64 dev eth1"}})
+            assert r.is_error and "unknown device 'h1'" in text(r)
+        async with connect(stdio("A1", line3.name, "--devices", "all")) as c:
+            r = await c.call_tool("execute_validation", {"commands": {"h1": "ip -6 route show"}})
+            assert not r.is_error, text(r)
+        async with connect(build_server("A0", ServerConfig(lab=line3.name, devices="all"))) as c:
+            names = [d["name"] for d in data(await c.call_tool("list_devices", {}))["devices"]]
+            assert names == ["r1", "r2", "r3", "h1", "h3"]
+
+    anyio.run(check)
+    assert capture(line3, "h1").same_as(before) and line3.exec("h1", ["ls", "/tmp/agent-was-here"]).returncode != 0
+    r = run("mcp-config", "--ani", "A1", "--lab", line3.name)
+    assert "--devices" not in json.loads(r.stdout)["mcpServers"]["anibench-a1"]["args"]
+    r = run("serve", "--ani", "A1", "--lab", line3.name, "--devices", " , ")
+    assert r.returncode == 2 and "--devices needs node names, or 'all'" in r.stderr
+    assert "'all' = every node" in " ".join(run("serve", "--help").stdout.split())

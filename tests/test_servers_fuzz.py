@@ -165,7 +165,7 @@ async def fuzz(lab: Lab, tmp_path: Path, level: str, gen: Any, mutating: set[str
     rng = random.Random(SEED + hash(level) % 1000)
     traj = tmp_path / "t.jsonl"
     before = capture_many(lab)
-    srv = build_server(level, ServerConfig(lab=lab.name, trajectory=traj, options={}))
+    srv = build_server(level, ServerConfig(lab=lab.name, trajectory=traj, devices="all", options={}))
     outcomes: list[tuple[str, bool]] = []
     t0 = time.monotonic()
     for mode in MODES:

@@ -36,7 +36,9 @@ TokenOpt = Annotated[
 TrajectoryOpt = Annotated[Path | None, typer.Option("--trajectory", help="Trajectory JSONL file (one line per tool call).")]
 BudgetOpt = Annotated[int | None, typer.Option("--budget-steps", min=1, help="Step budget: most tool calls in the episode.")]
 BlocklistOpt = Annotated[bool, typer.Option("--blocklist", help="A1 ablation: add the blocklist of destructive commands.")]
-DevicesOpt = Annotated[str | None, typer.Option("--devices", help="Comma-separated devices the agent may act on (default: all).")]
+DevicesOpt = Annotated[str | None, typer.Option(
+    "--devices", help="Comma-separated devices the agent may act on; 'all' = every node, customer and external "
+    "hosts included [default: the routers (P and PE), as in campaigns].")]
 OptionOpt = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Level option KEY=VALUE (VALUE parsed as JSON when it can be).")
 ]
@@ -65,6 +67,18 @@ def _level(ani: str) -> str:
         raise  # unreachable
 
 
+def _devices(value: str | None) -> list[str] | str | None:
+    """``--devices`` as ServerConfig takes it: None (the routers), ``"all"`` or a list of names."""
+    if value is None:
+        return None
+    if value.strip().lower() == "all":
+        return "all"
+    names = [d.strip() for d in value.split(",") if d.strip()]
+    if not names:
+        fail("--devices needs node names, or 'all' (leave it out for the routers)", code=2)
+    return names
+
+
 @friendly_errors
 def serve(
     ani: AniOpt,
@@ -91,7 +105,7 @@ def serve(
     try:
         config = ServerConfig(
             lab=lab, budget_steps=budget_steps, trajectory=trajectory.resolve() if trajectory else None,
-            blocklist=blocklist, devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+            blocklist=blocklist, devices=_devices(devices),
             bearer_token=token if transport == "http" else None, run_id=run_id, options=_options(option),
         )  # fmt: skip
         server = get_builder(level)(config)
@@ -147,6 +161,7 @@ def mcp_config(
     --transport http` (Claude Desktop attaches remote servers through its Connectors UI instead).
     """
     level = _level(ani)
+    _devices(devices)  # refuse an empty list here, not when the client starts the server
     if client not in ("claude-desktop", "claude-code"):
         fail(f"unknown client {client!r}; use claude-desktop or claude-code", code=2)
     if transport not in ("stdio", "http"):

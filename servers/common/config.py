@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -36,9 +36,10 @@ class ServerConfig(BaseModel):
         description="Ablation: add the level's blocklist of destructive commands on top of its allowlist "
         "(draft 5.1: ad-hoc measures inside a level). Levels without a blocklist ignore it.",
     )
-    devices: list[str] | None = Field(
+    devices: list[str] | Literal["all"] | None = Field(
         default=None,
-        description="Devices the agent may act on (None = every node of the lab).",
+        description="Devices the agent may act on: None = the lab's routers (P and PE roles), as in campaigns; "
+        "'all' = every node, customer and external hosts included; or a list of node names.",
     )
     bearer_token: SecretStr | None = Field(
         default=None,
@@ -49,7 +50,7 @@ class ServerConfig(BaseModel):
 
     @field_validator("devices")
     @classmethod
-    def _nonempty(cls, v: list[str] | None) -> list[str] | None:
+    def _nonempty(cls, v: list[str] | str | None) -> list[str] | str | None:
         if v is not None and not v:
-            raise ValueError("devices must name at least one device (or be left out for all)")
+            raise ValueError("devices must name at least one device (or be left out for the routers, or 'all')")
         return v

@@ -257,7 +257,8 @@ class AniServer(MCPServer):
         lab: an attached lab (default: ``Lab.attach(config.lab)``).
 
     Raises:
-        ServerSetupError: lab missing or down, unknown device in ``config.devices``, or the
+        ServerSetupError: lab missing or down, unknown device in ``config.devices`` (None: the
+            routers; ``"all"``: every node), or the
             trajectory file cannot be opened.
     """
 
@@ -286,7 +287,10 @@ class AniServer(MCPServer):
         self.level = level
         self.lab = lab if lab is not None else attach_lab(config.lab)
         names = self.lab.node_names()
-        if config.devices is not None:
+        if config.devices is None:  # the routers: customer and external hosts are not the agent's to touch
+            routers = set(self.lab.routers())
+            names = [n for n in names if n in routers]
+        elif config.devices != "all":
             bad = [d for d in config.devices if d not in names]
             if bad:
                 raise ServerSetupError(f"devices not in lab {self.lab.name}: {', '.join(bad)}; nodes: {', '.join(names)}")
