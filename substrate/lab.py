@@ -76,7 +76,8 @@ class LabRecord(BaseModel):
     name: str
     backend: str = "netns"
     status: Literal["creating", "up"] = "creating"
-    detached: bool = Field(default=False, description="Outlives its creator (harness lab up).")
+    detached: bool = Field(
+        default=False, description="Outlives its creator (harness lab up); set only once the bring-up is complete.")
     owner_pid: int = Field(description="PID of the process that created the lab.")
     created_at: float
     topology: Topology
@@ -157,7 +158,8 @@ class Lab:
             name: lab name (see :data:`LAB_NAME_RE`); unique on the machine.
             backend: registered backend name (``netns``).
             detached: keep the lab after this process exits (else a context manager or
-                :func:`cleanup` destroys it).
+                :func:`cleanup` destroys it). Takes effect once the lab has converged (see
+                :meth:`detach`): a bring-up whose process dies is a leftover for :func:`cleanup`.
             converge_timeout_s: bound on the wait for IS-IS convergence.
             frr_extra: per router, extra configuration blocks appended to its frr.conf.
             progress: called with a short message at each bring-up stage.
@@ -185,7 +187,7 @@ class Lab:
                 f"lab {name!r} already exists (harness lab down {name}; or harness lab cleanup if it is a leftover)"
             ) from None
         record = LabRecord(
-            name=name, backend=backend, detached=detached, owner_pid=os.getpid(), created_at=time.time(), topology=topology
+            name=name, backend=backend, owner_pid=os.getpid(), created_at=time.time(), topology=topology
         )
         lab = cls(record)
         lab._save()
@@ -197,6 +199,8 @@ class Lab:
                 lab._save()
                 say("waiting for IS-IS convergence")
                 lab.wait_converged(timeout_s=converge_timeout_s)
+                if detached:
+                    lab.detach()
             except BaseException as exc:
                 with cleanup_shield():
                     try:
@@ -209,6 +213,16 @@ class Lab:
                     raise
                 raise BringUpError(f"bring-up of lab {name!r} failed: {exc}") from exc
         return lab
+
+    def detach(self) -> None:
+        """Keep this lab after its creating process exits (until ``harness lab down``).
+
+        Called when the bring-up is complete (by :meth:`create`, or by a caller that deploys more
+        on the lab first, e.g. a scenario): until then the lab belongs to its creating process,
+        and :func:`cleanup` removes it if that process dies.
+        """
+        self.record.detached = True
+        self._save()
 
     @classmethod
     def attach(cls, name: str) -> Lab:
@@ -560,8 +574,9 @@ def _list_netns() -> list[str]:
 def cleanup(all_labs: bool = False) -> CleanupReport:
     """Remove leftovers of crashed labs; only anibench's.
 
-    A lab is a leftover when it was not detached (``harness lab up`` detaches) and its owner
-    process is gone or one of its nodes died, or when its record is unreadable. Detached labs
+    A lab is a leftover when it was not detached (``harness lab up`` detaches once the bring-up
+    is complete, so a bring-up killed half-way is a leftover too) and its owner process is gone or
+    one of its nodes died, or when its record is unreadable. Detached labs
     are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
     belong to no kept lab are removed with every process inside them. With ``all_labs`` every
     anibench lab goes, running or not.

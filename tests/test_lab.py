@@ -252,6 +252,25 @@ def test_sigterm_during_bringup_destroys_the_lab() -> None:
     assert lab_processes(name) == []
 
 
+def test_cleanup_removes_a_lab_up_killed_during_bringup() -> None:
+    """SIGKILL leaves no chance to clean up: the half-made lab is not yet detached, so it is a
+    leftover of a dead owner, and cleanup removes it (it used to be kept as the user's)."""
+    name = unique_name("t-kill")
+    p = subprocess.Popen([*HARNESS, "lab", "up", "-t", "grid:3x3", "-n", name], cwd=REPO,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while not lab_netns(name) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lab_netns(name), "bring-up never started"
+    p.kill()
+    p.wait(timeout=10)
+    assert lab_netns(name)  # SIGKILL: the leftover is there
+    rep = cleanup()
+    assert name in rep.labs and name not in rep.kept
+    assert_gone(name)
+    assert lab_processes(name) == []
+
+
 def test_cleanup_removes_crashed_labs_only() -> None:
     keep = Lab.create(Topology.from_spec("line:2:nohosts"), unique_name("t-keep"), detached=True)
     crashed = unique_name("t-crash")

@@ -123,7 +123,8 @@ def deploy_scenario(
     sc = scenario if isinstance(scenario, Scenario) else Scenario.model_validate_json(Path(scenario).read_text())
     say = progress or (lambda _m: None)
     frr_extra = {n: cfg.frr for n, cfg in sc.node_config.items() if cfg.frr}
-    lab = Lab.create(sc.topology, name, detached=detached, frr_extra=frr_extra, progress=say)
+    # detached only once the baseline is recorded: a deploy killed half-way is a leftover
+    lab = Lab.create(sc.topology, name, frr_extra=frr_extra, progress=say)
     try:
         t0 = time.monotonic()
         say(f"applying service state to {len(sc.node_config)} nodes")
@@ -138,6 +139,8 @@ def deploy_scenario(
                 raise ScenarioInvalid(failed)
         say("recording the baseline")
         save_baseline(lab)
+        if detached:
+            lab.detach()
         return lab
     except BaseException:
         lab.destroy()
