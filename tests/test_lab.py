@@ -318,3 +318,16 @@ def test_cli_errors_are_one_line_and_nonzero() -> None:
     assert re.fullmatch(r"error: unknown topology spec 'mesh:3'.*\n", r.stderr), r.stderr
     r = subprocess.run([*HARNESS, "lab", "exec", "nope", "r1", "--", "true"], cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 1 and r.stderr.startswith("error: no lab named 'nope'")
+
+
+def test_lab_up_says_which_default_topology_it_deploys() -> None:
+    """Without --topology the 25-router default is shown in --help and said on stderr (a bad name
+    stops it before anything is deployed)."""
+    r = subprocess.run([*HARNESS, "lab", "up", "--help"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert "default without --scenario: grid:5x5 (25 routers)" in " ".join(r.stdout.replace("│", " ").split())
+    r = subprocess.run([*HARNESS, "lab", "up", "-n", "Bad Name!"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.startswith("note: no --topology or --scenario given: deploying the default "
+                                                     "grid:5x5 (25 routers)\nerror: invalid lab name"), r.stderr
+    r = subprocess.run([*HARNESS, "lab", "up", "-t", "line:2", "-n", "Bad Name!"], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "note:" not in r.stderr and "default" not in r.stderr, r.stderr

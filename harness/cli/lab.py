@@ -26,7 +26,8 @@ TopologyOpt = Annotated[
 def up(
     name: Annotated[str, typer.Option("--name", "-n", help="Lab name (unique on this machine).")],
     topology: Annotated[
-        str | None, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file [default: grid:5x5].")
+        str | None, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file; default "
+                                      "without --scenario: grid:5x5 (25 routers).")
     ] = None,
     scenario: Annotated[
         Path | None, typer.Option("--scenario", help="Scenario file (harness scenario build) to deploy instead of a bare topology.")
@@ -41,6 +42,8 @@ def up(
 
     if scenario is not None and topology is not None:
         fail("give --topology or --scenario, not both (a scenario brings its own topology)", code=2)
+    if scenario is None and topology is None:
+        err.print("note: no --topology or --scenario given: deploying the default grid:5x5 (25 routers)", highlight=False)
     topology = topology or "grid:5x5"
 
     t0 = time.monotonic()
