@@ -19,6 +19,9 @@ LEVELS: dict[str, str] = {
     "A3-T": "servers.a3_intent.server:build_server",
 }
 
+#: Levels that have a blocklist of destructive commands (ServerConfig.blocklist); the others refuse it.
+BLOCKLIST_LEVELS: frozenset[str] = frozenset({"A1"})
+
 
 def levels() -> list[str]:
     """Registered level names."""

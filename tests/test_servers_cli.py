@@ -154,3 +154,13 @@ def test_default_devices_are_the_routers(line3) -> None:  # noqa: ANN001
     r = run("serve", "--ani", "A1", "--lab", line3.name, "--devices", " , ")
     assert r.returncode == 2 and "--devices needs node names, or 'all'" in r.stderr
     assert "'all' = every node" in " ".join(run("serve", "--help").stdout.split())
+
+
+def test_blocklist_is_refused_on_levels_without_one() -> None:
+    for args in (("serve", "--ani", "A0", "--lab", "x", "--blocklist"), ("serve", "--ani", "a3-t", "--lab", "x", "--blocklist"),
+                 ("mcp-config", "--ani", "A0", "--lab", "x", "--blocklist")):
+        r = run(*args)
+        assert r.returncode == 2 and r.stdout == "", args
+        assert r.stderr.strip().startswith("error: --blocklist applies to A1 only; level A") and len(r.stderr.splitlines()) == 1, r.stderr
+    r = run("mcp-config", "--ani", "A1", "--lab", "x", "--blocklist")
+    assert r.returncode == 0 and "--blocklist" in json.loads(r.stdout)["mcpServers"]["anibench-a1"]["args"]

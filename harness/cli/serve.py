@@ -57,14 +57,19 @@ def _options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _level(ani: str) -> str:
-    from servers.registry import normalize_level
+def _level(ani: str, blocklist: bool = False) -> str:
+    """The canonical level of ``--ani``; exits with one line for an unknown level, or for
+    ``--blocklist`` on a level that has none."""
+    from servers.registry import BLOCKLIST_LEVELS, normalize_level
 
     try:
-        return normalize_level(ani)
+        level = normalize_level(ani)
     except KeyError as e:
         fail(str(e.args[0]), code=2)
         raise  # unreachable
+    if blocklist and level not in BLOCKLIST_LEVELS:
+        fail(f"--blocklist applies to {', '.join(sorted(BLOCKLIST_LEVELS))} only; level {level} has no blocklist", code=2)
+    return level
 
 
 def _devices(value: str | None) -> list[str] | str | None:
@@ -98,7 +103,7 @@ def serve(
     """Run the MCP server of one ANI level over a deployed lab (stdio by default; --transport http)."""
     if transport not in ("stdio", "http"):
         fail(f"unknown transport {transport!r}; use stdio or http", code=2)
-    level = _level(ani)
+    level = _level(ani, blocklist)
     from servers.common import ServerConfig, ServerSetupError, run_server
     from servers.registry import get_builder
 
@@ -160,7 +165,7 @@ def mcp_config(
     For --transport http the block points at a server you start yourself with `harness serve
     --transport http` (Claude Desktop attaches remote servers through its Connectors UI instead).
     """
-    level = _level(ani)
+    level = _level(ani, blocklist)
     _devices(devices)  # refuse an empty list here, not when the client starts the server
     if client not in ("claude-desktop", "claude-code"):
         fail(f"unknown client {client!r}; use claude-desktop or claude-code", code=2)
