@@ -8,7 +8,12 @@ get_topology and rollback.
   applies: FRR lines through one vtysh session per batch in configuration mode (entered and left
   automatically) with the router's own per-command echo; ``ip``/``nft`` forms as argument lists.
   Rejected commands do not stop the batch (as when configuration is pasted into a router); they
-  are reported per command and make the call count as rejected in the trajectory.
+  are reported per command.
+- One rule decides whether a call that ran is an error (:func:`settle`), and both the MCP result's
+  ``isError`` and the trajectory's ``is_error`` follow it: when the devices refused every command
+  of the call (nothing was applied, or nothing was run), the result is an MCP error whose text
+  still carries the per-device echo and rejections; when some commands took effect, the result
+  is not an error and its ``summary`` (its first field) names the rejected ones.
 - ``execute_validation`` runs read-only forms only: FRR ``show`` commands, ping and traceroute
   from the device (bounded), read-only ``ip`` and ``nft`` forms.
 - ``rollback(device, snapshot_id)`` restores a snapshot (``substrate.devstate.restore``), taking
@@ -100,6 +105,29 @@ class Rejection(BaseModel):
     message: str
 
 
+def settle(result: BaseModel, done: int, refused: list[str], *, nothing: str) -> None:
+    """The one rule of A1 for a call that ran: an error iff devices refused something and
+    nothing of the call took effect (``done == 0``).
+
+    Then a ``ToolError`` carries ``nothing`` (what did not happen) and the result's JSON, so the
+    client sees ``isError`` with the echo and rejections, and the trajectory line gets
+    ``is_error: true`` with the rejections noted. Otherwise it returns and the call is not an
+    error, in the MCP result as in the trajectory (partial rejections are in the result's text;
+    they are not noted, since a noted rejection marks the trajectory line as an error).
+    """
+    if refused and done == 0:
+        note_rejected(*refused)
+        raise ToolError(f"{nothing}\n{result.model_dump_json(indent=1)}")
+
+
+def _summary(done: int, refused: list[str], verb: str) -> str:
+    if not refused:
+        return f"{verb}: all {done} command(s)"
+    shown = "; ".join(r[:200] for r in refused[:5]) + (f"; ... {len(refused) - 5} more" if len(refused) > 5 else "")
+    return (f"PARTLY {verb.upper()}: {len(refused)} command(s) REJECTED and not {verb} ({shown}); "
+            f"the other {done} command(s) were {verb}")
+
+
 class DeviceApply(BaseModel):
     """What apply_config did on one device."""
 
@@ -111,6 +139,7 @@ class DeviceApply(BaseModel):
 
 
 class ApplyResult(BaseModel):
+    summary: str = Field(description="What was applied; when the devices refused some commands, which ones.")
     devices: dict[str, DeviceApply]
 
 
@@ -120,6 +149,7 @@ class DeviceValidation(BaseModel):
 
 
 class ValidationResult(BaseModel):
+    summary: str = Field(description="What was run; when the devices refused some commands, which ones.")
     devices: dict[str, DeviceValidation]
 
 
@@ -340,7 +370,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         Before applying, the server takes each device's configuration lock and a snapshot
         (returned as snapshot_id; see rollback). Commands a device refuses (e.g. '% Unknown
         command') do not stop the rest, as when configuration is pasted into a router: they are
-        listed under rejected. A kernel command ends the current FRR session, so FRR lines after
+        listed under rejected. When the devices refuse every command, nothing was applied and the
+        call fails (an error result whose text still has each device's echo and rejections); when
+        some are applied and some refused, the call succeeds and summary names the rejected
+        commands (only they need fixing and re-sending). A kernel command ends the current FRR session, so FRR lines after
         it start at the top configuration level again. Sources: NetConfArena III-C apply_config;
         draft 5.1 (A1: allowlist, snapshot, manual rollback).
         """
@@ -360,17 +393,21 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             sids = {d: snapshots.add(s) for d, s in zip(devices, states, strict=True)}
             results = lab_.map(lambda d: _apply_device(lab_, d, plans[d], opts), devices)
         out: dict[str, DeviceApply] = {}
+        refused: list[str] = []
         echoes = _bound({d: r.echo for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
                         opts.total_max_bytes, "echo cut; read the result with get_running_config")  # fmt: skip
         for d, r in zip(devices, results, strict=True):
             r.snapshot_id = sids[d]
             r.echo = echoes[d]
             out[d] = r
-            for rej in r.rejected:
-                note_rejected(f"{d}: {rej.command}: {rej.message}")
+            refused += [f"{d}: {rej.command}: {rej.message}" for rej in r.rejected]
             if r.error:
-                note_rejected(f"{d}: {r.error}")
-        return ApplyResult(devices=out)
+                refused.append(f"{d}: {r.error}")
+        done = sum(r.accepted for r in results)
+        res = ApplyResult(summary=_summary(done, refused, "applied"), devices=out)
+        settle(res, done, refused, nothing="nothing was applied: the device(s) refused every command; "
+                                           "fix the rejected commands below and apply again")
+        return res
 
     @server.ani_tool(kind="validation", read_only=True, idempotent=True, title="Execute validation commands")
     def execute_validation(
@@ -386,7 +423,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         plain-text matching), `ping` and `traceroute` from any device (bounded: at most 10 probes;
         defaults -c 5 -i 0.2 -W 1 and -n -q 1 -w 1 -m 16 are added when left out), and read-only
         `ip ... show|get` and `nft list ...` forms. Nothing here changes the device. Devices run in
-        parallel, commands of one device in order. Source: NetConfArena III-C execute_validation.
+        parallel, commands of one device in order. When the devices refuse every command (syntax,
+        timeout) the call fails with the outputs in its text; when only some are refused, summary
+        names them. A ping without reply is not a refusal. Source: NetConfArena III-C
+        execute_validation.
         """
         per_dev = commands_arg(commands)
         plans: dict[str, list[Command]] = {}
@@ -403,12 +443,17 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         texts = _bound({d: r.output for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
                        opts.total_max_bytes, "output cut; narrow the command, e.g. with | include TEXT")  # fmt: skip
         out = {}
+        refused: list[str] = []
         for d, r in zip(devices, results, strict=True):
             r.output = texts[d]
             out[d] = r
-            for rej in r.rejected:
-                note_rejected(f"{d}: {rej.command}: {rej.message}")
-        return ValidationResult(devices=out)
+            refused += [f"{d}: {rej.command}: {rej.message}" for rej in r.rejected]
+        # commands run without refusal ("*": the device failed mid-way, nothing of it counts)
+        done = sum(0 if any(x.command == "*" for x in out[d].rejected)
+                   else max(0, sum(c.family != "comment" for c in plans[d]) - len(out[d].rejected)) for d in devices)
+        res = ValidationResult(summary=_summary(done, refused, "run"), devices=out)
+        settle(res, done, refused, nothing="nothing was run: the device(s) refused every command")
+        return res
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Roll back to a snapshot")
     def rollback(
@@ -418,7 +463,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """Restore a device to a snapshot taken by apply_config (FRR configuration and the kernel
         state: routes, rules, nftables, addresses, interface states). Only what differs is changed
         (FRR through frr-reload). The state being replaced is snapshotted first (undo_snapshot_id).
-        Takes the device's configuration lock. Source: draft 5.1 (A1: snapshot and manual rollback).
+        Takes the device's configuration lock. When differences remain (complete=false) the call
+        still succeeds if anything was restored, and fails (with the residual in its text) if
+        nothing could be. Source: draft 5.1 (A1: snapshot and manual rollback).
         """
         name = server.device(device)
         target = snapshots.get(name, snapshot_id)
@@ -426,13 +473,14 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             current = capture(lab_, name)
             undo = snapshots.add(current)
             rep = restore(lab_, target, current=current)
-        if rep.residual:
-            note_rejected(f"{name}: rollback incomplete: " + "; ".join(rep.residual[:5]))
-        return RollbackResult(
+        res = RollbackResult(
             device=name, snapshot_id=snapshot_id, undo_snapshot_id=undo, changed=rep.changed,
             actions=[a[:300] for a in rep.actions[:100]] + ([f"... {len(rep.actions) - 100} more"] if len(rep.actions) > 100 else []),
             complete=not rep.residual, residual=[r[:500] for r in rep.residual[:50]],
         )  # fmt: skip
+        settle(res, int(rep.changed), [f"{name}: rollback incomplete: " + "; ".join(rep.residual[:5])] if rep.residual else [],
+               nothing=f"nothing was restored on {name}: the differences below remain")
+        return res
 
     @server.ani_tool(kind="wait", read_only=True, idempotent=True, title="Wait")
     async def wait(
