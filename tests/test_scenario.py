@@ -185,3 +185,16 @@ def test_steering_refuses_a_base_with_no_router_between_the_pes(tmp_path: Path) 
     data = yaml.safe_load((tmp_path / "line2.yaml").read_text())
     data["layers"] = [x for x in data["layers"] if not (isinstance(x, dict) and "steering" in x)]
     assert not build(parse_manifest(yaml.safe_dump(data, sort_keys=False)), seed=0).steering
+
+
+def test_a_bad_density_argument_is_blamed_on_the_argument_not_the_manifest(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    with pytest.raises(ManifestError, match=r"^--density: density must be >= 1, got 0$"):
+        build(load_manifest(MANIFEST), density=0)
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "build", "-m", str(MANIFEST), "-o",
+                        str(tmp_path / "s.json"), "--density", "0", "--no-verify"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "Invalid value for '--density'" in r.stderr and "line" not in r.stderr, r.stderr
+    assert not (tmp_path / "s.json").exists()

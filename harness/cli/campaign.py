@@ -136,7 +136,7 @@ def task_show(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
     variant: Annotated[int, typer.Option(help="Variant index.")] = 0,
     seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
-    density: Annotated[int, typer.Option(help="State density.")] = 2,
+    density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
     reveal: Annotated[bool, typer.Option(help="Also list the hidden test cases.")] = False,
 ) -> None:
@@ -165,7 +165,7 @@ def task_validate(
     ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A3-T",
     variants: Annotated[int, typer.Option(min=1, help="Variants to validate.")] = 3,
     seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
-    density: Annotated[int, typer.Option(help="State density.")] = 2,
+    density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
 ) -> None:
     """Apply each level's reference solution (the scripted operator) to each variant in a real lab

@@ -23,7 +23,7 @@ def build(
     manifest: Annotated[Path, typer.Option("--manifest", "-m", help="Manifest YAML.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Scenario file to write.")],
     seed: Annotated[int | None, typer.Option(help="Seed (default: the manifest's).")] = None,
-    density: Annotated[int | None, typer.Option(help="State density (default: the manifest's).")] = None,
+    density: Annotated[int | None, typer.Option(min=1, help="State density, >= 1 (default: the manifest's).")] = None,
     verify: Annotated[bool, typer.Option(help="Deploy it once and refuse it unless every baseline invariant passes.")] = True,
 ) -> None:
     """Generate a scenario (same manifest + seed + density -> byte-identical file)."""

@@ -61,6 +61,8 @@ def build(manifest: Manifest, *, seed: int | None = None, density: int | None = 
             message names the manifest field, e.g. a density that does not fit the pools).
     """
     seed = manifest.seed if seed is None else seed
+    if density is not None and density < 1:  # given by the caller (--density): not the manifest's line
+        raise ManifestError(f"density must be >= 1, got {density}", source="--density")
     density = manifest.density if density is None else density
     if density < 1:
         raise manifest.error(f"density must be >= 1, got {density}", "density")
