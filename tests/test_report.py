@@ -200,3 +200,20 @@ def test_html_page_plots_the_rates_with_their_wilson_intervals(db: Path, tmp_pat
     res = runner.invoke(app, [CID, "--db", str(db), "--html", str(out)])
     assert res.exit_code == 0, res.output
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_cli_bad_output_paths_fail_before_printing(db: Path, tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x")
+    for args, needle in ((["--html", "/proc/nonexistent-dir/r.html"], "cannot write --html /proc/nonexistent-dir/r.html"),
+                         (["--csv", str(tmp_path / "dir") + "/"], f"cannot write --csv {tmp_path / 'dir'}: is a directory"),
+                         (["--json", str(tmp_path / "file" / "r.json")], f"cannot write --json {tmp_path / 'file' / 'r.json'}"),
+                         (["--json", str(tmp_path / "ok.json"), "--csv", str(tmp_path / "dir" / "sub")], None)):
+        res = runner.invoke(app, [CID, "--db", str(db), *args])
+        if needle is None:
+            assert res.exit_code == 0 and "0.031" in res.output, res.output
+            continue
+        assert res.exit_code == 1 and "0.031" not in res.output, (args, res.output)
+        assert needle in " ".join(res.output.split()) and res.output.count("error:") == 1, (args, res.output)
+    assert json.loads((tmp_path / "ok.json").read_text())["campaign_id"] == CID
+    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["sub", "sub_paired.csv"]

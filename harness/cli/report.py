@@ -15,6 +15,26 @@ app = typer.Typer(help="Report a campaign from the results store.", no_args_is_h
 DEFAULT_DB = Path("results/anibench.sqlite")
 
 
+def _check_writable(option: str, path: Path) -> None:
+    """Exit with one line unless ``path`` can be written (its directory is created if missing),
+    so that a bad output path fails before the report is printed rather than after."""
+    import os
+
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            with path.open("a"):
+                pass
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            path.unlink()
+    except OSError as e:
+        fail(f"cannot write {option} {path}: {e.strerror or e}")
+
+
 @app.command("report")
 @friendly_errors
 def report(
@@ -39,6 +59,12 @@ def report(
 
     if not db.is_file():
         fail(f"no results store at {db} (run a campaign first, or pass --db)")
+    targets = [("--json", json_out), ("--html", html_out), ("--csv", csv_out)]
+    if csv_out:
+        targets.append(("--csv", csv_out.with_name(f"{csv_out.stem}_paired{csv_out.suffix or '.csv'}")))
+    for option, path in targets:
+        if path is not None:
+            _check_writable(option, path)
     try:
         with CampaignStore(db) as store:
             rep = build_report(store, campaign)
