@@ -198,3 +198,11 @@ def test_a_bad_density_argument_is_blamed_on_the_argument_not_the_manifest(tmp_p
                        text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "Invalid value for '--density'" in r.stderr and "line" not in r.stderr, r.stderr
     assert not (tmp_path / "s.json").exists()
+
+
+def test_firewall_invariants_are_worded_in_english() -> None:
+    verdicts = [i for i in build(load_manifest(MANIFEST), seed=7, density=2).invariants if i.kind == "tcp_verdict"]
+    assert {i.params["expect"] for i in verdicts} == {"allow", "deny"}
+    for i in verdicts:
+        word = {"allow": "is allowed (", "deny": "is denied ("}[i.params["expect"]]
+        assert word in i.description and "denyed" not in i.description, i.description

@@ -70,13 +70,18 @@ def render_firewalls(sc: Scenario, out: dict[str, NodeConfig]) -> None:
         node_cfg(out, pe).nft[TABLE] = "\n".join(text) + "\n"
 
 
+#: The verdict an invariant expects, as its description words it.
+EXPECT_WORDS = {"allow": "allowed", "deny": "denied"}
+
+
 def verdict_invariant(sc: Scenario, pol: FirewallPolicy, src: Site, dst: Site, port: int, expect: str, why: str) -> Invariant:
+    """The invariant that TCP ``port`` from ``src`` to ``dst`` gets the verdict ``expect`` (allow or deny)."""
     return Invariant(
         id=f"firewall/{pol.tenant}/{expect}/{src.id}->{dst.id}:{port}",
         kind="tcp_verdict",
         service=f"firewall/{pol.tenant}",
         params={"src": src.ce, "dst": ce_addr(dst.prefix6, 2), "port": port, "expect": expect, "family": 6},
-        description=f"{sc.tenant(pol.tenant).name}: TCP {port} from {src.id} to {dst.id} is {expect}ed ({why})",
+        description=f"{sc.tenant(pol.tenant).name}: TCP {port} from {src.id} to {dst.id} is {EXPECT_WORDS[expect]} ({why})",
     )
 
 
