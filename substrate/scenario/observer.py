@@ -7,8 +7,8 @@ Check kinds (``Invariant.kind``):
 - ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
 - ``isolated`` {src, dst, family}: no ping from ``src`` gets an answer from ``dst``;
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
-  raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` (the SID is used by
-  this flow only, so concurrent probes cannot fake it);
+  raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` and get replies (the
+  SID is used by this flow only, so concurrent probes cannot fake it; retried like ``reach``);
 - ``tcp_verdict`` {src, dst, port, expect}: a TCP connection attempt from ``src`` reaches the
   destination host (connected or reset by it) when ``expect`` is ``allow``; times out (dropped)
   when ``deny``;
@@ -135,20 +135,34 @@ def _ping(ctx: ObserveContext, src: str, dst: str, family: int, count: int, wait
     return ctx.run(src, argv, timeout_s=count * interval + wait + 5)
 
 
+def _spaced(attempt: Callable[[], tuple[bool, str, list[Evidence], bool]]) -> tuple[bool, str, list[Evidence]]:
+    """Run a data-plane ``attempt`` up to REACH_ATTEMPTS times, REACH_SPACING_S apart, until it
+    passes or says a retry cannot help; returns the last verdict with every attempt's evidence.
+
+    An ICMP error ends ping at once and the first packets after a link or neighbour change can be
+    lost (neighbour discovery failing right after a link came back): spacing the attempts makes
+    them span such a transient, while a real break fails them all.
+    """
+    ev: list[Evidence] = []
+    for k in range(REACH_ATTEMPTS):
+        t0 = time.monotonic()
+        ok, detail, e, retry = attempt()
+        ev += e
+        if ok or not retry or k + 1 == REACH_ATTEMPTS:
+            return ok, detail, ev
+        time.sleep(max(0.0, REACH_SPACING_S - (time.monotonic() - t0)))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
-    ev = []
-    for attempt in range(REACH_ATTEMPTS):
-        t0 = time.monotonic()
+
+    def attempt() -> tuple[bool, str, list[Evidence], bool]:
         r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 1.0)
-        ev.append(_ev(r))
-        if _received(r.stdout) > 0:
-            return True, f"{p['src']} -> {p['dst']}: replies received", ev
-        if attempt + 1 < REACH_ATTEMPTS:
-            # an ICMP error ends ping at once (e.g. neighbour discovery failing right after a
-            # link came back): space the attempts so that they span a transient
-            time.sleep(max(0.0, REACH_SPACING_S - (time.monotonic() - t0)))
-    return False, f"{p['src']} -> {p['dst']}: no reply", ev
+        ok = _received(r.stdout) > 0
+        return ok, f"{p['src']} -> {p['dst']}: {'replies received' if ok else 'no reply'}", [_ev(r)], True
+
+    return _spaced(attempt)
 
 
 def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
@@ -172,14 +186,20 @@ def _sid_packets(ctx: ObserveContext, node: str, sid: str) -> tuple[int | None, 
 def check_steered_path(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
     count = int(p.get("count", 5))
-    before, r0 = _sid_packets(ctx, p["node"], p["sid"])
-    if before is None:
-        return False, f"{p['sid']} is not installed (with counters) on {p['node']}", [_ev(r0)]
-    r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), count, 1.0, interval=0.05)
-    after, r1 = _sid_packets(ctx, p["node"], p["sid"])
-    delta = (after or 0) - before
-    ok = delta >= count and _received(r.stdout) > 0
-    return ok, f"{count} probes {p['src']} -> {p['dst']}: {p['node']} {p['sid']} counted {delta}", [_ev(r), _ev(r1)]
+
+    def attempt() -> tuple[bool, str, list[Evidence], bool]:
+        before, r0 = _sid_packets(ctx, p["node"], p["sid"])
+        if before is None:
+            return False, f"{p['sid']} is not installed (with counters) on {p['node']}", [_ev(r0)], False
+        r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), count, 1.0, interval=0.05)
+        after, r1 = _sid_packets(ctx, p["node"], p["sid"])
+        delta = (after or 0) - before
+        got = _received(r.stdout)
+        ok = delta >= count and got > 0
+        detail = f"{count} probes {p['src']} -> {p['dst']}: {got} replies; {p['node']} {p['sid']} counted {delta}"
+        return ok, detail, [_ev(r), _ev(r1)], True
+
+    return _spaced(attempt)
 
 
 _TCP = "timeout {t} bash -c 'exec 3<>/dev/tcp/{dst}/{port}' 2>&1; echo \"rc=$?\""
