@@ -130,16 +130,18 @@ async def test_apply_config_echo_snapshot_and_rollback(lab: Lab, mode: str, tmp_
     assert unchanged(lab, before)
     recs = records(tmp_path / "trajectory.jsonl")
     first = recs[0]
-    # the record agrees with the MCP flag: a partly applied call is not an error; its text says what was refused
-    assert (first["tool"], first["kind"], first["is_error"], first["tool_error"]) == ("apply_config", "config", False, False)
+    # a partly applied call is no MCP error (tool_error), but it is an error action (is_error), with the refusals
+    assert (first["tool"], first["kind"], first["is_error"], first["tool_error"]) == ("apply_config", "config", True, False)
     assert "PARTLY APPLIED" in first["result"] and "% Unknown command: spf-interval" in first["result"]
+    assert "r1: spf-interval 1 10: % Unknown command: spf-interval 1 10" in first["rejected"]
+    assert len(first["rejected"]) == 2 and any(x.startswith("h1: ") and "File exists" in x for x in first["rejected"])
     assert first["arguments"] == {"commands": commands}
     assert [r["kind"] for r in recs[1:4]] == ["config"] * 3 and not any(r["is_error"] for r in recs[1:4])
 
 
 async def test_apply_config_error_flag_is_truthful_and_matches_the_record(lab: Lab, tmp_path: Path) -> None:
     """Every command refused by the device: an MCP error that still carries the echo, recorded as
-    an error; every command accepted: neither. The record's is_error is the MCP isError."""
+    an error; every command accepted: neither. The record's tool_error is the MCP isError."""
     s = server(lab, tmp_path)
     delete = {"r1": ["nft delete table inet tenant_fw"]}
     async with connect(s) as c:
@@ -263,7 +265,7 @@ async def test_execute_validation(lab: Lab, tmp_path: Path) -> None:
         assert r.is_error and "less than or equal to 60" in text(r)
     assert unchanged(lab, before)
     recs = records(tmp_path / "trajectory.jsonl")
-    assert [(r["kind"], r["is_error"], r["tool_error"]) for r in recs[:2]] == [("validation", False, False),
+    assert [(r["kind"], r["is_error"], r["tool_error"]) for r in recs[:2]] == [("validation", True, False),
                                                                              ("validation", True, True)]
     assert recs[-2]["kind"] == "wait" and not recs[-2]["is_error"]
 

@@ -190,8 +190,8 @@ async def fuzz(lab: Lab, tmp_path: Path, level: str, gen: Any, mutating: set[str
     recs = records(traj)
     assert len(recs) == len(outcomes) and [r["seq"] for r in recs] == list(range(1, len(recs) + 1))
     assert [bool(r["tool_error"]) for r in recs] == [e for _, e in outcomes]
-    if level == "A1":  # one rule: the record's is_error is the MCP isError the client saw
-        assert [bool(r["is_error"]) for r in recs] == [e for _, e in outcomes]
+    # an MCP error is always an error action; an error action may be a partly refused call
+    assert all(r["is_error"] for r in recs if r["tool_error"])
     assert all(e for name, e in outcomes if name in mutating), "a mutating fuzz call was accepted"
     after = capture_many(lab)
     changed = [n for n in before if not before[n].same_as(after[n])]

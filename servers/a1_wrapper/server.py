@@ -9,11 +9,13 @@ get_topology and rollback.
   automatically) with the router's own per-command echo; ``ip``/``nft`` forms as argument lists.
   Rejected commands do not stop the batch (as when configuration is pasted into a router); they
   are reported per command.
-- One rule decides whether a call that ran is an error (:func:`settle`), and both the MCP result's
-  ``isError`` and the trajectory's ``is_error`` follow it: when the devices refused every command
-  of the call (nothing was applied, or nothing was run), the result is an MCP error whose text
-  still carries the per-device echo and rejections; when some commands took effect, the result
-  is not an error and its ``summary`` (its first field) names the rejected ones.
+- One rule decides whether a call that ran is an error (:func:`settle`): when the devices refused
+  every command of the call (nothing was applied, or nothing was run), the result is an MCP error
+  (``isError``; the trajectory's ``tool_error``) whose text still carries the per-device echo and
+  rejections; when some commands took effect, the result is not an error and its ``summary`` (its
+  first field) names the rejected ones. In both cases the refusals are noted, so the trajectory's
+  ``is_error`` marks the call as an error action (NetConfArena III-D: an action "rejected by the
+  device" counts, whether or not other lines of it were accepted).
 - ``execute_validation`` runs read-only forms only: FRR ``show`` commands, ping and traceroute
   from the device (bounded), read-only ``ip`` and ``nft`` forms.
 - ``rollback(device, snapshot_id)`` restores a snapshot (``substrate.devstate.restore``), taking
@@ -106,17 +108,18 @@ class Rejection(BaseModel):
 
 
 def settle(result: BaseModel, done: int, refused: list[str], *, nothing: str) -> None:
-    """The one rule of A1 for a call that ran: an error iff devices refused something and
-    nothing of the call took effect (``done == 0``).
+    """The one rule of A1 for a call that ran: refusals are noted (the trajectory's ``is_error``:
+    an error action, NetConfArena III-D), and the call is an MCP error iff devices refused
+    something and nothing of it took effect (``done == 0``).
 
     Then a ``ToolError`` carries ``nothing`` (what did not happen) and the result's JSON, so the
-    client sees ``isError`` with the echo and rejections, and the trajectory line gets
-    ``is_error: true`` with the rejections noted. Otherwise it returns and the call is not an
-    error, in the MCP result as in the trajectory (partial rejections are in the result's text;
-    they are not noted, since a noted rejection marks the trajectory line as an error).
+    client sees ``isError`` with the echo and rejections. Otherwise it returns: a partly applied
+    call succeeds (re-sending all of it would repeat what was applied) and its summary names the
+    refused commands.
     """
-    if refused and done == 0:
+    if refused:
         note_rejected(*refused)
+    if refused and done == 0:
         raise ToolError(f"{nothing}\n{result.model_dump_json(indent=1)}")
 
 
