@@ -198,6 +198,11 @@ def test_a_bad_density_argument_is_blamed_on_the_argument_not_the_manifest(tmp_p
                        text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "Invalid value for '--density'" in r.stderr and "line" not in r.stderr, r.stderr
     assert not (tmp_path / "s.json").exists()
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "build", "-m", str(MANIFEST), "-o",
+                        str(tmp_path / "s.json"), "--seed", "-1", "--no-verify"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "Invalid value for '--seed'" in r.stderr, r.stderr
+    assert not (tmp_path / "s.json").exists()
 
 
 def test_firewall_invariants_are_worded_in_english() -> None:

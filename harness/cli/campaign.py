@@ -135,7 +135,7 @@ def task_list() -> None:
 def task_show(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
     variant: Annotated[int, typer.Option(help="Variant index.")] = 0,
-    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
+    seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
     density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
     reveal: Annotated[bool, typer.Option(help="Also list the hidden test cases.")] = False,
@@ -164,7 +164,7 @@ def task_validate(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
     ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A3-T",
     variants: Annotated[int, typer.Option(min=1, help="Variants to validate.")] = 3,
-    seed: Annotated[int, typer.Option(help="Scenario seed of variant 0.")] = 7,
+    seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
     density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
 ) -> None:

@@ -22,7 +22,7 @@ app = typer.Typer(help="Build brownfield scenarios from manifests (layered, seed
 def build(
     manifest: Annotated[Path, typer.Option("--manifest", "-m", help="Manifest YAML.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Scenario file to write.")],
-    seed: Annotated[int | None, typer.Option(help="Seed (default: the manifest's).")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="Seed (default: the manifest's).")] = None,
     density: Annotated[int | None, typer.Option(min=1, help="State density, >= 1 (default: the manifest's).")] = None,
     verify: Annotated[bool, typer.Option(help="Deploy it once and refuse it unless every baseline invariant passes.")] = True,
 ) -> None:
