@@ -25,6 +25,8 @@ from __future__ import annotations
 import csv
 import io
 import random
+from dataclasses import dataclass
+
 import yaml
 from pydantic import BaseModel, Field
 
@@ -323,38 +325,70 @@ def _add_doc(a: SiteAdd) -> dict:
     return doc
 
 
-def _changed_markers(before: Scenario, after: Scenario, ch: Changes) -> set[str]:
-    """Strings that identify what the task changes: CE names (old and new), addresses and SIDs
-    of added, moved and removed sites, and the tenant's uDT6 SIDs that appear or disappear."""
+@dataclass(frozen=True)
+class _Marks:
+    """What identifies the task's change inside an invariant's parameters (exact values only).
+
+    ``names``: CE names of added, moved and removed sites (old and new) and the tenant's uDT6
+    SIDs that appear or disappear -- unique in the scenario, so matched anywhere. ``addresses``:
+    those sites' CE addresses -- tenants may reuse address space (overlap), so an address names
+    the changed site only where the packet is the task tenant's: from one of its CEs.
+    ``own_ces``: every CE of the task's tenant, before and after.
+    """
+
+    names: frozenset[str]
+    addresses: frozenset[str]
+    own_ces: frozenset[str]
+
+    def touch(self, inv: Invariant) -> bool:
+        """Whether ``inv`` is about a changed site (a test case, never a damage check)."""
+        p = inv.params
+        values = [v for k, v in p.items() if k in ("src", "dst", "node", "sid") and isinstance(v, str)]
+        if any(v in self.names for v in values):
+            return True
+        if p.get("src") in self.own_ces and p.get("dst") in self.addresses:
+            return True
+        # free-text lists (nft_rule contains, fib_has prefixes): whole tokens, names only
+        words = {w for v in p.values() if isinstance(v, list) for item in v for w in str(item).split()}
+        return bool(words & self.names)
+
+
+def _changed_markers(before: Scenario, after: Scenario, ch: Changes) -> _Marks:
+    """The :class:`_Marks` of a variant's change."""
     from substrate.scenario.layers.l3vpn import sid_of
 
-    marks: set[str] = set()
+    names: set[str] = set()
+    addresses: set[str] = set()
+    own: set[str] = set()
     changed = set(ch.remove) | {m.site for m in ch.move} | {a.site for a in ch.add}
     for sc in (before, after):
         t = sc.tenant(ch.tenant)
         for s in t.sites:
+            own.add(s.ce)
             if s.id in changed:
-                marks |= {s.ce, ce_addr(s.prefix6, 2)}
+                names.add(s.ce)
+                addresses.add(ce_addr(s.prefix6, 2))
                 if s.prefix4:
-                    marks.add(ce_addr(s.prefix4, 2))
+                    addresses.add(ce_addr(s.prefix4, 2))
                 if s.dx4_function is not None:
-                    marks.add(sid_of(sc, s.pe, s.dx4_function))
+                    names.add(sid_of(sc, s.pe, s.dx4_function))
     tb, ta = before.tenant(ch.tenant), after.tenant(ch.tenant)
     for pe in set(tb.dt6_functions) ^ set(ta.dt6_functions):
         t, sc = (tb, before) if pe in tb.dt6_functions else (ta, after)
-        marks.add(sid_of(sc, pe, t.dt6_functions[pe]))
-    return marks
+        names.add(sid_of(sc, pe, t.dt6_functions[pe]))
+    return _Marks(frozenset(names), frozenset(addresses), frozenset(own))
 
 
 def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[Invariant], list[Invariant]]:
     """Split the checks of a variant.
 
-    - test cases: invariants of the expected inventory that are new or changed and belong to
-      the task's tenant or touch a changed site, plus explicit checks that removed sites are
-      unreachable from the tenant's remaining sites;
-    - damage checks: baseline invariants that still hold in the expected inventory, and baseline
-      invariants of other services that do not touch a changed site (an invariant the generator
-      would now sample differently is still a valid baseline fact).
+    - test cases: invariants of the expected inventory about a changed site (exact CE names,
+      SIDs, and the site's addresses as reached from the tenant's own CEs -- tenants may reuse
+      addresses), plus explicit checks that removed sites are unreachable, over IPv6 and IPv4,
+      from every remaining site of the tenant;
+    - damage checks: every baseline invariant not about a changed site, whoever's service it is
+      (it still holds after a correct change), and the expected inventory's new invariants that
+      are not about a changed site either (facts the generator now samples, true before as after).
     """
     import json
 
@@ -364,29 +398,27 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     def key(i: Invariant) -> tuple[str, str]:
         return i.id, json.dumps(i.params, sort_keys=True)
 
-    def touches(i: Invariant) -> bool:
-        text = json.dumps(i.params, sort_keys=True)
-        return any(m in text for m in marks)
-
     before_keys = {key(i) for i in before.invariants}
-    after_keys = {key(i) for i in after.invariants}
     # anything about a changed site is the task's to make true, even when it reads the same
     # before and after (a moved site keeps its addresses; the customer has unplugged the old
     # CE, so doing nothing breaks it): a test case, never a damage check. Behaviour, not
     # bookkeeping: which free SID function an operator picks is theirs, so a new SID binding is
     # not a test case (its reachability is).
-    tests = [i for i in after.invariants if i.kind != "sid_bound"
-             and (touches(i) or (key(i) not in before_keys and i.service == own))]
-    damage = [i for i in before.invariants
-              if not touches(i) and (key(i) in after_keys or i.service != own)]
+    tests = [i for i in after.invariants if i.kind != "sid_bound" and marks.touch(i)]
+    damage = [i for i in before.invariants if not marks.touch(i)]
+    damage += [i for i in after.invariants if key(i) not in before_keys and not marks.touch(i)
+               and i.kind != "sid_bound"]
     gone = [s for s in before.tenant(ch.tenant).sites if s.id in ch.remove]
     remaining = after.tenant(ch.tenant).sites
     for g in gone:
-        for r in remaining[:3]:
-            tests.append(Invariant(
-                id=f"task/removed/{g.id}/from/{r.id}", kind="isolated", service=own,
-                params={"src": r.ce, "dst": ce_addr(g.prefix6, 2), "family": 6},
-                description=f"removed site {g.id} is unreachable from {r.id}",
-            ))
+        for r in remaining:
+            for fam, prefix in ((6, g.prefix6), (4, g.prefix4)):
+                if prefix is None or (fam == 4 and r.prefix4 is None):
+                    continue
+                tests.append(Invariant(
+                    id=f"task/removed/{g.id}/from/{r.id}" + ("/v4" if fam == 4 else ""), kind="isolated", service=own,
+                    params={"src": r.ce, "dst": ce_addr(prefix, 2), "family": fam},
+                    description=f"removed site {g.id} is unreachable from {r.id} (IPv{fam})",
+                ))  # fmt: skip
     return tests, damage
 
