@@ -3,7 +3,8 @@
 Steps (DESIGN.md "the data flow of one run"): reset the lab to the scenario baseline; perform
 the variant's customer-side setup; start the level's MCP server with the step budget and the
 trajectory recorder; start the fault schedule; run the agent under a wall-clock cap; clear the
-faults and let the underlay converge; observe out-of-band (the task's test cases and every
+faults; kill what the agent left running in the nodes (each such node is a damage finding,
+``leftover/NODE``); let the underlay converge; observe out-of-band (the task's test cases and every
 baseline invariant of the services the task must not change); compute the outcome and the
 process metrics from the server's trajectory.
 
@@ -30,8 +31,13 @@ from harness.store import RunRecord, RunStatus, completion_mode
 from harness.tasks import TaskVariant
 from substrate.faults import FaultInjector, draw_schedule
 from substrate.lab import Lab
-from substrate.scenario.deploy import reset
+from substrate.errors import SubstrateError
+from substrate.scenario.deploy import kill_strays, reset
 from substrate.scenario.observer import Verdict, observe
+
+
+#: Damage-check id of a node where the agent left processes running (``leftover/r3``).
+LEFTOVER_PREFIX = "leftover/"
 
 
 class RunFailed(AnibenchError):
@@ -114,7 +120,10 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     for name, text in variant.files.items():
         (files_dir / name).write_text(text)
 
-    rep = reset(lab)
+    try:
+        rep = reset(lab)
+    except SubstrateError as e:  # e.g. the underlay did not converge after a restarted daemon
+        raise RunFailed(f"the lab could not be reset to its baseline: {e}") from e
     if not rep.exact:
         raise RunFailed(f"the lab could not be reset to its baseline: {json.dumps(rep.residual)[:400]}")
     for step in variant.setup:
@@ -174,6 +183,10 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     capped = capped or bool(outcome.error and f"({CAPPED})" in outcome.error)
 
     t2 = time.monotonic()
+    # processes the agent left running in a node (a background loop, a delayed change) are state
+    # no request asked for: killed before observing, so that the verdicts are of the state the
+    # agent submitted, and each node that had any counts as damage
+    leftovers = kill_strays(lab)
     try:
         lab.wait_converged(timeout_s=30)
     except Exception:  # noqa: BLE001 - an unconverged underlay is the agent's damage: observe it
@@ -185,6 +198,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     passed = sum(v.ok for v in tests)
     task_pass = passed == len(tests)
     violated = [v.id for v in damage if not v.ok]
+    violated += sorted({f"{LEFTOVER_PREFIX}{k.split(':')[0]}" for k in leftovers})
 
     from servers.common import read_trajectory
 
@@ -194,7 +208,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     mode = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                            budget_hit=budget_hit, task_pass=task_pass)
     (run_dir / "verdicts.json").write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
-    (run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped}, indent=1))
+    (run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
+                                                   indent=1))
     record = RunRecord(
         campaign_id=spec.campaign_id, run_key=spec.run_key, factor=spec.factor, setting=spec.setting,
         task_class=variant.task_class, variant=variant.variant, scenario_seed=variant.scenario_seed,

@@ -195,10 +195,12 @@ def test_reset_of_an_untouched_lab_changes_nothing(bf) -> None:
 def test_reset_kills_what_an_agent_left_running_and_keeps_frr(bf) -> None:
     lab, sc = bf
     s = sc.tenants[0].sites[0]
-    daemons_before = lab.sh(s.pe, "cat /run/frr/*.pid").stdout.split()
+    pid_files = " ".join(f"/run/frr/{d}.pid" for d in lab.state(s.pe).daemons)
+    daemons_before = lab.sh(s.pe, f"cat {pid_files}").stdout.split()
     # a background loop (as an A0 shell could leave) that keeps re-breaking the customer's circuit
     lab.check([lab.sh(s.pe, f"nohup sh -c 'while true; do ip link set {s.pe_if} down; sleep 0.2; done' "
-                             ">/dev/null 2>&1 &"),
+                             ">/dev/null 2>&1 & echo $! > /run/frr/helper.pid; echo $! > /run/frr/bgpd.pid; "
+                             "echo note > /tmp/notes.txt"),
                lab.sh(s.ce, "nohup sleep 1000 >/dev/null 2>&1 &")])
     rep = reset(lab)
     assert rep.exact, rep.residual
@@ -207,10 +209,13 @@ def test_reset_kills_what_an_agent_left_running_and_keeps_frr(bf) -> None:
     # nothing but init and the FRR daemons is left in the PE, and the daemons are the same processes
     left = lab.sh(s.pe, 'for d in /proc/[0-9]*; do echo "${d#/proc/}"; done').stdout.split()
     assert len(set(left) - {"1"} - set(daemons_before)) == 1  # the listing shell itself
-    assert lab.sh(s.pe, "cat /run/frr/*.pid").stdout.split() == daemons_before
+    assert lab.sh(s.pe, f"cat {pid_files}").stdout.split() == daemons_before
     assert failing(lab, sc.invariants) == []
     assert '"operstate":"UP"' in lab.exec(s.pe, ["ip", "-j", "link", "show", s.pe_if]).stdout  # not re-broken
     assert reset(lab).killed_processes == []
+    # a PID file written by the agent protects nothing, and what it left in /tmp is gone
+    assert lab.exec(s.pe, ["ls", "-A", "/tmp"]).stdout.strip() == ""
+    lab.exec(s.pe, ["rm", "-f", "/run/frr/helper.pid", "/run/frr/bgpd.pid"])
 
 
 def test_cli_check_and_reset(bf) -> None:

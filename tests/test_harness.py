@@ -66,6 +66,31 @@ def test_change_set_is_two_additions_two_moves_one_removal_on_one_tenant() -> No
     assert any(d.service.startswith("l3vpn/") and d.service != f"l3vpn/{ch.tenant}" for d in v.damage_checks)
 
 
+@pytest.mark.parametrize("task_class", TASK_CLASSES)
+def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> None:
+    """Found by an audit: CE c1 matched c10-c19 and a reused (overlapping) address matched other
+    tenants' checks, so damage to another tenant became a failed test case instead of damage.
+    On the 25-router brownfield (CE numbers past 10, overlapping tenants): every test case is
+    the task tenant's, and every baseline fact not about a changed site stays a damage check."""
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=7, density=2)
+    for variant in range(2):
+        v = make_variant(task_class, sc, variant)
+        own = f"l3vpn/{v.changes.tenant}"
+        assert [t.id for t in v.test_cases if not t.id.startswith(("task/", own, f"firewall/{v.changes.tenant}/"))] == []
+        changed = set(v.changes.remove) | {m.site for m in v.changes.move} | {a.site for a in v.changes.add}
+        tested, damaged = {t.id for t in v.test_cases}, {d.id for d in v.damage_checks}
+        assert not tested & damaged
+        for inv in sc.invariants:  # a baseline fact is a test case or a damage check, or about a changed site
+            about_changed = any(f"{c}->" in inv.id or f">{c}/" in inv.id or f"/{c}-x-" in inv.id or inv.id.endswith(f"-x-{c}")
+                                for c in changed)  # fmt: skip
+            assert inv.id in damaged or inv.id in tested or about_changed or inv.kind == "sid_bound", inv.id
+        gone = [x for x in v.changes.remove]
+        if gone:
+            removed = [t for t in v.test_cases if t.id.startswith(f"task/removed/{gone[0]}/")]
+            assert {t.params["family"] for t in removed} == {4, 6}
+            assert len(removed) >= len(sc.tenant(v.changes.tenant).sites) - 1
+
+
 def test_unknown_task_class_and_impossible_variants_are_refused() -> None:
     sc = build(load_manifest(MANIFEST), seed=7)
     with pytest.raises(AnibenchError, match="unknown task class 'migrate'"):
@@ -161,6 +186,28 @@ def test_openai_agent_against_a_stand_in_endpoint(campaign_lab, tmp_path) -> Non
     first = fake.requests[0]
     assert {t["function"]["name"] for t in first["tools"]} >= {"run_shell", "list_devices", "submit"}
     assert "request.yaml" in first["messages"][1]["content"]
+
+
+@pytest.mark.lab
+def test_processes_an_agent_leaves_running_are_killed_before_observing_and_count_as_damage(campaign_lab, tmp_path) -> None:
+    """A delayed change (a background job that acts after submit) must neither escape the verdict
+    nor reach into the next run: it is killed before observing, and its node is damage."""
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    bomb = "nohup sh -c 'sleep 4; ip -6 route flush table main proto isis' >/dev/null 2>&1 &"
+    turns = [[("run_shell", {"device": "r2", "command": bomb})], [("submit", {})]]
+    with FakeOpenAI(turns) as fake:
+        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
+                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=tmp_path)
+        rec, verdicts = execute_run(lab, spec, v)
+    assert "leftover/r2" in rec.violated_invariants and not rec.damage_free
+    left = json.loads((tmp_path / "agent.json").read_text())["leftover_processes"]
+    assert left and all(x.startswith("r2:") for x in left)
+    # the job never ran (every real damage check passes), and nothing is left to run it later:
+    # r2 holds its init, its FRR daemons and the listing shell only
+    assert all(vd.ok for vd in verdicts[len(v.test_cases):])
+    comms = lab.sh("r2", 'for d in /proc/[0-9]*; do read -r c < "$d/comm"; echo "$c"; done').stdout.split()
+    assert sorted(comms) == sorted(["sleep", "bash", *lab.state("r2").daemons]), comms  # init is `sleep infinity`
 
 
 @pytest.mark.lab

@@ -29,23 +29,47 @@ from substrate.scenario.observer import Verdict, observe
 
 SCENARIO_FILE = "scenario.json"
 BASELINE_FILE = "baseline.json"
-#: One shell per node at the start of a reset, builtins only (no fork, so nothing it starts is
-#: killed by it): kill every process but the node's init (PID 1), its FRR daemons and itself --
-#: whatever an agent left running (a loop that keeps changing state would otherwise reach into the
-#: next run) -- printing ``K pid:comm``; resume stopped processes (the frozen-node fault); print
-#: ``D daemon`` for each FRR daemon that is not running.
-_REVIVE = """keep=" 1 $$ "
-for f in /run/frr/*.pid; do read -r p < "$f" 2>/dev/null && keep="$keep$p "; done
+#: Shell (builtins only: no fork, so nothing it starts is killed by it) that kills every process
+#: of a node but its init (PID 1), its FRR daemons and itself -- whatever an agent left running (a
+#: loop that keeps changing state would otherwise reach into the observation or the next run) --
+#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name, so
+#: a PID written into /run/frr by an agent protects nothing. ``{daemons}``: the lab's daemons.
+_KILL_STRAYS = """keep=" 1 $$ "
+for d in {daemons}; do
+  p=; c=; read -r p < "/run/frr/$d.pid" 2>/dev/null
+  [ -n "$p" ] && read -r c < "/proc/$p/comm" 2>/dev/null
+  [ "$c" = "$d" ] && keep="$keep$p "
+done
 for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
   case "$keep" in *" $p "*) continue;; esac
   c=?; read -r c < "$d/comm" 2>/dev/null
   kill -9 "$p" 2>/dev/null && echo "K $p:$c"
 done
-kill -CONT -1 2>/dev/null
+"""
+#: At the start of a reset, per node: kill strays (above), resume stopped processes (the
+#: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, empty /tmp
+#: (what one run's agent left there must not be read by the next).
+_REVIVE = _KILL_STRAYS + """kill -CONT -1 2>/dev/null
 for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev/null || echo "D $d"; done
+rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null
 true
 """
+
+
+def kill_strays(lab: Lab, nodes: list[str] | None = None) -> list[str]:
+    """Kill, in ``nodes`` (default: every node), every process but init and the FRR daemons.
+
+    Returns:
+        The processes killed, as ``node:pid:command``.
+    """
+
+    def one(node: str) -> list[str]:
+        r = lab.sh(node, _KILL_STRAYS.format(daemons=" ".join(lab.state(node).daemons)) + "true", timeout_s=5)
+        return [f"{node}:{ln[2:]}" for ln in r.stdout.splitlines() if ln.startswith("K ")]
+
+    return [k for found in lab.map(one, nodes or lab.node_names()) for k in found]
+
 
 #: A token rewritten whenever the lab is put at its baseline (deploy, reset); see baseline_epoch.
 EPOCH_FILE = "baseline_epoch"
