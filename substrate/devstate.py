@@ -50,8 +50,14 @@ _SEP = "\n@@ANIBENCH@@ "
 #: Sysctls (paths under /proc/sys) that services depend on and a restore puts back.
 SYSCTLS = (
     "net/ipv4/ip_forward",
-    "net/ipv6/conf/all/forwarding",
-    "net/ipv6/conf/all/seg6_enabled",
+    "net/ipv4/conf/*/forwarding",
+    "net/ipv4/conf/*/rp_filter",
+    "net/ipv4/icmp_echo_ignore_all",
+    "net/ipv6/conf/*/forwarding",
+    "net/ipv6/conf/*/seg6_enabled",
+    "net/ipv6/conf/*/disable_ipv6",
+    "net/ipv6/conf/*/keep_addr_on_down",
+    "net/ipv6/icmp/echo_ignore_all",
     "net/netfilter/nf_hooks_lwtunnel",
 )
 #: One command in the node, few processes (capture runs on every reset, for every node): one
@@ -59,10 +65,10 @@ SYSCTLS = (
 #: SRv6 tunnel source and (routers) FRR's running configuration.
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip6; printf 'route show table all\nrule show\naddr show\nlink show\n' | ip -6 -s -d -j -batch -
-s ip4; printf 'route show table all\nrule show\naddr show\n' | ip -4 -s -d -j -batch -
+s ip6; printf 'route show table all\nrule show\naddr show\nlink show\nneigh show nud permanent\n' | ip -6 -s -d -j -batch -
+s ip4; printf 'route show table all\nrule show\naddr show\nneigh show nud permanent\n' | ip -4 -s -d -j -batch -
 s nft; nft list ruleset 2>&1
-s sysctl; for k in SYSCTL_PATHS; do read -r v < /proc/sys/$k && echo "$k:$v"; done
+s sysctl; cd /proc/sys && for k in SYSCTL_PATHS; do [ -e "$k" ] && read -r v < "$k" && echo "$k:$v"; done; cd /
 s tunsrc; ip sr tunsrc show 2>/dev/null
 """.replace("SYSCTL_PATHS", " ".join(SYSCTLS))
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
@@ -93,7 +99,10 @@ class DeviceState(BaseModel):
     addresses: list[str] = Field(default_factory=list, description="`addr add ADDR/LEN dev IF` arguments.")
     links: dict[str, LinkState] = Field(default_factory=dict)
     nft: str = Field(default="", description="`nft list ruleset` output.")
-    sysctls: dict[str, str] = Field(default_factory=dict, description="Values of SYSCTLS (path -> value).")
+    sysctls: dict[str, str] = Field(default_factory=dict, description="Values of SYSCTLS (path -> value; globs expanded).")
+    neighbors: list[str] = Field(
+        default_factory=list, description="Permanent neighbour entries as `neigh replace` arguments (an agent's "
+        "static ARP/ND entry outlives its run otherwise).")
     tunsrc: str = ""
     frr_config: str | None = Field(default=None, description="FRR running configuration (routers), vtysh's merged view.")
     frr_daemons: dict[str, str] | None = Field(
@@ -107,7 +116,7 @@ class DeviceState(BaseModel):
         compared by :meth:`frr_same`)."""
         d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons"})
         d["nft"] = normalize_nft(self.nft)
-        for k in ("routes4", "routes6", "addresses"):
+        for k in ("routes4", "routes6", "addresses", "neighbors"):
             d[k] = sorted(d[k])
         return d
 
@@ -127,7 +136,7 @@ class DeviceState(BaseModel):
         """Human-readable differences, as ``+ item`` (in target, missing here) / ``- item``."""
         out: list[str] = []
         a, b = self.fingerprint(), target.fingerprint()
-        for key in ("routes4", "routes6", "rules4", "rules6", "addresses"):
+        for key in ("routes4", "routes6", "rules4", "rules6", "addresses", "neighbors"):
             have, want = set(a[key]), set(b[key])
             out += [f"+ {key}: {x}" for x in sorted(want - have)]
             out += [f"- {key}: {x}" for x in sorted(have - want)]
@@ -384,6 +393,9 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
             routes_doc, rules_doc, addr_doc = docs[:3]
             if fam == 6:
                 links_doc = [_to_dict(x) for x in docs[3]]
+            for n in (_to_dict(x) for x in docs[-1]):
+                if n.get("lladdr") and n.get("dst") and n.get("dev"):
+                    state.neighbors.append(f"{n['dst']} dev {n['dev']} lladdr {n['lladdr']} nud permanent")
             routes = []
             for pairs in routes_doc:
                 route, table = _route_dict(pairs)
@@ -534,6 +546,11 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     zebra_owned = frr_interface_addresses(target.frr_config or "") if cur.frr_daemons or cur.frr_config else set()
     from_zebra = [a for a in addr_add if a.split()[-1] in woken and a in zebra_owned]
     link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add if a not in from_zebra]
+    # sysctls of existing interfaces first (an address cannot be put back on an interface whose
+    # IPv6 is disabled); those of interfaces re-created below, after them
+    changed_sysctls = {k: v for k, v in target.sysctls.items() if v and cur.sysctls.get(k) != v}
+    late = {k: v for k, v in changed_sysctls.items() if _sysctl_iface(k) not in (None, "all", "default", *cur.links)}
+    errors += _write_sysctls(lab, node, {k: v for k, v in changed_sysctls.items() if k not in late}, rep)
     if link_lines:
         rep.actions += link_lines
         r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(link_lines) + "\n", timeout_s=20)
@@ -566,12 +583,14 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         rep.actions += [f"-{fam} {x}" for x in dels + adds]
         errors += _batch(lab, node, fam, dels, deleting=True)
         errors += _batch(lab, node, fam, adds)
-    changed_sysctls = {k: v for k, v in target.sysctls.items() if v and cur.sysctls.get(k) != v}
-    if changed_sysctls:
-        rep.actions += [f"sysctl {k}={v}" for k, v in changed_sysctls.items()]
-        r = lab.sh(node, "; ".join(f"echo {v} > /proc/sys/{k}" for k, v in changed_sysctls.items()))
-        if not r.ok:
-            errors.append(f"sysctl: {r.stderr.strip()[:200]}")
+        have_n = {x for x in cur.neighbors if (":" in x.split()[0]) == (fam == 6)}
+        want_n = {x for x in target.neighbors if (":" in x.split()[0]) == (fam == 6)}
+        dels = [f"neigh del {' '.join(x.split()[:3])}" for x in sorted(have_n - want_n)]
+        adds = [f"neigh replace {x}" for x in sorted(want_n - have_n)]
+        rep.actions += [f"-{fam} {x}" for x in dels + adds]
+        errors += _batch(lab, node, fam, dels, deleting=True)
+        errors += _batch(lab, node, fam, adds)
+    errors += _write_sysctls(lab, node, late, rep)
     if cur.tunsrc != target.tunsrc:
         rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
         lab.exec(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"])
@@ -650,6 +669,21 @@ def _wait_addresses(lab: Lab, node: str, wanted: list[str], timeout_s: float) ->
             break
         time.sleep(0.05)
     return missing
+
+
+def _sysctl_iface(key: str) -> str | None:
+    """The interface of a per-interface sysctl path (``net/ipv6/conf/eth1/forwarding`` -> eth1)."""
+    parts = key.split("/")
+    return parts[3] if len(parts) == 5 and parts[2] == "conf" else None
+
+
+def _write_sysctls(lab: Lab, node: str, values: dict[str, str], rep: RestoreReport) -> list[str]:
+    """Write ``values`` (path under /proc/sys -> value) in order; error lines returned."""
+    if not values:
+        return []
+    rep.actions += [f"sysctl {k}={v}" for k, v in values.items()]
+    r = lab.sh(node, "rc=0; " + "; ".join(f"echo {v} > /proc/sys/{k} || rc=1" for k, v in values.items()) + "; exit $rc")
+    return [] if r.ok else [f"sysctl: {r.stderr.strip()[:300]}"]
 
 
 def restore_frr(lab: Lab, node: str, config: str) -> list[str]:

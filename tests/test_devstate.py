@@ -93,3 +93,24 @@ def test_frr_interface_addresses_are_read_per_interface_in_kernel_form() -> None
             "router isis CORE\n net 49.0001.0000.0000.0001.00\nexit\n!\ninterface sr0\n ipv6 address fcbb:bb00:1::1/48\nexit\n")
     assert frr_interface_addresses(conf) == {"fd00:1:1::1/64 dev eth2", "10.0.0.1/24 dev eth2", "fcbb:bb00:1::1/48 dev sr0"}
     assert frr_interface_addresses("") == set()
+
+
+@pytest.mark.lab
+def test_neighbour_entries_and_interface_sysctls_are_restored(line3) -> None:
+    """Found by an audit: a static neighbour entry, echo_ignore_all and a per-interface
+    disable_ipv6 outlived a reset and damaged the next run."""
+    lab = line3
+    base = capture(lab, "r2")
+    assert base.sysctls["net/ipv6/conf/eth1/disable_ipv6"] == "0" and base.neighbors == []
+    lab.check([lab.sh("r2", "ip -6 neigh replace fd00:1:1::99 lladdr 02:00:00:00:00:01 dev eth1 nud permanent; "
+                            "echo 1 > /proc/sys/net/ipv6/icmp/echo_ignore_all; "
+                            "echo 1 > /proc/sys/net/ipv6/conf/eth2/disable_ipv6")])
+    mutated = capture(lab, "r2")
+    assert mutated.neighbors == ["fd00:1:1::99 dev eth1 lladdr 02:00:00:00:00:01 nud permanent"]
+    diff = mutated.diff(base)
+    assert any("echo_ignore_all" in d for d in diff) and any("eth2/disable_ipv6" in d for d in diff)
+    rep = restore(lab, base, mutated)
+    assert rep.residual == [], rep.residual
+    assert capture(lab, "r2").same_as(base)
+    lab.wait_converged(timeout_s=30)
+    assert reachable(lab, "h1", "fd00:1:3::2") and reachable(lab, "h1", "fd00::2")
