@@ -273,6 +273,15 @@ def test_parse_transcript() -> None:
         ("cat x | tee /tmp/y", "config"),
         ("'unbalanced", "config"),
         ("", "config"),
+        # writes hidden behind a reading program or a wrapper (found by an audit)
+        ('printf "route del 10.0.2.0/24 table 102\\n" | ip -4 -batch -', "config"),
+        ("env ip -4 route add 10.0.0.0/24 dev eth1", "config"),
+        ("echo $(ip -6 route flush table 101)", "config"),
+        ("echo `ip link set eth1 down`", "config"),
+        ("awk 'BEGIN{system(\"ip link set eth1 down\")}'", "config"),
+        ("ip -force -batch /tmp/x", "config"),
+        ("ip -6 route show | awk '{print $1}'", "validation"),
+        ("FOO=1 env BAR=2 ip -6 route show", "validation"),
     ],
 )
 def test_classify_shell(command: str, kind: str) -> None:

@@ -21,7 +21,7 @@ import shlex
 READ_ONLY_PROGRAMS = frozenset({
     "cat", "ls", "head", "tail", "grep", "egrep", "fgrep", "wc", "echo", "printf", "hostname", "ps", "pgrep",
     "ping", "ping6", "traceroute", "traceroute6", "tracepath", "mtr", "ss", "netstat", "tcpdump", "sort", "uniq",
-    "cut", "awk", "tr", "jq", "date", "uptime", "free", "df", "env", "id", "whoami", "true", "false", "pwd",
+    "cut", "awk", "tr", "jq", "date", "uptime", "free", "df", "id", "whoami", "true", "false", "pwd",
     "which", "type", "stat", "file", "less", "more", "column", "nl", "seq", "sleep", "test", "[", "md5sum",
     "sha256sum", "diff", "cmp", "find", "uname", "arp", "route", "ifconfig", "nstat", "lsof", "dmesg", "journalctl",
     "exit", ":",
@@ -46,8 +46,8 @@ def _simple_commands(command: str) -> list[list[str]] | None:
             return None
         while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
             words = words[1:]  # VAR=value prefixes
-        if words and words[0] in ("sudo", "timeout", "nice", "command", "exec", "time"):
-            words = [w for w in words[1:] if not re.fullmatch(r"-\S*|\d+(\.\d+)?[smh]?", w)] or words
+        if words and words[0] in ("sudo", "timeout", "nice", "command", "exec", "time", "env"):
+            words = [w for w in words[1:] if not re.fullmatch(r"-\S*|\d+(\.\d+)?[smh]?|[A-Za-z_][A-Za-z0-9_]*=.*", w)] or words
         if words:
             out.append(words)
     return out
@@ -61,8 +61,12 @@ def _read_only(words: list[str]) -> bool:
             return False
         if prog in ("sort",) and any(a.startswith("-o") for a in args):
             return False
+        if prog == "awk" and any(x in a for a in args for x in ("system", "getline", ">", "|")):
+            return False  # awk can run commands and write files
         return True
     if prog in ("ip", "bridge"):
+        if any(a in ("-batch", "-b", "-force") for a in args):
+            return False  # commands read from a file or stdin: may write
         rest = [a for a in args if not a.startswith("-")]
         if len(rest) <= 1:
             return True  # `ip route` / `ip -6 addr`: show is the default verb
@@ -93,6 +97,8 @@ def classify_shell(command: object) -> str:
     stripped = re.sub(r"\d?>>?\s*/dev/null|\d?>&\d", "", command)
     if re.search(r"(?<![<>=!])>", stripped) or "tee " in stripped:
         return "config"
+    if "$(" in stripped or "`" in stripped or "<(" in stripped:
+        return "config"  # a command inside a command: whatever it runs may write (conservative)
     cmds = _simple_commands(stripped)
     if not cmds:
         return "config"
