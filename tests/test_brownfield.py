@@ -218,6 +218,21 @@ def test_reset_kills_what_an_agent_left_running_and_keeps_frr(bf) -> None:
     lab.exec(s.pe, ["rm", "-f", "/run/frr/helper.pid", "/run/frr/bgpd.pid"])
 
 
+def test_reset_puts_back_frr_files_a_write_memory_changed(bf) -> None:
+    """Found by an audit: `write memory` left the change in /etc/frr/frr.conf, where the next
+    daemon restart (a fault) would load it again in another run."""
+    lab, sc = bf
+    pe = sc.tenants[0].sites[0].pe
+    before = lab.exec(pe, ["cat", "/etc/frr/frr.conf"]).stdout
+    lab.check([lab.vtysh(pe, "configure terminal", "router isis CORE", "set-overload-bit", "end", "write memory")])
+    assert "set-overload-bit" in lab.exec(pe, ["cat", "/etc/frr/frr.conf"]).stdout
+    rep = reset(lab)
+    assert rep.exact and f"{pe}:/etc/frr/frr.conf" in rep.frr_files_restored
+    assert lab.exec(pe, ["cat", "/etc/frr/frr.conf"]).stdout == before
+    assert "set-overload-bit" not in lab.vtysh(pe, "show running-config").stdout
+    assert reset(lab).frr_files_restored == []
+
+
 def test_cli_check_and_reset(bf) -> None:
     lab, sc = bf
     harness = [sys.executable, "-m", "harness.cli.__main__"]

@@ -14,6 +14,7 @@ the baseline is restored (only what differs), and the underlay is left converged
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +74,8 @@ def kill_strays(lab: Lab, nodes: list[str] | None = None) -> list[str]:
 
 #: A token rewritten whenever the lab is put at its baseline (deploy, reset); see baseline_epoch.
 EPOCH_FILE = "baseline_epoch"
+#: Beside each node's etc-frr directory: its baseline copy (routers).
+FRR_FILES_BASELINE = "etc-frr.baseline"
 
 
 class ScenarioInvalid(SubstrateError):
@@ -172,11 +175,52 @@ def deploy_scenario(
 
 
 def save_baseline(lab: Lab) -> dict[str, DeviceState]:
-    """Capture every node and store it as the lab's baseline."""
+    """Capture every node and store it as the lab's baseline (with a copy of each router's
+    /etc/frr files, which reset puts back: see :func:`restore_frr_files`)."""
     states = capture_many(lab)
     (lab.dir / BASELINE_FILE).write_text(json.dumps({k: v.model_dump(mode="json") for k, v in states.items()}))
+    for node in lab.node_names():
+        live = _etc_frr(lab, node)
+        if live.is_dir():
+            shutil.rmtree(live.with_name(FRR_FILES_BASELINE), ignore_errors=True)
+            shutil.copytree(live, live.with_name(FRR_FILES_BASELINE))
     _new_epoch(lab)
     return states
+
+
+def _etc_frr(lab: Lab, node: str) -> Path:
+    return lab.dir / "nodes" / node / "etc-frr"  # the node's /etc/frr (netns backend)
+
+
+def restore_frr_files(lab: Lab) -> list[str]:
+    """Put every router's /etc/frr files back to the baseline copy: a ``write memory`` by an agent
+    changes no running state that capture sees, but the next daemon restart (a fault, or
+    ``vtysh -b``) would load it. Files the agent added there are removed.
+
+    Returns:
+        The files rewritten or removed, as ``node:/etc/frr/NAME``.
+    """
+    fixed: list[str] = []
+    for node in lab.node_names():
+        live = _etc_frr(lab, node)
+        base = live.with_name(FRR_FILES_BASELINE)
+        if not base.is_dir():
+            continue
+        want = {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()}
+        have = {f.name for f in live.iterdir()} if live.is_dir() else set()
+        for name in sorted(have - set(want)):
+            path = live / name
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            fixed.append(f"{node}:/etc/frr/{name}")
+        for name, data in sorted(want.items()):
+            path = live / name
+            if not path.is_file() or path.is_symlink() or path.read_bytes() != data:
+                if path.is_symlink() or path.is_dir():
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+                path.write_bytes(data)
+                shutil.chown(path, "frr", "frr")
+                fixed.append(f"{node}:/etc/frr/{name}")
+    return fixed
 
 
 class ResetReport(BaseModel):
@@ -186,6 +230,8 @@ class ResetReport(BaseModel):
     restored: list[RestoreReport] = Field(default_factory=list, description="Nodes that needed changes.")
     repaired_links: list[str] = Field(default_factory=list)
     restarted_daemons: list[str] = Field(default_factory=list)
+    frr_files_restored: list[str] = Field(
+        default_factory=list, description="/etc/frr files put back to the baseline copy (e.g. after `write memory`).")
     killed_processes: list[str] = Field(
         default_factory=list, description="Processes left running in a node (by an agent), killed: `node:pid:command`.")
     residual: dict[str, list[str]] = Field(default_factory=dict, description="Differences left (empty = exact).")
@@ -265,9 +311,11 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
         results.update(zip(again, lab.map(check_and_restore, again), strict=True))
         lap("repair")
     reports = [rep for _, rep in results.values() if rep.changed]
+    frr_files = restore_frr_files(lab)  # last: restoring FRR may write frr.conf (frr-reload, restart)
     lab.wait_converged(timeout_s=converge_timeout_s)
     lap("converge")
     residual = {r.node: r.residual for r in reports if r.residual}
     _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
-                       restarted_daemons=restarted, killed_processes=killed, residual=residual, stages=stages)
+                       restarted_daemons=restarted, killed_processes=killed, frr_files_restored=frr_files,
+                       residual=residual, stages=stages)
