@@ -91,6 +91,26 @@ def break_isolated(lab: Lab, sc: Scenario) -> Invariant:
     return inv
 
 
+def break_isolated_v4(lab: Lab, sc: Scenario) -> Invariant:
+    """The IPv4 twin: leak the two sites' IPv4 prefixes into each other's tables (End.DX4)."""
+    inv = _first(sc, "isolated", lambda i: i.params["family"] == 4)
+    a_site = _site_by_ce(sc, inv.params["src"])
+    b_site = sc.site(inv.id.rsplit("-x-", 1)[1].removesuffix("/4"))
+    ta, tb = sc.tenant(a_site.tenant), sc.tenant(b_site.tenant)
+
+    def leak(pe: str, table: int, to_site) -> None:  # noqa: ANN001
+        if to_site.pe == pe:
+            argv = ["ip", "-4", "route", "replace", to_site.prefix4, "table", str(table), "dev", to_site.pe_if]
+        else:
+            argv = ["ip", "-4", "route", "replace", to_site.prefix4, "table", str(table), "encap", "seg6", "mode",
+                    "encap.red", "segs", segs(sc, to_site.pe, to_site.dx4_function), "dev", "sr0"]
+        lab.check([lab.exec(pe, argv)])
+
+    leak(a_site.pe, ta.table, b_site)  # A can send to B's site
+    leak(b_site.pe, tb.table, a_site)  # and B's replies come back
+    return inv
+
+
 def break_steering(lab: Lab, sc: Scenario) -> Invariant:
     inv = _first(sc, "steered_path")
     p = sc.steering[0]
@@ -140,7 +160,7 @@ def break_nat(lab: Lab, sc: Scenario) -> Invariant:
     return inv
 
 
-@pytest.mark.parametrize("breaker", [break_reach, break_isolated, break_steering, break_fw_deny, break_fw_allow,
+@pytest.mark.parametrize("breaker", [break_reach, break_isolated, break_isolated_v4, break_steering, break_fw_deny, break_fw_allow,
                                      break_adjacency, break_sid, break_fib, break_nat], ids=lambda f: f.__name__)
 def test_breaking_a_service_fails_its_invariant_and_reset_repairs_it(bf, breaker) -> None:
     lab, sc = bf

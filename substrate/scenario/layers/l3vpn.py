@@ -201,6 +201,7 @@ def isolation_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
     others = [s for o in sc.tenants if o.id != t.id for s in o.sites if s.prefix6 not in own6]
     rng = random.Random(f"{sc.seed}/isolation/{t.id}")
     out = []
+    own4 = [ipaddress.ip_network(s.prefix4) for s in t.sites if s.prefix4]
     for other in rng.sample(others, min(2, len(others))):
         src = rng.choice(t.sites)
         out.append(Invariant(
@@ -208,6 +209,14 @@ def isolation_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
             params={"src": src.ce, "dst": ce_addr(other.prefix6, 2), "family": 6},
             description=f"{t.name}: site {src.id} cannot reach {other.tenant}'s site {other.id}",
         ))
+        # the same pair over IPv4, unless the other tenant reuses the tenant's own IPv4 space
+        # there (then the address is the tenant's own site, reachable by design)
+        if src.prefix4 and other.prefix4 and not any(ipaddress.ip_network(other.prefix4).overlaps(n) for n in own4):
+            out.append(Invariant(
+                id=f"l3vpn/{t.id}/isolated/{src.id}-x-{other.id}/4", kind="isolated", service=f"l3vpn/{t.id}",
+                params={"src": src.ce, "dst": ce_addr(other.prefix4, 2), "family": 4},
+                description=f"{t.name}: site {src.id} cannot reach {other.tenant}'s site {other.id} over IPv4",
+            ))  # fmt: skip
     return out
 
 
