@@ -385,7 +385,8 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     - test cases: invariants of the expected inventory about a changed site (exact CE names,
       SIDs, and the site's addresses as reached from the tenant's own CEs -- tenants may reuse
       addresses), plus explicit checks that removed sites are unreachable, over IPv6 and IPv4,
-      from every remaining site of the tenant;
+      from every remaining site of the tenant, and that nothing of them is left on the PEs
+      (routes in the tenant's table, the rule of the old attachment circuit);
     - damage checks: every baseline invariant not about a changed site, whoever's service it is
       (it still holds after a correct change), and the expected inventory's new invariants that
       are not about a changed site either (facts the generator now samples, true before as after).
@@ -410,6 +411,19 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
                and i.kind != "sid_bound"]
     gone = [s for s in before.tenant(ch.tenant).sites if s.id in ch.remove]
     remaining = after.tenant(ch.tenant).sites
+    tb, ta = before.tenant(ch.tenant), after.tenant(ch.tenant)
+    for g in gone:
+        # decommissioned means removed: no route left for the site's prefixes in the tenant's
+        # table on any PE that serves the tenant, and no rule for its old attachment circuit
+        for pe in sorted({s.pe for s in tb.sites} | {s.pe for s in ta.sites}):
+            tests.append(Invariant(
+                id=f"task/removed/{g.id}/clean/{pe}", kind="route_absent", service=own,
+                params={"node": pe, "table": tb.table, "prefixes": [p for p in (g.prefix6, g.prefix4) if p],
+                        "rules_iif": g.pe_if if pe == g.pe and not any(s.pe == pe and s.pe_if == g.pe_if
+                                                                       for s in ta.sites) else None},
+                description=f"removed site {g.id}: nothing of it left on {pe} (routes in table {tb.table}"
+                            + (f", rule for {g.pe_if})" if pe == g.pe else ")"),
+            ))  # fmt: skip
     for g in gone:
         for r in remaining:
             for fam, prefix in ((6, g.prefix6), (4, g.prefix4)):

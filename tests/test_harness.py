@@ -86,9 +86,11 @@ def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> Non
             assert inv.id in damaged or inv.id in tested or about_changed or inv.kind == "sid_bound", inv.id
         gone = [x for x in v.changes.remove]
         if gone:
-            removed = [t for t in v.test_cases if t.id.startswith(f"task/removed/{gone[0]}/")]
+            removed = [t for t in v.test_cases if t.id.startswith(f"task/removed/{gone[0]}/from/")]
             assert {t.params["family"] for t in removed} == {4, 6}
             assert len(removed) >= len(sc.tenant(v.changes.tenant).sites) - 1
+            clean = [t for t in v.test_cases if t.id.startswith(f"task/removed/{gone[0]}/clean/")]
+            assert {t.params["node"] for t in clean} >= {s.pe for s in sc.tenant(v.changes.tenant).sites}
 
 
 def test_unknown_task_class_and_impossible_variants_are_refused() -> None:
@@ -208,6 +210,23 @@ def test_processes_an_agent_leaves_running_are_killed_before_observing_and_count
     assert all(vd.ok for vd in verdicts[len(v.test_cases):])
     comms = lab.sh("r2", 'for d in /proc/[0-9]*; do read -r c < "$d/comm"; echo "$c"; done').stdout.split()
     assert sorted(comms) == sorted(["sleep", "bash", *lab.state("r2").daemons]), comms  # init is `sleep infinity`
+
+
+@pytest.mark.lab
+def test_decommissioning_by_unplugging_the_circuit_is_not_a_pass(campaign_lab, tmp_path) -> None:
+    """Found by an audit: downing the removed site's attachment circuit made every test case
+    pass while its rule, routes and SIDs stayed in service. The clean-up is a test case now."""
+    lab, sc = campaign_lab
+    v = make_variant("decommissioning", sc, 0)
+    gone = sc.site(v.changes.remove[0])
+    turns = [[("run_shell", {"device": gone.pe, "command": f"ip link set {gone.pe_if} down"})], [("submit", {})]]
+    with FakeOpenAI(turns) as fake:
+        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
+                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=tmp_path)
+        rec, verdicts = execute_run(lab, spec, v)
+    failed = {vd.id for vd in verdicts[: len(v.test_cases)] if not vd.ok}
+    assert not rec.task_pass and f"task/removed/{gone.id}/clean/{gone.pe}" in failed, failed
+    assert all(vd.ok for vd in verdicts if vd.id.startswith(f"task/removed/{gone.id}/from/"))  # unreachable: yes
 
 
 @pytest.mark.lab

@@ -16,7 +16,10 @@ Check kinds (``Invariant.kind``):
 - ``sid_bound`` {node, sid, action, ...}: a seg6local route for ``sid`` with that action and
   parameters (``table``, ``nh4``, ``flavors``) exists in the main table;
 - ``fib_has`` {node, prefixes}: the node's main table has a route for every prefix;
-- ``nft_rule`` {node, table, contains}: one line of the nftables table contains every string.
+- ``nft_rule`` {node, table, contains}: one line of the nftables table contains every string;
+- ``route_absent`` {node, table, prefixes, rules_iif}: no route in routing table ``table`` of the
+  node for any of ``prefixes`` (IPv6 or IPv4), and no policy rule matching input interface
+  ``rules_iif`` leads to that table (what a decommissioned site must leave behind: nothing).
 
 Read-only commands whose output several checks share (routing table, IS-IS neighbours, an nft
 table) run once per node and observation pass.
@@ -256,6 +259,32 @@ def check_fib_has(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[
                                           exit_code=r.returncode, output=f"missing: {missing[:10]}")]
 
 
+def check_route_absent(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    table = str(p["table"])
+    found: list[str] = []
+    evidence: list[Evidence] = []
+    for fam in (6, 4):
+        r = ctx.run(p["node"], ["ip", f"-{fam}", "-j", "route", "show", "table", table], timeout_s=5)
+        try:
+            dsts = {e.get("dst", "") for e in json.loads(r.stdout or "[]")}
+        except ValueError:
+            dsts = set()
+        found += [x for x in p["prefixes"] if x in dsts]
+        evidence.append(_ev(r))
+        if p.get("rules_iif"):
+            rr = ctx.run(p["node"], ["ip", f"-{fam}", "-j", "rule", "show"], timeout_s=5)
+            try:
+                rules = json.loads(rr.stdout or "[]")
+            except ValueError:
+                rules = []
+            found += [f"rule iif {p['rules_iif']} lookup {table} (IPv{fam})" for x in rules
+                      if x.get("iif") == p["rules_iif"] and str(x.get("table")) == table]
+            evidence.append(_ev(rr))
+    detail = f"{p['node']} table {table}: " + ("nothing left" if not found else f"still has {', '.join(found)}")
+    return not found, detail, evidence
+
+
 _NEIGHBOR_ROW = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d)\s+(\S+)", re.M)
 
 
@@ -287,6 +316,7 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "fib_has": check_fib_has,
     "isis_adjacency": check_isis_adjacency,
     "nft_rule": check_nft_rule,
+    "route_absent": check_route_absent,
 }
 
 
