@@ -190,6 +190,15 @@ def test_openai_agent_against_a_stand_in_endpoint(campaign_lab, tmp_path) -> Non
     assert "request.yaml" in first["messages"][1]["content"]
 
 
+def run_a0_turns(lab, v, turns, run_dir):  # noqa: ANN001, ANN201
+    """One A0 run of variant ``v`` whose agent is the openai adapter replaying ``turns`` from the
+    stand-in endpoint (the model API is the only thing stood in for)."""
+    with FakeOpenAI(turns) as fake:
+        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
+                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=run_dir)
+        return execute_run(lab, spec, v)
+
+
 @pytest.mark.lab
 def test_processes_an_agent_leaves_running_are_killed_before_observing_and_count_as_damage(campaign_lab, tmp_path) -> None:
     """A delayed change (a background job that acts after submit) must neither escape the verdict
@@ -198,10 +207,7 @@ def test_processes_an_agent_leaves_running_are_killed_before_observing_and_count
     v = make_variant("onboarding", sc, 0)
     bomb = "nohup sh -c 'sleep 4; ip -6 route flush table main proto isis' >/dev/null 2>&1 &"
     turns = [[("run_shell", {"device": "r2", "command": bomb})], [("submit", {})]]
-    with FakeOpenAI(turns) as fake:
-        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
-                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=tmp_path)
-        rec, verdicts = execute_run(lab, spec, v)
+    rec, verdicts = run_a0_turns(lab, v, turns, tmp_path)
     assert "leftover/r2" in rec.violated_invariants and not rec.damage_free
     left = json.loads((tmp_path / "agent.json").read_text())["leftover_processes"]
     assert left and all(x.startswith("r2:") for x in left)
@@ -220,10 +226,7 @@ def test_decommissioning_by_unplugging_the_circuit_is_not_a_pass(campaign_lab, t
     v = make_variant("decommissioning", sc, 0)
     gone = sc.site(v.changes.remove[0])
     turns = [[("run_shell", {"device": gone.pe, "command": f"ip link set {gone.pe_if} down"})], [("submit", {})]]
-    with FakeOpenAI(turns) as fake:
-        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
-                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=tmp_path)
-        rec, verdicts = execute_run(lab, spec, v)
+    rec, verdicts = run_a0_turns(lab, v, turns, tmp_path)
     failed = {vd.id for vd in verdicts[: len(v.test_cases)] if not vd.ok}
     assert not rec.task_pass and f"task/removed/{gone.id}/clean/{gone.pe}" in failed, failed
     assert all(vd.ok for vd in verdicts if vd.id.startswith(f"task/removed/{gone.id}/from/"))  # unreachable: yes
