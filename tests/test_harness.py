@@ -27,6 +27,12 @@ MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
 HARNESS = [sys.executable, "-m", "harness.cli"]
 
 
+def ani_spec(level: str, agent: str, *, run_dir: Path, k: int = 0, **kw: object) -> RunSpec:
+    """A run of campaign ``t`` whose controlled factor is the ANI level (density 1)."""
+    return RunSpec(campaign_id="t", run_key=f"t/{level}/{k}", factor="ani", setting=level, level=level, agent=agent,
+                   density=1, run_dir=run_dir, **kw)  # type: ignore[arg-type]
+
+
 # -- task classes (pure) --------------------------------------------------------------------
 
 
@@ -131,8 +137,7 @@ def campaign_lab():
 def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_path, level: str, task_class: str) -> None:
     lab, sc = campaign_lab
     v = make_variant(task_class, sc, 0)
-    spec = RunSpec(campaign_id="t", run_key=f"t/{level}/0", factor="ani", setting=level, level=level, agent="scripted",
-                   density=1, run_dir=tmp_path)
+    spec = ani_spec(level, "scripted", run_dir=tmp_path)
     rec, verdicts = execute_run(lab, spec, v)
     assert rec.task_pass, [x.id for x in verdicts if not x.ok]
     assert rec.damage_free and rec.completion_mode.value == "correct_submission"
@@ -145,8 +150,7 @@ def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_pat
 def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path) -> None:
     lab, sc = campaign_lab
     v = make_variant("change-set", sc, 0)
-    spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="noisy",
-                   agent_options={"rate": "1.0"}, density=1, run_dir=tmp_path)
+    spec = ani_spec("A0", "noisy", agent_options={"rate": "1.0"}, run_dir=tmp_path)
     rec, _ = execute_run(lab, spec, v)
     assert not (rec.task_pass and rec.damage_free)
     assert rec.outcome_label.value in ("clean_failure", "destructive_failure", "dangerous_success")
@@ -156,8 +160,7 @@ def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path
 def test_faults_are_injected_at_steps_and_cleared(campaign_lab, tmp_path) -> None:
     lab, sc = campaign_lab
     v = make_variant("onboarding", sc, 0).model_copy(update={"fault_seed": 3})
-    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="scripted",
-                   density=1, fault_rate=1.0, budget_steps=10, run_dir=tmp_path)
+    spec = ani_spec("A1", "scripted", fault_rate=1.0, budget_steps=10, run_dir=tmp_path)
     rec, _ = execute_run(lab, spec, v)
     injected = [f for f in rec.faults if f["action"] == "inject"]
     cleared = {f["fault"] for f in rec.faults if f["action"] in ("clear", "error")}
@@ -194,8 +197,7 @@ def run_a0_turns(lab, v, turns, run_dir):  # noqa: ANN001, ANN201
     """One A0 run of variant ``v`` whose agent is the openai adapter replaying ``turns`` from the
     stand-in endpoint (the model API is the only thing stood in for)."""
     with FakeOpenAI(turns) as fake:
-        spec = RunSpec(campaign_id="t", run_key="t/A0/0", factor="ani", setting="A0", level="A0", agent="openai",
-                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, density=1, run_dir=run_dir)
+        spec = ani_spec("A0", "openai", agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, run_dir=run_dir)
         return execute_run(lab, spec, v)
 
 
@@ -237,12 +239,10 @@ def test_external_command_agent_is_recorded_by_the_server_and_capped(campaign_la
     lab, sc = campaign_lab
     v = make_variant("onboarding", sc, 0)
     tpl = f"{sys.executable} {REPO / 'tests' / 'fake_cli_agent.py'} {{mcp_config}}"
-    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
-                   agent_options={"template": tpl}, density=1, run_dir=tmp_path / "ok")
+    spec = ani_spec("A1", "command", agent_options={"template": tpl}, run_dir=tmp_path / "ok")
     rec, _ = execute_run(lab, spec, v)
     assert rec.completion_mode.value == "early_submission" and rec.steps == 2
-    spec = RunSpec(campaign_id="t", run_key="t/A1/1", factor="ani", setting="A1", level="A1", agent="command",
-                   agent_options={"template": tpl + " --hang"}, density=1, wall_cap_s=8, run_dir=tmp_path / "hang")
+    spec = ani_spec("A1", "command", agent_options={"template": tpl + " --hang"}, wall_cap_s=8, run_dir=tmp_path / "hang", k=1)
     t0 = time.monotonic()
     rec, _ = execute_run(lab, spec, v)
     assert time.monotonic() - t0 < 60
@@ -259,8 +259,7 @@ def test_command_agent_with_a_relative_results_dir(campaign_lab, tmp_path, monke
     monkeypatch.chdir(tmp_path)
     rel = Path("results/runs/rel/A1/v0")
     tpl = f"{sys.executable} {REPO / 'tests' / 'fake_cli_agent.py'} {{mcp_config}}"
-    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
-                   agent_options={"template": tpl}, density=1, run_dir=rel)
+    spec = ani_spec("A1", "command", agent_options={"template": tpl}, run_dir=rel)
     rec, _ = execute_run(lab, spec, v)
     run_dir = tmp_path / rel
     assert rec.steps == 2 and rec.completion_mode.value == "early_submission", (run_dir / "agent.log").read_text()
@@ -308,13 +307,17 @@ def wait_for_done_runs(db: Path, n: int, bound_s: float = 180.0) -> bool:
     return False
 
 
+def small_campaign_argv(tmp_path: Path, db: Path, task: str, cid: str) -> list[str]:
+    """``harness campaign`` of A0 vs A1, two variants of ``task``, on the small manifest."""
+    return [*HARNESS, "campaign", "--ani", "A0,A1", "--task", task, "--variants", "2", "--manifest", str(MANIFEST),
+            "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", cid, "--no-report"]
+
+
 @pytest.mark.lab
 @pytest.mark.slow
 def test_crashed_campaign_resumes_without_losing_or_repeating_runs(tmp_path) -> None:
     db = tmp_path / "db.sqlite"
-    argv = [*HARNESS, "campaign", "--ani", "A0,A1", "--task", "onboarding", "--variants", "2", "--manifest",
-            str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "crash",
-            "--no-report"]
+    argv = small_campaign_argv(tmp_path, db, "onboarding", "crash")
     p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert wait_for_done_runs(db, 1), "no run finished"
     p.send_signal(signal.SIGKILL)  # a crash: no clean-up at all
@@ -361,9 +364,7 @@ def test_task_validate_and_campaign_refuse_the_same_bad_levels(tmp_path) -> None
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
     db = tmp_path / "db.sqlite"
-    argv = [*HARNESS, "campaign", "--ani", "A0,A1", "--task", "decommissioning", "--variants", "2", "--manifest",
-            str(MANIFEST), "--density", "1", "--db", str(db), "--results", str(tmp_path / "runs"), "--id", "intr",
-            "--no-report"]
+    argv = small_campaign_argv(tmp_path, db, "decommissioning", "intr")
     p = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert wait_for_done_runs(db, 1), "no run finished"
     p.send_signal(signal.SIGINT)
@@ -384,8 +385,7 @@ def test_an_agent_that_does_nothing_fails_cleanly(campaign_lab, tmp_path, task_c
     unplugged) is the task's to repair, so it is a test case, not a damage check."""
     lab, sc = campaign_lab
     v = make_variant(task_class, sc, 0)
-    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
-                   agent_options={"template": "true"}, density=1, run_dir=tmp_path)
+    spec = ani_spec("A1", "command", agent_options={"template": "true"}, run_dir=tmp_path)
     rec, _ = execute_run(lab, spec, v)
     assert rec.outcome_label.value == "clean_failure", rec.violated_invariants
     assert rec.steps == 0 and rec.completion_mode.value == "no_submission"
@@ -397,8 +397,7 @@ def test_an_agent_that_cannot_start_fails_the_run_not_the_agent(campaign_lab, tm
 
     lab, sc = campaign_lab
     v = make_variant("onboarding", sc, 0)
-    spec = RunSpec(campaign_id="t", run_key="t/A1/0", factor="ani", setting="A1", level="A1", agent="command",
-                   agent_options={"template": "no-such-agent-binary {prompt}"}, density=1, run_dir=tmp_path)
+    spec = ani_spec("A1", "command", agent_options={"template": "no-such-agent-binary {prompt}"}, run_dir=tmp_path)
     with pytest.raises(RunFailed, match="could not start the agent"):
         execute_run(lab, spec, v)
     from harness.agents.command import CommandAgent
