@@ -43,10 +43,13 @@ __all__ = [
     "run_key",
 ]
 
-#: Version of the :class:`RunRecord` schema (bump on an incompatible change).
-RECORD_VERSION: Literal[1] = 1
-#: Version of the database layout, kept in ``PRAGMA user_version``.
-DB_VERSION = 1
+#: Version of the :class:`RunRecord` schema written now. Version 2 added the run's design fields
+#: (``level``, ``ablations``, ``mode``, ``budget_tokens``) and how it ended (``budget_exhausted``,
+#: ``agent_stop``); every one has a default, so version-1 records still read (as what they were:
+#: level from the campaign spec, no ablation, no mode, no token budget).
+RECORD_VERSION: Literal[2] = 2
+#: Version of the database layout, kept in ``PRAGMA user_version``; see :data:`_MIGRATIONS`.
+DB_VERSION = 2
 
 
 class OutcomeLabel(StrEnum):
@@ -61,7 +64,8 @@ class OutcomeLabel(StrEnum):
 class CompletionMode(StrEnum):
     """Completion mode of a run, in NetConfArena's order of precedence (section III-D).
 
-    ``budget_hit`` is NetConfArena's "interaction-limit hit". ``no_submission`` is ours: the run
+    ``budget_hit`` is NetConfArena's "interaction-limit hit", for the step budget (its turns) and for
+    the token budget alike (the record's ``budget_exhausted`` says which). ``no_submission`` is ours: the run
     ended without a submit and without reaching the step budget (wall-clock cap, agent crash or
     the agent stopping on its own).
     """
@@ -100,7 +104,7 @@ def completion_mode(*, submitted: bool, config_attempted: bool, budget_hit: bool
     """The completion mode of a run (NetConfArena section III-D), first match in precedence order.
 
     1. early submission: a submit with no configuration attempt over the entire run;
-    2. interaction-limit hit (``budget_hit``): the step budget was reached without a submit;
+    2. interaction-limit hit (``budget_hit``): the step or token budget was reached without a submit;
     3. correct submission: a submit, and the task passes;
     4. error submission: a submit, and the task does not pass;
     5. ``no_submission`` (ours): no submit, budget not reached (wall-clock cap, agent crash).
@@ -109,7 +113,7 @@ def completion_mode(*, submitted: bool, config_attempted: bool, budget_hit: bool
         submitted: The agent issued an accepted ``submit`` (see :func:`harness.metrics.submitted`).
         config_attempted: The agent issued at least one configuration action, accepted or not
             (see :func:`harness.metrics.config_attempted`).
-        budget_hit: The run reached its step budget.
+        budget_hit: The run reached its step budget or its token budget.
         task_pass: The task passed (all test cases).
 
     Returns:
@@ -150,8 +154,8 @@ class RunRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    schema_version: Literal[1] = RECORD_VERSION
-    """Version of this schema."""
+    schema_version: Literal[1, 2] = RECORD_VERSION
+    """Version of this schema (1: before the design fields of version 2; both read)."""
 
     # --- identity and design --------------------------------------------------------------
     campaign_id: str
@@ -180,6 +184,14 @@ class RunRecord(BaseModel):
     """Agent adapter, e.g. ``"scripted"``, ``"openai"``."""
     model: str | None = None
     """Model identity and version, when the agent uses one."""
+    level: str | None = None
+    """ANI level the agent acted through (``A1``); None in version-1 records (see the campaign spec)."""
+    ablations: list[str] = Field(default_factory=list)
+    """Ablations within the level (draft 5.1 and 9), e.g. ``["blocklist"]`` for the setting ``A1+blocklist``."""
+    mode: str | None = None
+    """Agent mode of a model-driven agent (draft 5.3), e.g. ``react``, ``planner-executor-norecovery``."""
+    budget_tokens: int | None = Field(default=None, ge=1)
+    """Token budget enforced by the agent adapter (matched budget, draft 4.4); None = no token budget."""
 
     # --- status ---------------------------------------------------------------------------
     status: RunStatus
@@ -226,6 +238,11 @@ class RunRecord(BaseModel):
     """Identical consecutive configuration/validation actions over all of them."""
     faults: list[dict[str, Any]] = Field(default_factory=list)
     """Faults injected during the run, as recorded by the fault injector."""
+    budget_exhausted: Literal["steps", "tokens"] | None = None
+    """Which budget the run reached, if any: the server's step budget or the adapter's token budget."""
+    agent_stop: str | None = None
+    """Why the agent ended, in its own words (``submitted``, ``token_budget``, ``failed_call``, ...); None
+    when the agent does not say (scripted and external agents)."""
 
     # --- provenance ------------------------------------------------------------------------
     trajectory_path: str | None = None
@@ -292,22 +309,31 @@ class RunRow(NamedTuple):
     """How many times the run was marked running."""
 
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS campaigns (
-        campaign_id TEXT PRIMARY KEY,
-        spec        TEXT NOT NULL,
-        created_at  TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS runs (
-        seq         INTEGER PRIMARY KEY,
-        run_key     TEXT NOT NULL UNIQUE,
-        campaign_id TEXT NOT NULL REFERENCES campaigns(campaign_id),
-        status      TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed')),
-        attempts    INTEGER NOT NULL DEFAULT 0,
-        record      TEXT,
-        updated_at  TEXT NOT NULL)""",
-    "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (campaign_id, status, seq)",
-    f"PRAGMA user_version = {DB_VERSION}",
-)
+#: The database layout as a sequence of migrations: entry ``v`` brings a file from version ``v - 1``
+#: to ``v`` (version 0 = a new file). A file is migrated step by step, in one transaction per step,
+#: when it is opened; a layout change is a new entry here, never an edit of an old one (files in
+#: the field are at every version). Version 2 adds no table: it marks that ``runs.record`` may hold
+#: :class:`RunRecord` schema 2, so that an older anibench refuses the file in one line instead of
+#: failing on the first new record.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        """CREATE TABLE IF NOT EXISTS campaigns (
+            campaign_id TEXT PRIMARY KEY,
+            spec        TEXT NOT NULL,
+            created_at  TEXT NOT NULL)""",
+        """CREATE TABLE IF NOT EXISTS runs (
+            seq         INTEGER PRIMARY KEY,
+            run_key     TEXT NOT NULL UNIQUE,
+            campaign_id TEXT NOT NULL REFERENCES campaigns(campaign_id),
+            status      TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed')),
+            attempts    INTEGER NOT NULL DEFAULT 0,
+            record      TEXT,
+            updated_at  TEXT NOT NULL)""",
+        "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (campaign_id, status, seq)",
+    ),
+    2: (),
+}
+assert sorted(_MIGRATIONS) == list(range(1, DB_VERSION + 1)), "one migration per version, none missing"
 
 
 def _now() -> str:
@@ -343,10 +369,11 @@ class CampaignStore:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > DB_VERSION:
                 raise StoreError(f"{self.path} has store version {version}; this anibench reads up to {DB_VERSION}")
-            if version < DB_VERSION:
+            for step in range(version + 1, DB_VERSION + 1):
                 with self._tx() as db:
-                    for statement in _SCHEMA:
+                    for statement in _MIGRATIONS[step]:
                         db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {step}")
         except BaseException:
             self._db.close()
             raise

@@ -93,7 +93,7 @@ def test_record_derives_label_and_round_trips() -> None:
                     completion_mode="budget_hit", faults=[{"kind": "link_down", "at_s": 3.5}])
     assert r.outcome_label is OutcomeLabel.destructive_failure
     assert RunRecord.model_validate_json(r.model_dump_json()) == r
-    assert r.schema_version == 1
+    assert r.schema_version == 2
 
 
 def test_every_field_is_described() -> None:
@@ -219,6 +219,50 @@ def test_recover_and_reopen(tmp_path: Path) -> None:
         assert s.recover() == ["c2/A0/0"]
         assert s.next_pending() == "c1/A0/0"
         assert s.rows("c1")[0].attempts == 1
+
+
+#: The layout and a record exactly as anibench wrote them before store version 2 (issue 21).
+V1_LAYOUT = (
+    "CREATE TABLE campaigns (campaign_id TEXT PRIMARY KEY, spec TEXT NOT NULL, created_at TEXT NOT NULL)",
+    "CREATE TABLE runs (seq INTEGER PRIMARY KEY, run_key TEXT NOT NULL UNIQUE, campaign_id TEXT NOT NULL "
+    "REFERENCES campaigns(campaign_id), status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', "
+    "'failed')), attempts INTEGER NOT NULL DEFAULT 0, record TEXT, updated_at TEXT NOT NULL)",
+    "CREATE INDEX runs_by_status ON runs (campaign_id, status, seq)",
+    "PRAGMA user_version = 1",
+)
+V1_RECORD = (
+    '{"schema_version":1,"campaign_id":"old","run_key":"old/A0/0","factor":"ani","setting":"A0","task_class":'
+    '"onboarding","variant":0,"scenario_seed":7,"fault_seed":7000,"density":1.0,"fault_rate":0.0,"budget_steps":40,'
+    '"agent":"scripted","model":null,"status":"done","error":null,"task_pass":true,"test_case_score":1.0,'
+    '"test_cases_passed":3,"test_cases_total":3,"damage_free":true,"violated_invariants":[],"outcome_label":'
+    '"clean_success","completion_mode":"correct_submission","steps":4,"tokens_in":0,"tokens_out":0,"wall_s":9.5,'
+    '"reset_s":1.0,"agent_s":3.0,"observe_s":5.5,"error_action_rate":0.0,"repeat_action_rate":0.0,"faults":[],'
+    '"trajectory_path":null,"started_at":"2026-01-01T00:00:00Z","finished_at":"2026-01-01T00:00:10Z"}'
+)
+
+
+def test_a_version_1_store_is_migrated_in_place_and_its_runs_still_read(tmp_path: Path) -> None:
+    db = tmp_path / "v1.sqlite"
+    con = sqlite3.connect(db)
+    for statement in V1_LAYOUT:
+        con.execute(statement)
+    con.execute("INSERT INTO campaigns VALUES ('old', '{\"factor\":\"ani\"}', '2026-01-01')")
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, attempts, record, updated_at) "
+                "VALUES ('old/A0/0', 'old', 'done', 1, ?, '2026-01-01')", (V1_RECORD,))
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, updated_at) VALUES ('old/A0/1', 'old', 'pending', 'x')")
+    con.commit()
+    con.close()
+    with CampaignStore(db) as s:
+        (rec,) = s.runs("old")
+        assert rec.schema_version == 1 and rec.level is None and rec.ablations == [] and rec.mode is None
+        assert rec.budget_tokens is None and rec.budget_exhausted is None
+        assert s.pending_runs("old") == ["old/A0/1"]  # the campaign resumes where it was
+        s.mark_running("old/A0/1")
+        s.save_result(make_record("old", "A0", 1, level="A0", mode=None))
+        assert [r.schema_version for r in s.runs("old")] == [1, 2]
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    con.close()
 
 
 def test_refuses_a_newer_store(tmp_path: Path) -> None:
