@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from harness import metrics
+from harness.ablations import AniSetting
 from harness.agents.base import AgentContext, AgentOutcome, make_agent
 from harness.errors import AnibenchError
 from harness.store import RunRecord, RunStatus, completion_mode
@@ -49,30 +50,55 @@ class RunSpec(BaseModel):
 
     campaign_id: str
     run_key: str
-    factor: str = Field(description="Controlled factor of the campaign (ani, model, agent).")
+    factor: str = Field(description="Controlled factor of the campaign (ani, agent, model, mode).")
     setting: str
     level: str
+    ablations: list[str] = Field(default_factory=list, description="Ablations within the level (harness.ablations).")
     agent: str
     agent_options: dict[str, str] = Field(default_factory=dict)
     model: str | None = None
+    mode: str | None = Field(default=None, description="Agent mode of a model-driven agent (None: its default).")
     density: int
     fault_rate: float = 0.0
     budget_steps: int = 40
+    budget_tokens: int | None = Field(default=None, ge=1, description="Token budget, enforced by the agent adapter.")
     wall_cap_s: float = 600.0
     run_dir: Path
 
+    @property
+    def ani(self) -> AniSetting:
+        """The level with its ablations."""
+        return AniSetting(self.level, tuple(self.ablations))
 
-def _server_config(lab: Lab, spec: RunSpec, trajectory: Path) -> Any:
+
+#: Files a run leaves in its directory besides the trajectory (read by the report and the export).
+HAI_FILE = "hai.json"
+TOOLS_FILE = "tools.json"
+VERDICTS_FILE = "verdicts.json"
+AGENT_FILE = "agent.json"
+
+
+def _server_config(lab: Lab, spec: RunSpec, trajectory: Path | None) -> Any:
     from servers.common import ServerConfig
 
     return ServerConfig(lab=lab.name, budget_steps=spec.budget_steps, trajectory=trajectory,
-                        devices=lab.routers(), run_id=spec.run_key)
+                        devices=lab.routers(), run_id=spec.run_key, **spec.ani.server_config())
 
 
 def _serve_argv(lab: Lab, spec: RunSpec, trajectory: Path) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", "serve", "--ani", spec.level, "--lab", lab.name,
-            "--transport", "stdio", "--budget-steps", str(spec.budget_steps), "--trajectory", str(trajectory),
-            "--devices", ",".join(lab.routers())]
+    return [sys.executable, "-m", "harness.cli", "serve", "--ani", spec.level, *spec.ani.serve_args(), "--lab",
+            lab.name, "--transport", "stdio", "--budget-steps", str(spec.budget_steps), "--trajectory",
+            str(trajectory), "--devices", ",".join(lab.routers())]
+
+
+def _tools_file(server: Any) -> dict[str, Any]:
+    """What the server offers the agent: its instructions and its tools (MCP descriptions)."""
+    import anyio
+
+    listed = anyio.run(server.list_tools)
+    return {"level": server.level, "instructions": server.instructions,
+            "tools": [{"name": t.name, "description": t.description or "", "inputSchema": t.input_schema}
+                      for t in listed]}
 
 
 class _TrajectoryFollower(threading.Thread):
@@ -119,6 +145,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     files_dir.mkdir(exist_ok=True)
     for name, text in variant.files.items():
         (files_dir / name).write_text(text)
+    (run_dir / HAI_FILE).write_text(json.dumps({"prompt": variant.prompt, "files": variant.files}, indent=1))
 
     try:
         rep = reset(lab)
@@ -134,21 +161,27 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
 
     schedule = draw_schedule(variant.fault_seed, spec.fault_rate, spec.budget_steps, lab.topology)
     injector = FaultInjector(lab, schedule)
-    agent = make_agent(spec.agent, spec.agent_options)
+    agent = make_agent(spec.agent, {**spec.agent_options, **({"mode": spec.mode} if spec.mode else {})})
     external = spec.agent == "command"
     server = None
-    if not external:
-        from servers.registry import build_server
+    from servers.registry import build_server
 
-        try:
-            server = build_server(spec.level, _server_config(lab, spec, trajectory))
-        except Exception as e:  # noqa: BLE001 - any setup failure of the server fails the run
-            raise RunFailed(f"the {spec.level} server could not start: {e}") from e
+    try:
+        # an external agent starts its own server; this one only lists what it offers
+        server = build_server(spec.level, _server_config(lab, spec, None if external else trajectory))
+        (run_dir / TOOLS_FILE).write_text(json.dumps(_tools_file(server), indent=1))
+    except Exception as e:  # noqa: BLE001 - any setup failure of the server fails the run
+        if server is not None:
+            server.close()
+        raise RunFailed(f"the {spec.ani} server could not start: {e}") from e
+    if external:
+        server.close()
+        server = None
     follower = _TrajectoryFollower(trajectory, injector) if external else None
     ctx = AgentContext(
         level=spec.level, prompt=variant.prompt, files=variant.files, workdir=run_dir, server=server,
         serve_argv=_serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
-        deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step, seed=variant.seed,
+        budget_tokens=spec.budget_tokens, deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step, seed=variant.seed,
         options=spec.agent_options,
     )
     t1 = time.monotonic()
@@ -204,24 +237,27 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
 
     calls = read_trajectory(trajectory) if trajectory.exists() else []
     executed = [c for c in calls if not c.get("refused")]
-    budget_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
-    mode = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
-                           budget_hit=budget_hit, task_pass=task_pass)
-    (run_dir / "verdicts.json").write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
-    (run_dir / "agent.json").write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
-                                                   indent=1))
+    steps_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+    exhausted = "steps" if steps_hit else "tokens" if outcome.token_budget_hit else None
+    ended = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
+                            budget_hit=exhausted is not None, task_pass=task_pass)
+    (run_dir / VERDICTS_FILE).write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
+    (run_dir / AGENT_FILE).write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
+                                                 indent=1))
     record = RunRecord(
         campaign_id=spec.campaign_id, run_key=spec.run_key, factor=spec.factor, setting=spec.setting,
         task_class=variant.task_class, variant=variant.variant, scenario_seed=variant.scenario_seed,
         fault_seed=variant.fault_seed, density=spec.density, fault_rate=spec.fault_rate,
-        budget_steps=spec.budget_steps, agent=spec.agent, model=outcome.model or spec.model,
+        budget_steps=spec.budget_steps, agent=spec.agent, model=outcome.model or spec.model, level=spec.level,
+        ablations=list(spec.ablations), mode=outcome.mode or spec.mode, budget_tokens=spec.budget_tokens,
         status=RunStatus.done, task_pass=task_pass, test_case_score=passed / len(tests) if tests else 1.0,
         test_cases_passed=passed, test_cases_total=len(tests), damage_free=not violated,
-        violated_invariants=violated, completion_mode=mode, steps=len(executed), tokens_in=outcome.tokens_in,
+        violated_invariants=violated, completion_mode=ended, steps=len(executed), tokens_in=outcome.tokens_in,
         tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
-        faults=[e.model_dump() for e in injector.events], trajectory_path=str(trajectory),
+        faults=[e.model_dump() for e in injector.events], budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
+        trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),
     )
     return record, verdicts

@@ -64,6 +64,19 @@ def grid3() -> Iterator:
         yield lab
 
 
+@pytest.fixture(scope="session")
+def campaign_lab() -> Iterator:
+    """The small brownfield of the harness tests (tests/data/small-campaign.yaml, seed 7), deployed
+    once for every module that runs single runs on it (each run resets it to its baseline).
+    Yields (lab, scenario)."""
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+
+    sc = build(load_manifest(REPO / "tests" / "data" / "small-campaign.yaml"), seed=7)
+    with deploy_scenario(sc, unique_name("t-hv")) as lab:
+        yield lab, sc
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -19,8 +19,7 @@ from harness.run import RunSpec, execute_run
 from harness.store import CampaignStore, RunStatus
 from harness.tasks import PROMPTS, TASK_CLASSES, apply_changes, make_variant
 from substrate.scenario import build, load_manifest
-from substrate.scenario.deploy import deploy_scenario
-from tests.conftest import REPO, unique_name
+from tests.conftest import REPO
 from tests.fake_openai import FakeOpenAI
 
 MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
@@ -122,13 +121,6 @@ def test_campaign_options_are_validated() -> None:
 
 
 # -- runs and campaigns on a real lab ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def campaign_lab():
-    sc = build(load_manifest(MANIFEST), seed=7)
-    with deploy_scenario(sc, unique_name("t-hv")) as lab:
-        yield lab, sc
 
 
 @pytest.mark.lab

@@ -30,6 +30,8 @@ class AgentContext:
         server: the level's MCP server object, for in-process agents (``mcp.Client(server)``).
         serve_argv: a command that runs the same server over stdio, for external agents.
         budget_steps: the step budget the server enforces (for the agent's information).
+        budget_tokens: the token budget (prompt + completion tokens over the whole run) that a
+            model-driven agent's adapter enforces; None = no token budget.
         deadline: ``time.monotonic()`` value after which the run is cut.
         on_step: called with the step number before each tool call of an in-process agent
             (the fault schedule advances on it; external agents are tracked by the harness).
@@ -44,6 +46,7 @@ class AgentContext:
     server: Any = None
     serve_argv: list[str] = field(default_factory=list)
     budget_steps: int = 40
+    budget_tokens: int | None = None
     deadline: float = float("inf")
     on_step: Callable[[int], None] = lambda _step: None
     seed: int = 0
@@ -55,13 +58,31 @@ class AgentContext:
 
 @dataclass
 class AgentOutcome:
-    """What an agent reports about itself (the server records its actions)."""
+    """What an agent reports about itself (the server records its actions).
+
+    Attributes:
+        tokens_in: prompt tokens over the run (from the endpoint's ``usage``).
+        tokens_out: completion tokens over the run.
+        model: the model it used.
+        error: its own failure (endpoint error, crash), if any.
+        note: free text.
+        mode: its agent mode (:mod:`harness.agents.modes`), for model-driven agents.
+        stop_reason: why it ended (:data:`harness.agents.modes.STOP_REASONS`), if it says.
+        token_budget_hit: it stopped because the token budget was spent.
+        events: what it did that the server does not see, in order -- plans, re-plans, malformed
+            tool calls, text replies, its stop -- each ``{"step": tool calls made so far, "kind":
+            ..., "text": ...}`` (shown on the run's trajectory page between the tool calls).
+    """
 
     tokens_in: int = 0
     tokens_out: int = 0
     model: str | None = None
     error: str | None = None
     note: str = ""
+    mode: str | None = None
+    stop_reason: str | None = None
+    token_budget_hit: bool = False
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Agent(Protocol):
@@ -117,6 +138,12 @@ AGENTS: dict[str, str] = {
     "openai": "harness.agents.openai_agent:OpenAIAgent",
     "command": "harness.agents.command:CommandAgent",
 }
+#: Agents that have agent modes (``--mode``): the model-driven tool-calling agent.
+MODEL_AGENTS: frozenset[str] = frozenset({"openai"})
+#: Agents whose token use the harness knows, so that ``--budget-tokens`` holds for them: the
+#: openai adapter enforces it; the scripted operators use no tokens. An external command's tokens
+#: are not measured.
+TOKEN_BUDGET_AGENTS: frozenset[str] = frozenset({"openai", "scripted", "noisy"})
 
 
 def make_agent(name: str, options: dict[str, str] | None = None) -> Agent:

@@ -1,0 +1,160 @@
+"""Agent modes of the model-driven agent (issue 21): the pure parts (mode names, plan parsing,
+prompt files), then each mode against the stand-in model endpoint on a real lab -- the call
+sequence it produces with and without recovery, and the token budget that stops it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.agents.modes import all_modes, parse_mode, parse_plan, render_tools
+from harness.agents.prompts import TEMPLATES, load
+from harness.errors import AnibenchError
+from harness.run import RunSpec, execute_run
+from harness.tasks import make_variant
+from tests.fake_openai import FakeOpenAI
+
+# -- pure ------------------------------------------------------------------------------------------
+
+
+def test_mode_names() -> None:
+    assert all_modes() == ["single-turn", "single-turn-norecovery", "react", "react-norecovery", "planner-executor",
+                           "planner-executor-norecovery"]
+    assert parse_mode("React") == ("react", True) and str(parse_mode("planner-executor-norecovery")) == \
+        "planner-executor-norecovery"
+    with pytest.raises(AnibenchError, match="unknown agent mode 'multi-agent'; known: single-turn, "):
+        parse_mode("multi-agent")
+
+
+def test_plan_parsing() -> None:
+    assert parse_plan("Plan:\n1. Read the topology.\n2) Add the route\n   on r1.\nStep 3: submit") == \
+        ["Read the topology.", "Add the route on r1.", "submit"]
+    assert parse_plan("just do it") == ["just do it"] and parse_plan("  \n") == []
+
+
+def test_every_shipped_prompt_file_loads_and_a_bad_one_is_refused(tmp_path: Path) -> None:
+    for file in TEMPLATES:
+        assert set(load(file)) == set(TEMPLATES[file])
+    (tmp_path / "react.yaml").write_text("system: 'Hello {request}'\nnudge: go\n")
+    with pytest.raises(AnibenchError, match=r"template 'system' uses \{request\}; it may use: \{server_instructions\}"):
+        load("react", str(tmp_path))
+    (tmp_path / "single-turn.yaml").write_text("system: hi\n")
+    with pytest.raises(AnibenchError, match="missing template"):
+        load("single-turn", str(tmp_path))
+    from harness.agents.openai_agent import OpenAIAgent
+
+    with pytest.raises(AnibenchError, match="template 'system' uses"):  # refused before any run
+        OpenAIAgent(model="m", prompts=str(tmp_path))
+
+
+def test_planner_sees_each_tool_with_its_parameters() -> None:
+    tools = [{"name": "run_shell", "description": "Run a command.\nMore.",
+              "inputSchema": {"properties": {"device": {}, "command": {}, "timeout_s": {}}, "required": ["device", "command"]}},
+             {"name": "submit", "description": "", "inputSchema": {}}]
+    assert render_tools(tools) == "- run_shell(device, command, timeout_s?): Run a command.\n- submit()"
+
+
+# -- against a real lab ----------------------------------------------------------------------------
+
+
+LIST = ("list_devices", {})
+BAD = ("run_shell", {"device": "r99", "command": "true"})  # unknown device: an error result
+GOOD = ("run_shell", {"device": "r1", "command": "true"})
+SUBMIT = ("submit", {})
+
+
+def run_mode(lab, sc, mode: str, turns: list, run_dir: Path, **kw):  # noqa: ANN001, ANN201
+    """An A0 onboarding run whose openai agent, in ``mode``, replays ``turns`` from the stand-in
+    endpoint; returns the record, the tools called (in order) and the requests the model got."""
+    v = make_variant("onboarding", sc, 0)
+    with FakeOpenAI(turns) as fake:
+        spec = RunSpec(campaign_id="t", run_key=f"t/{mode}/0", factor="mode", setting=mode, level="A0", agent="openai",
+                       agent_options={"model": "m", "base_url": fake.url, "api_key": "k"}, mode=mode, density=1,
+                       run_dir=run_dir, **kw)
+        rec, _ = execute_run(lab, spec, v)
+    calls = [json.loads(x) for x in (run_dir / "trajectory.jsonl").read_text().splitlines()]
+    return rec, [(c["tool"], c["arguments"].get("device")) for c in calls], fake.requests
+
+
+def said(request: dict) -> str:
+    return "\n".join(str(m.get("content") or "") for m in request["messages"])
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("recovery", [True, False])
+def test_react_recovers_from_a_failed_call_or_stops_there(campaign_lab, tmp_path, recovery: bool) -> None:
+    lab, sc = campaign_lab
+    mode = "react" if recovery else "react-norecovery"
+    rec, calls, requests = run_mode(lab, sc, mode, [[LIST], [BAD], [GOOD], [SUBMIT]], tmp_path)
+    assert rec.mode == mode
+    if recovery:
+        assert calls == [("list_devices", None), ("run_shell", "r99"), ("run_shell", "r1"), ("submit", None)]
+        assert "error: unknown device 'r99'" in said(requests[2])  # the error went back to the model
+        assert rec.agent_stop == "submitted" and rec.completion_mode.value == "early_submission"
+    else:
+        assert calls == [("list_devices", None), ("run_shell", "r99")] and len(requests) == 2
+        assert rec.agent_stop == "failed_call" and rec.completion_mode.value == "no_submission"
+    # the system prompt is react's, with the A0 server's own instructions
+    assert requests[0]["messages"][0]["content"].startswith("You are an intelligent agent for network operation")
+    assert "The network interface says:" in requests[0]["messages"][0]["content"]
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("recovery", [True, False])
+def test_single_turn_runs_one_sequence_without_feedback(campaign_lab, tmp_path, recovery: bool) -> None:
+    lab, sc = campaign_lab
+    mode = "single-turn" if recovery else "single-turn-norecovery"
+    turns = [[LIST, BAD, GOOD, SUBMIT], [GOOD, SUBMIT]]
+    rec, calls, requests = run_mode(lab, sc, mode, turns, tmp_path)
+    # the sequence stops at the failed call: the calls after it never reach the server
+    assert calls[:2] == [("list_devices", None), ("run_shell", "r99")]
+    if recovery:
+        assert calls[2:] == [("run_shell", "r1"), ("submit", None)] and len(requests) == 2
+        second = requests[1]["messages"]
+        assert "The call to run_shell failed: unknown device 'r99'" in second[-1]["content"]
+        assert [m["content"] for m in second if m["role"] == "tool"][2:] == ["not executed: an earlier call of this turn failed"] * 2
+        assert rec.agent_stop == "submitted"
+    else:
+        assert calls[2:] == [] and len(requests) == 1 and rec.agent_stop == "failed_call"
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("recovery", [True, False])
+def test_planner_executor_replans_a_failed_step_or_stops(campaign_lab, tmp_path, recovery: bool) -> None:
+    lab, sc = campaign_lab
+    mode = "planner-executor" if recovery else "planner-executor-norecovery"
+    turns = ["1. List the devices.\n2. Check r99.\n3. Submit.", [LIST], "Listed.", [BAD],
+             "1. Check r1 instead.\n2. Submit.", [GOOD], "Checked.", [SUBMIT]]
+    rec, calls, requests = run_mode(lab, sc, mode, turns, tmp_path)
+    planner = [r for r in requests if "tools" not in r]  # the planner is offered no tool
+    assert "Write the plan." in said(planner[0]) and "- run_shell(device, command, timeout_s?)" in said(planner[0])
+    executor = [r for r in requests if "tools" in r]
+    assert "Carry out step 1 of 3: List the devices." in said(executor[0])
+    if recovery:
+        assert calls == [("list_devices", None), ("run_shell", "r99"), ("run_shell", "r1"), ("submit", None)]
+        replan = said(planner[1])
+        assert "This step failed: Check r99." in replan and "unknown device 'r99'" in replan
+        assert "Steps done:\n1. List the devices." in replan
+        assert "Carry out step 1 of 2: Check r1 instead." in said(executor[-2])
+        assert rec.agent_stop == "submitted"
+        events = json.loads((tmp_path / "agent.json").read_text())["events"]
+        assert [e["kind"] for e in events if e["kind"] in ("plan", "replan")] == ["plan", "replan"]
+    else:
+        assert calls == [("list_devices", None), ("run_shell", "r99")] and len(planner) == 1
+        assert rec.agent_stop == "failed_call"
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("mode", ["react", "planner-executor"])
+def test_the_token_budget_stops_the_run_as_budget_hit(campaign_lab, tmp_path, mode: str) -> None:
+    """The stand-in endpoint bills 100*n prompt + 10 completion tokens for its n-th reply: with a
+    budget of 250, the second reply (210 tokens, 320 in all) crosses it and is discarded."""
+    lab, sc = campaign_lab
+    turns = [[LIST], [GOOD], [SUBMIT]] if mode == "react" else ["1. List.\n2. Submit.", [LIST], "ok", [SUBMIT]]
+    rec, calls, _ = run_mode(lab, sc, mode, turns, tmp_path, budget_tokens=250)
+    assert calls == ([("list_devices", None)] if mode == "react" else [])
+    assert (rec.tokens_in + rec.tokens_out, rec.budget_tokens) == (320, 250)
+    assert rec.completion_mode.value == "budget_hit" and rec.budget_exhausted == "tokens"
+    assert rec.agent_stop == "token_budget"
