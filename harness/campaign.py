@@ -17,17 +17,35 @@ import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
+from harness.ablations import parse_ani_setting, parse_ani_settings
 from harness.errors import AnibenchError
 from harness.run import RunFailed, RunSpec, execute_run
 from harness.store import CampaignStore, RunRecord, RunStatus, run_key
 from harness.tasks import TASK_CLASSES, make_variant
 
-Factor = Literal["ani", "agent", "model"]
+Factor = Literal["ani", "agent", "model", "mode"]
+#: The controlled factors, in the order their options are checked.
+FACTORS: tuple[str, ...] = ("ani", "agent", "model", "mode")
 DEFAULT_DB = Path("results/anibench.sqlite")
+#: Fields added after campaigns were first stored, with the value that means "not used": a spec
+#: leaves such a field out of its stored form and of its id's digest while it holds that value, so
+#: a campaign started before the field existed keeps its id, its run keys and its stored spec, and
+#: ``--resume`` still finds it.
+_LATER_FIELDS: dict[str, Any] = {"mode": [None], "budget_tokens": None}
+
+
+class Setting(NamedTuple):
+    """What one setting of the controlled factor fixes (the other factors at their single value)."""
+
+    level: str
+    ablations: tuple[str, ...]
+    agent: str
+    model: str | None
+    mode: str | None
 
 
 class CampaignSpec(BaseModel):
@@ -35,9 +53,11 @@ class CampaignSpec(BaseModel):
 
     campaign_id: str
     factor: Factor = Field(description="The controlled factor: the one option given several values.")
-    ani: list[str]
+    ani: list[str] = Field(description="ANI settings: a level, optionally with ablations (A1+blocklist).")
     agent: list[str]
     model: list[str | None]
+    mode: list[str | None] = Field(default_factory=lambda: [None],
+                                   description="Agent modes of the model-driven agent (None: its default, react).")
     task: str
     variants: int = Field(ge=1)
     manifest: str
@@ -46,57 +66,83 @@ class CampaignSpec(BaseModel):
     density: int = Field(ge=1)
     fault_rate: float = Field(ge=0, le=1, description="Faults per agent step (lambda).")
     budget_steps: int = Field(ge=1)
+    budget_tokens: int | None = Field(default=None, ge=1,
+                                      description="Tokens per run, enforced by the agent adapter (None: no budget).")
     wall_cap_s: float = Field(gt=0)
     agent_options: dict[str, str] = Field(default_factory=dict)
 
+    @model_serializer(mode="wrap")
+    def _drop_unused_later_fields(self, handler: Any) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name, unused in _LATER_FIELDS.items():
+            if name in data and data[name] == unused:
+                del data[name]
+        return data
+
+    def values(self, factor: str) -> list[str | None]:
+        """The values given for one factor (several for the controlled factor, one otherwise)."""
+        return list(getattr(self, factor))
+
     @property
     def settings(self) -> list[str]:
-        return {"ani": self.ani, "agent": self.agent, "model": [m or "-" for m in self.model]}[self.factor]
+        """The settings of the controlled factor, as written in run keys and reports."""
+        return [v or "-" for v in self.values(self.factor)]
 
-    def setting_values(self, setting: str) -> tuple[str, str, str | None]:
-        """(level, agent, model) of one setting."""
-        level = setting if self.factor == "ani" else self.ani[0]
-        agent = setting if self.factor == "agent" else self.agent[0]
-        model = setting if self.factor == "model" else self.model[0]
-        return level, agent, model
+    @property
+    def fixed(self) -> dict[str, str]:
+        """The factors held fixed, name -> value (a mode or model left to the agent is left out)."""
+        return {f: str(self.values(f)[0]) for f in FACTORS if f != self.factor and self.values(f)[0] is not None}
+
+    def setting_values(self, setting: str) -> Setting:
+        """What ``setting`` (a value of the controlled factor) fixes."""
+        def value(f: str) -> str | None:
+            if f == self.factor:
+                return None if setting == "-" else setting
+            return self.values(f)[0]
+
+        ani = parse_ani_setting(value("ani") or "")
+        return Setting(ani.level, ani.ablations, value("agent") or "", value("model"), value("mode"))
 
 
 def parse_levels(values: list[str]) -> list[str]:
-    """The ANI levels named by ``--ani`` (already split on commas), canonical and in order.
+    """The ANI settings named by ``--ani`` (already split on commas), canonical and in order: a
+    level, or a level with ablations (``A1+blocklist``, :mod:`harness.ablations`).
 
     Shared by ``harness campaign`` and ``harness task validate`` so both refuse the same input.
 
     Raises:
-        AnibenchError: no level, an unknown level (naming the registered ones), or a level twice.
+        AnibenchError: no value, an unknown level (naming the registered ones) or ablation, an
+            ablation the level lacks, or a value twice.
     """
-    from servers.registry import normalize_level
-
-    if not values:
-        raise AnibenchError("--ani needs at least one value")
-    try:
-        levels = [normalize_level(a) for a in values]
-    except KeyError as e:
-        raise AnibenchError(str(e.args[0])) from None
-    if len(set(levels)) != len(levels):
-        raise AnibenchError("--ani lists a value twice")
-    return levels
+    return [str(s) for s in parse_ani_settings(values)]
 
 
 def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task: str, variants: int, manifest: str,
               seed: int, density: int, fault_rate: float, budget_steps: int, wall_cap_s: float,
-              agent_options: dict[str, str], campaign_id: str | None = None) -> CampaignSpec:
+              agent_options: dict[str, str], campaign_id: str | None = None, mode: list[str | None] | None = None,
+              budget_tokens: int | None = None) -> CampaignSpec:
     """Validate the options of a campaign and name its controlled factor.
 
+    Args:
+        mode: agent modes (``single-turn``, ``react``, ``planner-executor``, each optionally
+            ``-norecovery``; :mod:`harness.agents.modes`); only for the ``openai`` agent.
+        budget_tokens: tokens per run (prompt + completion), enforced by the agent adapter; not
+            for the ``command`` agent, whose tokens the harness cannot see.
+
     Raises:
-        AnibenchError: unknown task class, level or agent; more than one factor varied; bad
+        AnibenchError: unknown task class, level, ablation, agent or mode; more than one factor
+            varied; a value twice; a mode or a token budget for an agent that has none; bad
             manifest.
     """
-    from harness.agents.base import AGENTS
+    from harness.agents.base import AGENTS, MODEL_AGENTS, TOKEN_BUDGET_AGENTS
+    from harness.agents.modes import parse_mode
     from substrate.scenario import load_manifest
 
+    mode = mode if mode is not None else [None]
     if task not in TASK_CLASSES:
         raise AnibenchError(f"unknown task class {task!r}; known: {', '.join(TASK_CLASSES)}")
-    for name, vals in (("ani", ani), ("agent", agent), ("model", model)):
+    given: dict[str, list[Any]] = {"ani": ani, "agent": agent, "model": model, "mode": mode}
+    for name, vals in given.items():
         if not vals:
             raise AnibenchError(f"--{name} needs at least one value")
     if any(model) and set(agent) <= {"scripted", "noisy"}:
@@ -104,22 +150,35 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
     if wall_cap_s <= 0 or seed < 0 or variants < 1 or budget_steps < 1 or density < 1 or not 0 <= fault_rate <= 1:
         raise AnibenchError("out of range: --wall-cap > 0, --seed >= 0, --variants >= 1, --budget-steps >= 1, "
                             "--density >= 1, 0 <= --faults <= 1")
-    ani = parse_levels(ani)
+    if budget_tokens is not None and budget_tokens < 1:
+        raise AnibenchError("out of range: --budget-tokens >= 1")
+    given["ani"] = ani = parse_levels(ani)
     for a in agent:
         if a not in AGENTS:
             raise AnibenchError(f"unknown agent {a!r}; available: {', '.join(AGENTS)}")
-    varied = [name for name, vals in (("ani", ani), ("agent", agent), ("model", model)) if len(vals) > 1]
+    if any(mode):
+        given["mode"] = mode = [str(parse_mode(m)) if m else None for m in mode]
+        if not set(agent) <= MODEL_AGENTS:
+            raise AnibenchError(f"--mode is for the model-driven agent ({', '.join(sorted(MODEL_AGENTS))}); "
+                                f"{', '.join(a for a in agent if a not in MODEL_AGENTS)} has no modes")
+    if "mode" in agent_options:
+        raise AnibenchError("give the agent mode with --mode, not --agent-opt mode=...")
+    if budget_tokens is not None and not set(agent) <= TOKEN_BUDGET_AGENTS:
+        raise AnibenchError(f"--budget-tokens is enforced by the agent adapter; the "
+                            f"{', '.join(a for a in agent if a not in TOKEN_BUDGET_AGENTS)} agent's tokens are not "
+                            "measured, so its budget cannot be enforced")
+    varied = [name for name, vals in given.items() if len(vals) > 1]
     if len(varied) > 1:
-        raise AnibenchError(f"a campaign varies one controlled factor at a time; {' and '.join(varied)} both have several values")
-    for name, vals in (("ani", ani), ("agent", agent), ("model", model)):
+        raise AnibenchError(f"a campaign varies one controlled factor at a time; {' and '.join(varied)} have several values")
+    for name, vals in given.items():
         if len(set(vals)) != len(vals):
             raise AnibenchError(f"--{name} lists a value twice")
     m = load_manifest(manifest)
     factor: Factor = varied[0] if varied else "ani"  # type: ignore[assignment]
-    spec = CampaignSpec(campaign_id="", factor=factor, ani=ani, agent=agent, model=model, task=task, variants=variants,
-                        manifest=str(Path(manifest).resolve()), manifest_digest=m.digest(), seed=seed, density=density,
-                        fault_rate=fault_rate, budget_steps=budget_steps, wall_cap_s=wall_cap_s,
-                        agent_options=agent_options)
+    spec = CampaignSpec(campaign_id="", factor=factor, ani=ani, agent=agent, model=model, mode=mode, task=task,
+                        variants=variants, manifest=str(Path(manifest).resolve()), manifest_digest=m.digest(),
+                        seed=seed, density=density, fault_rate=fault_rate, budget_steps=budget_steps,
+                        budget_tokens=budget_tokens, wall_cap_s=wall_cap_s, agent_options=agent_options)
     if campaign_id is None:
         digest = hashlib.sha256(spec.model_dump_json(exclude={"campaign_id"}).encode()).hexdigest()[:8]
         campaign_id = f"{task}-{'-'.join(spec.settings)}-{digest}".replace("/", "_")
@@ -128,12 +187,29 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
 
 
 def _failed(spec: CampaignSpec, key: str, setting: str, variant: int, error: str) -> RunRecord:
-    level, agent, model = spec.setting_values(setting)
+    s = spec.setting_values(setting)
     now = datetime.now(UTC)
     return RunRecord(campaign_id=spec.campaign_id, run_key=key, factor=spec.factor, setting=setting, task_class=spec.task,
                      variant=variant, scenario_seed=spec.seed + variant, fault_seed=spec.seed * 1000 + variant,
-                     density=spec.density, fault_rate=spec.fault_rate, budget_steps=spec.budget_steps, agent=agent,
-                     model=model, status=RunStatus.failed, error=error[:2000], started_at=now, finished_at=now)
+                     density=spec.density, fault_rate=spec.fault_rate, budget_steps=spec.budget_steps, agent=s.agent,
+                     model=s.model, level=s.level, ablations=list(s.ablations), mode=s.mode,
+                     budget_tokens=spec.budget_tokens, status=RunStatus.failed, error=error[:2000], started_at=now,
+                     finished_at=now)
+
+
+def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_dir: Path) -> RunSpec:
+    """The :class:`RunSpec` of one run of the campaign."""
+    s = spec.setting_values(setting)
+    opts = dict(spec.agent_options)
+    if s.model:
+        opts["model"] = s.model
+    return RunSpec(
+        campaign_id=spec.campaign_id, run_key=key, factor=spec.factor, setting=setting, level=s.level,
+        ablations=list(s.ablations), agent=s.agent, agent_options=opts, model=s.model, mode=s.mode,
+        density=spec.density, fault_rate=spec.fault_rate, budget_steps=spec.budget_steps,
+        budget_tokens=spec.budget_tokens, wall_cap_s=spec.wall_cap_s,
+        run_dir=results_dir / spec.campaign_id / setting / f"v{variant}",
+    )
 
 
 def run_campaign(
@@ -197,21 +273,11 @@ def run_campaign(
             say(f"variant {v}: deploying scenario seed {sc.seed} ({len(sc.topology.nodes)} nodes)")
             with deploy_scenario(sc, lab_name) as lab:
                 for s, k in todo:
-                    level, agent, model = spec.setting_values(s)
-                    opts = dict(spec.agent_options)
-                    if model:
-                        opts["model"] = model
-                    run_spec = RunSpec(
-                        campaign_id=spec.campaign_id, run_key=k, factor=spec.factor, setting=s, level=level,
-                        agent=agent, agent_options=opts, model=model, density=spec.density, fault_rate=spec.fault_rate,
-                        budget_steps=spec.budget_steps, wall_cap_s=spec.wall_cap_s,
-                        run_dir=results_dir / spec.campaign_id / s / f"v{v}",
-                    )
                     store.mark_running(k)
                     if on_run:
                         on_run(k, None)
                     try:
-                        rec, _verdicts = execute_run(lab, run_spec, variant)
+                        rec, _verdicts = execute_run(lab, run_spec(spec, k, s, v, results_dir), variant)
                     except RunFailed as e:
                         rec = _failed(spec, k, s, v, str(e))
                     store.save_result(rec)

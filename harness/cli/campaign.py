@@ -41,14 +41,21 @@ def _manifest_path(manifest: str) -> str:
 
 @friendly_errors
 def campaign(
-    ani: Annotated[str, typer.Option(help="ANI level(s), comma-separated, e.g. A0,A3-T.")] = "A0,A3-T",
+    ani: Annotated[str, typer.Option(help="ANI level(s), comma-separated, e.g. A0,A3-T; a level with an ablation "
+                                     "is a setting of its own: A1,A1+blocklist.")] = "A0,A3-T",
     task: Annotated[str, typer.Option(help="Task class: onboarding, change-set, decommissioning.")] = "change-set",
     variants: Annotated[int, typer.Option(min=1, help="Task variants (each replayed across the settings).")] = 6,
     agent: Annotated[str, typer.Option(help="Agent(s): scripted, noisy, openai, command.")] = "scripted",
     model: Annotated[str | None, typer.Option(help="Model(s) for model-driven agents, comma-separated.")] = None,
+    mode: Annotated[str | None, typer.Option(
+        help="Agent mode(s) of the openai agent, comma-separated: single-turn, react, planner-executor, each "
+        "with recovery or as MODE-norecovery (default react).")] = None,
     faults: Annotated[float, typer.Option(min=0, max=1, help="Fault rate lambda, in faults per agent step.")] = 0.0,
     density: Annotated[int, typer.Option(min=1, help="State density of the brownfield.")] = 2,
     budget_steps: Annotated[int, typer.Option(min=1, help="Step budget per run (matched across settings).")] = 40,
+    budget_tokens: Annotated[int | None, typer.Option(
+        min=1, help="Token budget per run (prompt + completion), enforced by the agent adapter; a run that "
+        "spends it ends as 'budget hit'.")] = None,
     manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
     seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0 (variant v: seed + v).")] = 7,
     wall_cap: Annotated[float, typer.Option(min=1, help="Wall-clock cap per run, seconds.")] = 600.0,
@@ -59,8 +66,8 @@ def campaign(
     resume: Annotated[bool, typer.Option(help="Continue an interrupted campaign (no run lost or repeated).")] = False,
     report: Annotated[bool, typer.Option(help="Print the report at the end.")] = True,
 ) -> None:
-    """Run a campaign: one controlled factor (ANI level, agent or model) varied, every task
-    variant replayed across its settings on a real SRv6 brownfield; results in SQLite."""
+    """Run a campaign: one controlled factor (ANI level or ablation, agent, model or agent mode)
+    varied, every task variant replayed across its settings on a real SRv6 brownfield; results in SQLite."""
     from harness.campaign import make_spec, run_campaign, summary_line
     from harness.store import CampaignStore
     from substrate.features import check_root_and_tools
@@ -70,15 +77,17 @@ def campaign(
         ani=_csv(ani), agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
         manifest=_manifest_path(manifest), seed=seed, density=density, fault_rate=faults, budget_steps=budget_steps,
         wall_cap_s=wall_cap, agent_options=_opts(agent_opt), campaign_id=campaign_id,
+        mode=_csv(mode) if mode else None, budget_tokens=budget_tokens,
     )
     from harness.agents.base import make_agent
 
     for name in spec.agent:
         for m in spec.model:
-            a = make_agent(name, {**spec.agent_options, **({"model": m} if m else {})})
-            pre = getattr(a, "preflight", None)
-            if pre is not None:
-                pre()
+            for md in spec.mode:
+                a = make_agent(name, {**spec.agent_options, **({"model": m} if m else {}), **({"mode": md} if md else {})})
+                pre = getattr(a, "preflight", None)
+                if pre is not None:
+                    pre()
     db.parent.mkdir(parents=True, exist_ok=True)
     with CampaignStore(db) as store:
         if spec.campaign_id in store.campaigns() and not resume:
@@ -86,7 +95,9 @@ def campaign(
     total = spec.variants * len(spec.settings)
     out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {', '.join(spec.settings)}; "
               f"task {spec.task} x {spec.variants} variants; agent {','.join(spec.agent)}; lambda {spec.fault_rate}; "
-              f"density {spec.density}; budget {spec.budget_steps} steps", highlight=False)
+              f"density {spec.density}; budget {spec.budget_steps} steps"
+              + (f", {spec.budget_tokens} tokens" if spec.budget_tokens else "")
+              + (f"; mode {spec.mode[0]}" if spec.factor != "mode" and spec.mode[0] else ""), highlight=False)
     with CampaignStore(db) as store, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
     ) as progress:
@@ -172,13 +183,13 @@ def task_validate(
     and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C)."""
     import tempfile
 
-    from harness.campaign import parse_levels
+    from harness.ablations import parse_ani_settings
     from harness.run import RunSpec, execute_run
     from harness.tasks import TASK_CLASSES, make_variant
     from substrate.scenario import build, load_manifest
     from substrate.scenario.deploy import deploy_scenario
 
-    levels = parse_levels(_csv(ani))
+    levels = parse_ani_settings(_csv(ani))
     if task_class not in TASK_CLASSES:
         fail(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
     m = load_manifest(_manifest_path(manifest))
@@ -190,13 +201,14 @@ def task_validate(
             var = make_variant(task_class, sc, v)
             with err.status(f"variant {v}: deploying"), deploy_scenario(sc, f"validate-{os.getpid() % 100000}") as lab:
                 for level in levels:
-                    spec = RunSpec(campaign_id="validate", run_key=f"validate/{level}/{v}", factor="ani", setting=level,
-                                   level=level, agent="scripted", density=density, run_dir=Path(tmp) / level / str(v))
+                    spec = RunSpec(campaign_id="validate", run_key=f"validate/{level}/{v}", factor="ani",
+                                   setting=str(level), level=level.level, ablations=list(level.ablations),
+                                   agent="scripted", density=density, run_dir=Path(tmp) / str(level) / str(v))
                     rec, verdicts = execute_run(lab, spec, var)
                     ok = rec.task_pass and rec.damage_free
                     bad += not ok
                     failed = [x.id for x in verdicts if not x.ok]
-                    table.add_row(str(v), level, f"{rec.test_cases_passed}/{rec.test_cases_total}",
+                    table.add_row(str(v), str(level), f"{rec.test_cases_passed}/{rec.test_cases_total}",
                                   f"{len(var.damage_checks) - len(rec.violated_invariants)}/{len(var.damage_checks)}",
                                   "[green]valid[/]" if ok else f"[red]INVALID[/] {escape(', '.join(failed[:3]))}")
     out.print(table)
