@@ -7,7 +7,12 @@ completion-mode counts, and the mean and median cost per run (draft 4.4: cost is
 variable). Between every two settings: the exact McNemar test on discordant pairs, runs matched by
 task-variant index (draft 4.5), for completion and for damage-free. Runs the harness could not
 complete (status ``failed``) are listed apart and never counted as agent failures, so their
-variant is unpaired in every comparison.
+variant is unpaired in every comparison. Per run (:class:`RunSummary`): setting, variant, outcome,
+test cases, violated invariants, steps, tokens, seconds, the budget it reached, the faults it met.
+
+Every table is built once as data (:class:`TableData`: title, columns, rows of text or links) and
+rendered by rich for the terminal and as HTML by :mod:`harness.report_html`; a new column or table
+is one change in :meth:`Report.tables` or :func:`run_table`.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -27,7 +33,8 @@ from rich.text import Text
 from harness.stats import McNemarResult, clopper_pearson, mcnemar_exact, rule_of_three, wilson
 from harness.store import CampaignStore, CompletionMode, OutcomeLabel, RunRecord, RunStatus
 
-__all__ = ["Cell", "FailedRun", "PairedTest", "Proportion", "Report", "build_report"]
+__all__ = ["Cell", "Column", "FailedRun", "Link", "PairedTest", "Proportion", "Report", "RunSummary", "TableData",
+           "build_report", "render_rich", "run_table"]
 
 #: Cost metrics per run: (name, how to read it from a record).
 COST_METRICS: dict[str, Any] = {
@@ -123,6 +130,65 @@ class FailedRun:
 
 
 @dataclass(frozen=True)
+class RunSummary:
+    """One run as the report lists it (done or failed)."""
+
+    run_key: str
+    setting: str
+    variant: int
+    status: str
+    """``done``, or ``failed`` when the harness could not complete the run."""
+    outcome_label: str | None
+    completion_mode: str | None
+    test_cases_passed: int | None
+    test_cases_total: int | None
+    violated_invariants: list[str]
+    steps: int
+    tokens: int
+    """Prompt + completion tokens (0 when the agent reports none)."""
+    wall_s: float
+    budget_exhausted: str | None
+    """``steps`` or ``tokens`` when the run reached that budget."""
+    faults: list[str]
+    """Kinds of the faults injected during the run, in order (the faults it met)."""
+    fault_events: list[dict[str, Any]]
+    """The fault injector's log of the run (injections and clearings, with their step)."""
+    level: str | None
+    ablations: list[str]
+    agent: str
+    model: str | None
+    mode: str | None
+    agent_stop: str | None
+    trajectory_path: str | None
+    error: str | None
+
+    @classmethod
+    def of(cls, r: RunRecord) -> RunSummary:
+        """The summary of a stored run record."""
+        return cls(
+            run_key=r.run_key, setting=r.setting, variant=r.variant, status=r.status.value,
+            outcome_label=r.outcome_label.value if r.outcome_label else None,
+            completion_mode=r.completion_mode.value if r.completion_mode else None,
+            test_cases_passed=r.test_cases_passed, test_cases_total=r.test_cases_total,
+            violated_invariants=list(r.violated_invariants), steps=r.steps, tokens=r.tokens_in + r.tokens_out,
+            wall_s=r.wall_s, budget_exhausted=r.budget_exhausted,
+            faults=[str(f.get("kind")) for f in r.faults if f.get("action") == "inject"],
+            fault_events=[dict(f) for f in r.faults], level=r.level,
+            ablations=list(r.ablations), agent=r.agent, model=r.model, mode=r.mode, agent_stop=r.agent_stop,
+            trajectory_path=r.trajectory_path, error=r.error,
+        )
+
+    def flat(self) -> dict[str, Any]:
+        """One CSV row."""
+        row = asdict(self)
+        del row["fault_events"]
+        row["violated_invariants"] = " ".join(self.violated_invariants)
+        row["ablations"] = "+".join(self.ablations)
+        row["faults"] = " ".join(self.faults)
+        return row
+
+
+@dataclass(frozen=True)
 class Report:
     """The report of one campaign; render it with rich, or write it as JSON or CSV."""
 
@@ -135,6 +201,10 @@ class Report:
     unfinished: int
     """Planned runs not finished yet (pending or running)."""
     notes: list[str] = field(default_factory=list)
+    runs: list[RunSummary] = field(default_factory=list)
+    """Every finished run (done and failed), in planned order."""
+    fixed: dict[str, str] = field(default_factory=dict)
+    """The factors held fixed (draft 4.2), name -> value, from the campaign spec."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (JSON-ready: no NaN, tuples as lists)."""
@@ -144,48 +214,113 @@ class Report:
         """The report as JSON."""
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
-    def to_csv(self, path: str | Path) -> tuple[Path, Path]:
-        """Write one row per cell to ``path`` and the paired tests to ``<stem>_paired<suffix>``.
+    def to_csv(self, path: str | Path) -> tuple[Path, Path, Path]:
+        """Write one row per cell to ``path``, the paired tests to ``<stem>_paired<suffix>`` and one
+        row per run to ``<stem>_runs<suffix>``.
 
         Returns:
-            The two paths written.
+            The three paths written.
 
         Raises:
             OSError: A file cannot be written.
         """
         path = Path(path)
-        paired_path = path.with_name(f"{path.stem}_paired{path.suffix or '.csv'}")
+        paired_path, runs_path = csv_companions(path)
         for p, rows, header in ((path, [c.flat() for c in self.cells], _CELL_HEADER),
-                                (paired_path, [t.flat() for t in self.paired], _PAIRED_HEADER)):
+                                (paired_path, [t.flat() for t in self.paired], _PAIRED_HEADER),
+                                (runs_path, [r.flat() for r in self.runs], _RUN_HEADER)):
             p.parent.mkdir(parents=True, exist_ok=True)
             with p.open("w", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else header)
                 w.writeheader()
                 w.writerows(rows)
-        return path, paired_path
+        return path, paired_path, runs_path
+
+    @property
+    def headline(self) -> str:
+        """One line: campaign, factor, how many runs are done, failed and unfinished."""
+        done = sum(c.n for c in self.cells)
+        return (f"campaign {self.campaign_id} — factor {self.factor or '?'}: {done} runs done, "
+                f"{len(self.failed_runs)} failed (harness), {self.unfinished} not finished")
+
+    @property
+    def fixed_line(self) -> str:
+        """The factors held fixed, in one line (empty when the spec does not say)."""
+        return "held fixed: " + "; ".join(f"{k} {v}" for k, v in self.fixed.items()) if self.fixed else ""
+
+    def tables(self) -> list[TableData]:
+        """The summary tables, in order: rates, labels and modes, cost, paired tests, failed runs."""
+        out = [_outcome_table(self.cells), _label_table(self.cells), _cost_table(self.cells)]
+        if self.paired:
+            out.append(_paired_table(self.paired))
+        if self.failed_runs:
+            out.append(TableData("failed", "Failed runs (harness could not complete them; not agent failures)",
+                                 [Column("run", "left"), Column("setting", "left"), Column("variant"),
+                                  Column("error", "left")],
+                                 [[f.run_key, f.setting, str(f.variant), f.error] for f in self.failed_runs]))
+        return out
 
     def __rich__(self) -> RenderableType:
-        done = sum(c.n for c in self.cells)
-        head = Text(f"campaign {self.campaign_id} — factor {self.factor or '?'}: {done} runs done, "
-                    f"{len(self.failed_runs)} failed (harness), {self.unfinished} not finished")
-        parts: list[RenderableType] = [head, _outcome_table(self.cells), _label_table(self.cells),
-                                       _cost_table(self.cells)]
-        if self.paired:
-            parts.append(_paired_table(self.paired))
-        if self.failed_runs:
-            t = Table(title="Failed runs (harness could not complete them; not agent failures)")
-            for col in ("run", "setting", "variant", "error"):
-                t.add_column(col)
-            for f in self.failed_runs:
-                t.add_row(f.run_key, f.setting, str(f.variant), f.error)
-            parts.append(t)
+        parts: list[RenderableType] = [Text(self.headline)]
+        if self.fixed:
+            parts.append(Text(self.fixed_line))
+        parts += [render_rich(t) for t in self.tables()]
         parts += [Text(n, style="yellow") for n in self.notes]
         return Group(*parts)
+
+
+def csv_companions(path: Path) -> tuple[Path, Path]:
+    """The paths :meth:`Report.to_csv` writes beside ``path``: paired tests, and runs."""
+    suffix = path.suffix or ".csv"
+    return path.with_name(f"{path.stem}_paired{suffix}"), path.with_name(f"{path.stem}_runs{suffix}")
 
 
 _CELL_HEADER = ["setting", "n", "failed"]
 _PAIRED_HEADER = ["setting_a", "setting_b", "outcome", "n_pairs", "both", "a_only", "b_only", "neither",
                   "pvalue", "excluded"]
+_RUN_HEADER = ["run_key", "setting", "variant", "status"]
+
+
+# --- tables as data ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header and alignment."""
+
+    name: str
+    align: Literal["left", "right"] = "right"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A cell that links somewhere (HTML); rich shows the text."""
+
+    text: str
+    href: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class TableData:
+    """A table as data: rendered by :func:`render_rich` and by :mod:`harness.report_html`."""
+
+    key: str
+    """Short id (HTML ``id`` of the table)."""
+    title: str
+    columns: list[Column]
+    rows: list[list[str | Link]]
+
+
+def render_rich(t: TableData) -> Table:
+    """A rich table of ``t`` (links shown as their text)."""
+    table = Table(title=t.title)
+    for c in t.columns:
+        table.add_column(c.name, justify=c.align)
+    for row in t.rows:
+        table.add_row(*map(str, row))
+    return table
 
 
 def _mean(values: list[float]) -> float | None:
@@ -254,10 +389,28 @@ def build_report(store: CampaignStore, campaign_id: str) -> Report:
     factors = sorted({r.factor for r in records})
     notes = [f"runs of this campaign name several factors: {', '.join(factors)}"] if len(factors) > 1 else []
     return Report(campaign_id, spec, factors[0] if factors else spec.get("factor"), cells,
-                  _paired(settings, done), failed, unfinished, notes)
+                  _paired(settings, done), failed, unfinished, notes, runs=[RunSummary.of(r) for r in records],
+                  fixed=_fixed(spec))
 
 
-# --- rich tables ---------------------------------------------------------------------------------
+#: Factors of a campaign spec (harness.campaign.FACTORS) and how the report names them.
+_FACTOR_NAMES = {"ani": "ANI", "agent": "agent", "model": "model", "mode": "mode"}
+
+
+def _fixed(spec: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for f, name in _FACTOR_NAMES.items():
+        vals = spec.get(f)
+        if f != spec.get("factor") and isinstance(vals, list) and len(vals) == 1 and vals[0] is not None:
+            out[name] = str(vals[0])
+    for key, name in (("budget_steps", "step budget"), ("budget_tokens", "token budget"), ("fault_rate", "lambda"),
+                      ("density", "density"), ("task", "task")):
+        if spec.get(key) is not None:
+            out[name] = str(spec[key])
+    return out
+
+
+# --- the tables ----------------------------------------------------------------------------------
 
 def _f(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
@@ -271,45 +424,70 @@ def _ci(ci: tuple[float, float]) -> str:
     return f"[{ci[0]:.2f}, {ci[1]:.2f}]"
 
 
-def _outcome_table(cells: list[Cell]) -> Table:
-    t = Table(title="Completion and damage-free run rate (95% intervals)")
-    for col in ("setting", "n", "completion", "rate", "Wilson", "Clopper-Pearson",
-                "damage-free", "rate", "Wilson", "Clopper-Pearson", "P(damage) ≤ (3/n)"):
-        t.add_column(col, justify="left" if col == "setting" else "right")
+def _cols(*names: str, left: tuple[str, ...] = ("setting",)) -> list[Column]:
+    return [Column(n, "left" if n in left else "right") for n in names]
+
+
+def _outcome_table(cells: list[Cell]) -> TableData:
+    rows: list[list[str | Link]] = []
     for c in cells:
         cp, dp = c.completion, c.damage_free
-        t.add_row(c.setting, str(c.n), f"{cp.k}/{cp.n}", _f(cp.rate), _ci(cp.wilson), _ci(cp.clopper_pearson),
-                  f"{dp.k}/{dp.n}", _f(dp.rate), _ci(dp.wilson), _ci(dp.clopper_pearson),
-                  _f(c.damage_rule_of_three, 3))
-    return t
+        rows.append([c.setting, str(c.n), f"{cp.k}/{cp.n}", _f(cp.rate), _ci(cp.wilson), _ci(cp.clopper_pearson),
+                     f"{dp.k}/{dp.n}", _f(dp.rate), _ci(dp.wilson), _ci(dp.clopper_pearson),
+                     _f(c.damage_rule_of_three, 3)])
+    return TableData("rates", "Completion and damage-free run rate (95% intervals)",
+                     _cols("setting", "n", "completion", "rate", "Wilson", "Clopper-Pearson", "damage-free", "rate",
+                           "Wilson", "Clopper-Pearson", "P(damage) ≤ (3/n)"), rows)
 
 
-def _label_table(cells: list[Cell]) -> Table:
-    t = Table(title="Outcome labels and completion modes (runs)")
-    t.add_column("setting")
-    for name in [*(lab.value for lab in OutcomeLabel), *(m.value for m in CompletionMode)]:
-        t.add_column(name.replace("_", " "), justify="right")
-    for c in cells:
-        t.add_row(c.setting, *map(str, c.outcome_labels.values()), *map(str, c.completion_modes.values()))
-    return t
+def _label_table(cells: list[Cell]) -> TableData:
+    names = [*(lab.value for lab in OutcomeLabel), *(m.value for m in CompletionMode)]
+    return TableData("labels", "Outcome labels and completion modes (runs)",
+                     _cols("setting", *(n.replace("_", " ") for n in names)),
+                     [[c.setting, *map(str, c.outcome_labels.values()), *map(str, c.completion_modes.values())]
+                      for c in cells])
 
 
-def _cost_table(cells: list[Cell]) -> Table:
-    t = Table(title="Cost and process metrics per run (mean / median)")
-    for col in ("setting", "steps", "tokens", "wall s", "test-case score", "error-action", "repeat-action"):
-        t.add_column(col, justify="left" if col == "setting" else "right")
+def _cost_table(cells: list[Cell]) -> TableData:
+    rows: list[list[str | Link]] = []
     for c in cells:
         mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
-        t.add_row(c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
-                  _f(c.mean_repeat_action_rate))
-    return t
+        rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
+                     _f(c.mean_repeat_action_rate)])
+    return TableData("cost", "Cost and process metrics per run (mean / median)",
+                     _cols("setting", "steps", "tokens", "wall s", "test-case score", "error-action",
+                           "repeat-action"), rows)
 
 
-def _paired_table(paired: list[PairedTest]) -> Table:
-    t = Table(title="Paired comparisons: exact McNemar test on discordant pairs (matched by variant)")
-    for col in ("A", "B", "outcome", "pairs", "A only", "B only", "p (two-sided)", "unpaired runs excluded"):
-        t.add_column(col, justify="left" if col in ("A", "B", "outcome") else "right")
-    for p in paired:
-        t.add_row(p.setting_a, p.setting_b, p.outcome.replace("_", "-"), str(p.test.n_pairs), str(p.test.b),
-                  str(p.test.c), f"{p.test.pvalue:.3f}", str(p.excluded))
-    return t
+def _paired_table(paired: list[PairedTest]) -> TableData:
+    return TableData("paired", "Paired comparisons: exact McNemar test on discordant pairs (matched by variant)",
+                     _cols("A", "B", "outcome", "pairs", "A only", "B only", "p (two-sided)", "unpaired runs excluded",
+                           left=("A", "B", "outcome")),
+                     [[p.setting_a, p.setting_b, p.outcome.replace("_", "-"), str(p.test.n_pairs), str(p.test.b),
+                       str(p.test.c), f"{p.test.pvalue:.3f}", str(p.excluded)] for p in paired])
+
+
+def run_table(rep: Report, link: Callable[[RunSummary], str | None] = lambda _r: None) -> TableData:
+    """One row per run: setting, variant, outcome label, test cases passed, violated invariants,
+    steps, tokens, seconds, the budget it reached, the faults it met, why the agent stopped.
+
+    Args:
+        rep: the report.
+        link: the address of a run's detail (its trajectory page), or None for no link.
+    """
+    rows: list[list[str | Link]] = []
+    for r in rep.runs:
+        href = link(r)
+        label = (r.outcome_label or "").replace("_", " ") if r.status == "done" else "harness failure"
+        tests = f"{r.test_cases_passed}/{r.test_cases_total}" if r.test_cases_total is not None else "–"
+        violated = ", ".join(r.violated_invariants[:3]) + (f" (+{len(r.violated_invariants) - 3})"
+                                                           if len(r.violated_invariants) > 3 else "")
+        rows.append([r.setting, Link(f"v{r.variant}", href) if href else f"v{r.variant}", label, tests,
+                     violated or ("–" if r.status == "done" else (r.error or "")[:120]), str(r.steps),
+                     f"{r.tokens:,}", f"{r.wall_s:.1f}", r.budget_exhausted or "–",
+                     ", ".join(r.faults) or "–", (r.completion_mode or "–").replace("_", " "), r.agent_stop or "–"])
+    return TableData("runs", "Runs (one row per run; the variant links to its trajectory)",
+                     _cols("setting", "variant", "outcome", "test cases", "violated invariants", "steps", "tokens",
+                           "seconds", "budget hit", "faults met", "completion mode", "agent stop",
+                           left=("setting", "variant", "outcome", "violated invariants", "faults met",
+                                 "completion mode", "agent stop")), rows)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from harness.cli.report import app
 from harness.report import build_report
 from harness.store import CampaignStore, run_key
+from tests.html_tree import parse
 from tests.test_store import make_record
 
 CID = "ani-pilot"
@@ -116,7 +117,7 @@ def test_json_and_csv(db: Path, tmp_path: Path) -> None:
     assert data["cells"][1]["completion"]["wilson"][0] == pytest.approx(0.6097, abs=1e-4)
     assert data["paired"][0]["test"]["pvalue"] == pytest.approx(0.03125)
     assert data["cells"][0]["completion"]["rate"] == 0.0
-    cells_path, paired_path = rep.to_csv(tmp_path / "out" / "cells.csv")
+    cells_path, paired_path, runs_path = rep.to_csv(tmp_path / "out" / "cells.csv")
     assert paired_path == tmp_path / "out" / "cells_paired.csv"
     rows = list(csv.DictReader(cells_path.read_text().splitlines()))
     assert [r["setting"] for r in rows] == ["A0", "A3-T", "A1"]
@@ -125,6 +126,11 @@ def test_json_and_csv(db: Path, tmp_path: Path) -> None:
     assert float(rows[0]["completion_cp_hi"]) == pytest.approx(1 - 0.025 ** (1 / 6))
     paired = list(csv.DictReader(paired_path.read_text().splitlines()))
     assert len(paired) == 6 and float(paired[0]["pvalue"]) == pytest.approx(0.03125)
+    runs = list(csv.DictReader(runs_path.read_text().splitlines()))
+    assert len(runs) == 18 and runs_path == tmp_path / "out" / "cells_runs.csv"
+    a1 = {r["variant"]: r for r in runs if r["setting"] == "A1"}
+    assert a1["3"]["violated_invariants"] == "t1.ping t2.ping" and a1["3"]["outcome_label"] == "destructive_failure"
+    assert a1["5"]["status"] == "failed" and a1["0"]["tokens"] == "1200"
 
 
 def test_empty_campaign_and_rich_rendering(db: Path) -> None:
@@ -194,6 +200,23 @@ def test_html_page_plots_the_rates_with_their_wilson_intervals(db: Path, tmp_pat
     assert not re.search(r'(src|href)="https?:', page)
     for needle in ("anibench campaign ani-pilot", "exact McNemar", "lab reset: r4", "&quot;variants&quot;: 6"):
         assert needle in page
+    # real HTML tables, the terminal's and one row per run, each run linked to its trajectory page
+    root = parse(page)
+    assert "<pre style" not in page and not any(pre.find("table") for pre in root.find("pre"))
+    ids = [t.attrs.get("id") for t in root.find("table") if t.attrs.get("id")]
+    assert ids == ["rates", "labels", "cost", "paired", "failed", "runs"]
+    (rates,) = root.find("table", id="rates")
+    assert [td.all_text() for td in rates.find("tr")[1].find("td")][:5] == ["A0", "6", "0/6", "0.00", "[0.00, 0.39]"]
+    (runs,) = root.find("table", id="runs")
+    rows = runs.find("tbody")[0].find("tr")
+    assert len(rows) == 18
+    a1_3 = [td.all_text() for td in rows[15].find("td")]
+    assert a1_3[:6] == ["A1", "v3", "destructive failure", "1/4", "t1.ping, t2.ping", "40"]
+    failed = [td.all_text() for td in rows[17].find("td")]
+    assert (failed[2], failed[4]) == ("harness failure", "lab reset: r4 did not converge")
+    href = rows[0].find("a")[0].attrs["href"]
+    (page_a0,) = root.find("section", id=href[1:])
+    assert "Not available: trajectory (the run recorded none)" in page_a0.all_text()
     assert "No run is done yet" in to_html(empty) and figures(empty) == {}
 
     out = tmp_path / "page" / "r.html"
@@ -216,4 +239,4 @@ def test_cli_bad_output_paths_fail_before_printing(db: Path, tmp_path: Path) -> 
         assert res.exit_code == 1 and "0.031" not in res.output, (args, res.output)
         assert needle in " ".join(res.output.split()) and res.output.count("error:") == 1, (args, res.output)
     assert json.loads((tmp_path / "ok.json").read_text())["campaign_id"] == CID
-    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["sub", "sub_paired.csv"]
+    assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["sub", "sub_paired.csv", "sub_runs.csv"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -56,6 +57,26 @@ def friendly_errors(fn: F) -> F:
             fail(f"{e.strerror or e}: {e.filename}" if getattr(e, "filename", None) else str(e))
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_writable(option: str, path: Path) -> None:
+    """Exit with one line unless ``path`` can be written (its directory is created if missing),
+    so that a bad output path fails before the report is printed rather than after."""
+    import os
+
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "is a directory; give a file name")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            with path.open("a"):
+                pass
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            os.close(fd)
+            path.unlink()
+    except OSError as e:
+        fail(f"cannot write {option} {path}: {e.strerror or e}")
 
 
 def configure_logging(verbose: bool = False) -> None:

@@ -8,31 +8,11 @@ from typing import Annotated
 
 import typer
 
-from harness.cli.common import err, fail, friendly_errors, out
+from harness.cli.common import check_writable, err, fail, friendly_errors, out
 
 app = typer.Typer(help="Report a campaign from the results store.", no_args_is_help=True, add_completion=False)
 
 DEFAULT_DB = Path("results/anibench.sqlite")
-
-
-def _check_writable(option: str, path: Path) -> None:
-    """Exit with one line unless ``path`` can be written (its directory is created if missing),
-    so that a bad output path fails before the report is printed rather than after."""
-    import os
-
-    try:
-        if path.is_dir():
-            raise IsADirectoryError(21, "is a directory; give a file name")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            with path.open("a"):
-                pass
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            os.close(fd)
-            path.unlink()
-    except OSError as e:
-        fail(f"cannot write {option} {path}: {e.strerror or e}")
 
 
 @app.command("report")
@@ -42,12 +22,14 @@ def report(
     db: Annotated[Path, typer.Option("--db", envvar="ANIBENCH_DB", help="Results store (SQLite).")] = DEFAULT_DB,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     csv_out: Annotated[Path | None, typer.Option(
-        "--csv", help="Also write one row per cell here, and the paired tests beside it (<name>_paired.csv).")] = None,
+        "--csv", help="Also write one row per cell here, the paired tests beside it (<name>_paired.csv) and one "
+        "row per run (<name>_runs.csv).")] = None,
     html_out: Annotated[Path | None, typer.Option(
         "--html", help="Also write a self-contained HTML page here: plots of the rates with their "
-        "95% intervals and of the outcome labels, the tables, the campaign specification.")] = None,
+        "95% intervals and of the outcome labels, the tables, one row per run linking to its trajectory page "
+        "(tool calls, faults and verdicts), the campaign specification.")] = None,
 ) -> None:
-    """Report a campaign: per-setting rates with intervals, outcomes, cost, paired McNemar tests.
+    """Report a campaign: per-setting rates with intervals, outcomes, cost, paired McNemar tests, runs.
 
     Prints the report; ``--json``, ``--csv`` and ``--html`` also write it to files.
 
@@ -59,12 +41,14 @@ def report(
 
     if not db.is_file():
         fail(f"no results store at {db} (run a campaign first, or pass --db)")
+    from harness.report import csv_companions
+
     targets = [("--json", json_out), ("--html", html_out), ("--csv", csv_out)]
     if csv_out:
-        targets.append(("--csv", csv_out.with_name(f"{csv_out.stem}_paired{csv_out.suffix or '.csv'}")))
+        targets += [("--csv", p) for p in csv_companions(csv_out)]
     for option, path in targets:
         if path is not None:
-            _check_writable(option, path)
+            check_writable(option, path)
     try:
         with CampaignStore(db) as store:
             rep = build_report(store, campaign)
@@ -76,8 +60,8 @@ def report(
         json_out.write_text(rep.to_json() + "\n")
         err.print(f"wrote {json_out}", highlight=False)
     if csv_out:
-        cells, paired = rep.to_csv(csv_out)
-        err.print(f"wrote {cells} and {paired}", highlight=False)
+        cells, paired, runs = rep.to_csv(csv_out)
+        err.print(f"wrote {cells}, {paired} and {runs}", highlight=False)
     if html_out:
         from harness.report_html import to_html
 
