@@ -6,10 +6,11 @@ import typer
 
 from harness.cli import campaign as campaign_cli
 from harness.cli import demo as demo_cli
+from harness.cli import export as export_cli
 from harness.cli import lab as lab_cli
-from harness.cli import serve as serve_cli
 from harness.cli import report as report_cli
 from harness.cli import scenario as scenario_cli
+from harness.cli import serve as serve_cli
 
 app = typer.Typer(
     name="harness",
@@ -24,6 +25,7 @@ app.command("demo")(demo_cli.demo)
 app.command("serve")(serve_cli.serve)
 app.command("mcp-config")(serve_cli.mcp_config)
 app.command("report")(report_cli.report)
+app.command("export")(export_cli.export)
 app.command("campaign")(campaign_cli.campaign)
 app.add_typer(campaign_cli.task_app, name="task")
 
