@@ -224,6 +224,10 @@ class Episode:
     def system(self, file: str, template: str = "system") -> dict[str, Any]:
         return {"role": "system", "content": system_message(template, file, self.instructions, self.prompt_dir)}
 
+    def opening(self, file: str, template: str = "system") -> list[dict[str, Any]]:
+        """A conversation's first two messages: a mode's system prompt and the request."""
+        return [self.system(file, template), {"role": "user", "content": self.request}]
+
     def active(self) -> bool:
         """The episode may go on: time left and the server has not ended it."""
         return self.time_left() > 0 and self.server_ended() is None
@@ -256,6 +260,12 @@ class Episode:
             raise Stop("token_budget")
         if reply.content and reply.content.strip():
             self.event("text", reply.content.strip())
+        return reply
+
+    async def turn(self, messages: list[dict[str, Any]]) -> ModelReply:
+        """One model turn of a conversation with the tools: :meth:`complete`, its reply appended."""
+        reply = await self.complete(messages)
+        messages.append(reply.message())
         return reply
 
     async def execute(self, call: ToolCall, messages: list[dict[str, Any]]) -> Failure | None:
@@ -312,17 +322,14 @@ class Episode:
 
 async def react(ep: Episode) -> None:
     """ReAct: act, observe, repeat (see the module docstring)."""
-    p = ep.prompts("react")
-    messages = [ep.system("react"), {"role": "user", "content": ep.request}]
-    idle = 0
+    messages, idle = ep.opening("react"), 0
     while ep.active():
-        reply = await ep.complete(messages)
-        messages.append(reply.message())
+        reply = await ep.turn(messages)
         if not reply.tool_calls:
             idle += 1
             if idle >= 2:
                 raise Stop("idle")
-            messages.append({"role": "user", "content": p.render("nudge")})
+            messages.append({"role": "user", "content": ep.prompts("react").render("nudge")})
             continue
         idle = 0
         failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=not ep.recovery)
@@ -332,12 +339,9 @@ async def react(ep: Episode) -> None:
 
 async def single_turn(ep: Episode) -> None:
     """One generation, run without feedback; on a failure, the rest anew (see the module docstring)."""
-    p = ep.prompts("single-turn")
-    messages = [ep.system("single-turn"), {"role": "user", "content": ep.request}]
-    rounds = 0
+    messages, rounds = ep.opening("single-turn"), 0
     while ep.active():
-        reply = await ep.complete(messages)
-        messages.append(reply.message())
+        reply = await ep.turn(messages)
         if not reply.tool_calls:
             raise Stop("no_tool_calls")
         ep.event("sequence", ", ".join(c.name for c in reply.tool_calls))
@@ -347,7 +351,8 @@ async def single_turn(ep: Episode) -> None:
         ep.fail(failure, rounds)
         rounds += 1
         ep.event("recover", f"recovery {rounds} of at most {ep.recoveries}: {failure.tool} failed")
-        messages.append({"role": "user", "content": p.render("recover", tool=failure.tool, error=failure.text)})
+        recover = ep.prompts("single-turn").render("recover", tool=failure.tool, error=failure.text)
+        messages.append({"role": "user", "content": recover})
 
 
 def render_tools(tools: list[dict[str, Any]]) -> str:
@@ -380,8 +385,7 @@ async def planner_executor(ep: Episode) -> None:
 
     async def run_step(messages: list[dict[str, Any]]) -> Failure | None:
         while ep.active():
-            reply = await ep.complete(messages)
-            messages.append(reply.message())
+            reply = await ep.turn(messages)
             if not reply.tool_calls:
                 return None
             failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=True)
@@ -390,7 +394,7 @@ async def planner_executor(ep: Episode) -> None:
         return None
 
     steps = await plan("plan")
-    messages = [ep.system("planner-executor", "executor_system"), {"role": "user", "content": ep.request}]
+    messages = ep.opening("planner-executor", "executor_system")
     replans = 0
     i = 0
     while i < len(steps):
