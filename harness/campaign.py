@@ -28,8 +28,6 @@ from harness.store import CampaignStore, RunRecord, RunStatus, run_key
 from harness.tasks import TASK_CLASSES, make_variant
 
 Factor = Literal["ani", "agent", "model", "mode"]
-#: The controlled factors, in the order their options are checked.
-FACTORS: tuple[str, ...] = ("ani", "agent", "model", "mode")
 DEFAULT_DB = Path("results/anibench.sqlite")
 #: Fields added after campaigns were first stored, with the value that means "not used": a spec
 #: leaves such a field out of its stored form and of its id's digest while it holds that value, so
@@ -87,11 +85,6 @@ class CampaignSpec(BaseModel):
     def settings(self) -> list[str]:
         """The settings of the controlled factor, as written in run keys and reports."""
         return [v or "-" for v in self.values(self.factor)]
-
-    @property
-    def fixed(self) -> dict[str, str]:
-        """The factors held fixed, name -> value (a mode or model left to the agent is left out)."""
-        return {f: str(self.values(f)[0]) for f in FACTORS if f != self.factor and self.values(f)[0] is not None}
 
     def setting_values(self, setting: str) -> Setting:
         """What ``setting`` (a value of the controlled factor) fixes."""
@@ -291,9 +284,11 @@ def summary_line(rec: RunRecord) -> str:
     """One line per finished run, for progress output."""
     if rec.status is RunStatus.failed:
         return f"{rec.setting} v{rec.variant}: FAILED ({(rec.error or '')[:120]})"
+    tokens = rec.tokens_in + rec.tokens_out
     return (f"{rec.setting} v{rec.variant}: {rec.outcome_label.value if rec.outcome_label else '?'}, "
             f"{rec.test_cases_passed}/{rec.test_cases_total} tests, {len(rec.violated_invariants)} violated, "
-            f"{rec.steps} steps, {rec.wall_s:.1f} s")
+            f"{rec.steps} steps" + (f", {tokens:,} tokens" if tokens else "")
+            + (f" ({rec.budget_exhausted} budget hit)" if rec.budget_exhausted else "") + f", {rec.wall_s:.1f} s")
 
 
 def spec_json(spec: CampaignSpec) -> str:

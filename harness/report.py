@@ -34,7 +34,7 @@ from harness.stats import McNemarResult, clopper_pearson, mcnemar_exact, rule_of
 from harness.store import CampaignStore, CompletionMode, OutcomeLabel, RunRecord, RunStatus
 
 __all__ = ["Cell", "Column", "FailedRun", "Link", "PairedTest", "Proportion", "Report", "RunSummary", "TableData",
-           "build_report", "render_rich", "run_table"]
+           "build_report", "fixed_factors", "render_rich", "run_table"]
 
 #: Cost metrics per run: (name, how to read it from a record).
 COST_METRICS: dict[str, Any] = {
@@ -390,14 +390,17 @@ def build_report(store: CampaignStore, campaign_id: str) -> Report:
     notes = [f"runs of this campaign name several factors: {', '.join(factors)}"] if len(factors) > 1 else []
     return Report(campaign_id, spec, factors[0] if factors else spec.get("factor"), cells,
                   _paired(settings, done), failed, unfinished, notes, runs=[RunSummary.of(r) for r in records],
-                  fixed=_fixed(spec))
+                  fixed=fixed_factors(spec))
 
 
-#: Factors of a campaign spec (harness.campaign.FACTORS) and how the report names them.
+#: The factors of a campaign spec (harness.campaign.Factor) and how the report names them.
 _FACTOR_NAMES = {"ani": "ANI", "agent": "agent", "model": "model", "mode": "mode"}
 
 
-def _fixed(spec: dict[str, Any]) -> dict[str, str]:
+def fixed_factors(spec: dict[str, Any]) -> dict[str, str]:
+    """What a campaign held fixed, from its stored spec: each factor other than the controlled one
+    that has one value (a model or mode left to the agent is left out), then the budgets, the
+    fault rate, the density and the task class; name -> value as the report shows them."""
     out: dict[str, str] = {}
     for f, name in _FACTOR_NAMES.items():
         vals = spec.get(f)
