@@ -181,8 +181,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     ctx = AgentContext(
         level=spec.level, prompt=variant.prompt, files=variant.files, workdir=run_dir, server=server,
         serve_argv=_serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
-        budget_tokens=spec.budget_tokens, deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step, seed=variant.seed,
-        options=spec.agent_options,
+        budget_tokens=spec.budget_tokens, deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step,
+        seed=variant.seed, options=spec.agent_options,
     )
     t1 = time.monotonic()
     outcome = AgentOutcome()
@@ -193,7 +193,11 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         with anyio.move_on_after(spec.wall_cap_s) as scope:
             return await agent.run(ctx)
         capped = scope.cancelled_caught
-        return AgentOutcome(error=f"wall-clock cap of {spec.wall_cap_s:g} s reached")
+        # what the agent had counted so far (tokens, events) survives the cut, when it keeps it
+        cut = getattr(agent, "outcome", None)
+        cut = cut if isinstance(cut, AgentOutcome) else AgentOutcome()
+        cut.error = f"wall-clock cap of {spec.wall_cap_s:g} s reached"
+        return cut
 
     try:
         if follower:

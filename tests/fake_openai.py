@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
 class FakeOpenAI:
-    """Replays ``turns``: each a list of (tool name, arguments) calls, or a string (text reply)."""
+    """Replays ``turns``: each a list of (tool name, arguments) calls, a string (text reply), or a
+    number of seconds to stall before a text reply (a model too slow for the run's time cap)."""
 
-    def __init__(self, turns: list[list[tuple[str, dict[str, Any]]] | str]):
+    def __init__(self, turns: list[list[tuple[str, dict[str, Any]]] | str | float]):
         self.turns = list(turns)
         self.requests: list[dict[str, Any]] = []
         fake = self
@@ -41,6 +43,9 @@ class FakeOpenAI:
                 fake.requests.append(body)
                 turn = fake.turns.pop(0) if fake.turns else "done"
                 n = len(fake.requests)
+                if isinstance(turn, float):
+                    time.sleep(turn)
+                    turn = "done"
                 if isinstance(turn, str):
                     msg: dict[str, Any] = {"role": "assistant", "content": turn}
                 else:

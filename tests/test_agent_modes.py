@@ -158,3 +158,12 @@ def test_the_token_budget_stops_the_run_as_budget_hit(campaign_lab, tmp_path, mo
     assert (rec.tokens_in + rec.tokens_out, rec.budget_tokens) == (320, 250)
     assert rec.completion_mode.value == "budget_hit" and rec.budget_exhausted == "tokens"
     assert rec.agent_stop == "token_budget"
+
+
+@pytest.mark.lab
+def test_a_run_cut_at_the_wall_clock_cap_keeps_the_tokens_spent(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    rec, calls, _ = run_mode(lab, sc, "react", [[LIST], 20.0], tmp_path, wall_cap_s=4)
+    assert calls == [("list_devices", None)] and rec.completion_mode.value == "no_submission"
+    assert rec.tokens_in + rec.tokens_out == 110 and rec.agent_stop == "deadline"
+    assert "wall-clock cap of 4 s reached" in (tmp_path / "agent.json").read_text()

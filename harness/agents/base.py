@@ -86,6 +86,10 @@ class AgentOutcome:
 
 
 class Agent(Protocol):
+    """An agent adapter. One that keeps its running :class:`AgentOutcome` in an ``outcome``
+    attribute gets its partial account (tokens, events) recorded when the harness cuts the run at
+    the wall-clock cap."""
+
     name: str
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:

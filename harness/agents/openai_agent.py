@@ -84,6 +84,9 @@ class OpenAIAgent:
         if self.recoveries < 0:
             raise AnibenchError(f"recoveries must be >= 0, got {self.recoveries}")
         self.mode = parse_mode(options.get("mode") or "react")
+        #: The outcome of the current run, filled in as it goes (read by the harness when it cuts
+        #: the run at the wall-clock cap, so the tokens spent until then are still reported).
+        self.outcome: AgentOutcome | None = None
         self.prompt_dir = options.get("prompts") or None
         from harness.agents.prompts import load
 
@@ -111,7 +114,7 @@ class OpenAIAgent:
         for the agent's own failures (an endpoint error is the outcome's ``error``)."""
         from mcp import Client
 
-        out = AgentOutcome(model=self.model, mode=str(self.mode))
+        out = self.outcome = AgentOutcome(model=self.model, mode=str(self.mode))
         if not self.model:
             out.error = "the openai agent needs a model: --model NAME or --agent-opt model=NAME (or ANIBENCH_MODEL)"
             return out
