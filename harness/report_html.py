@@ -100,7 +100,9 @@ def figures(rep: Report) -> dict[str, Figure]:
         xs = [k + (i - 0.5) * 0.22 for k in range(len(cells))]
         props = [getattr(c, attr) for c in cells]
         ys = [p.rate for p in props]
-        err = [[p.rate - p.wilson[0] for p in props], [p.wilson[1] - p.rate for p in props]]
+        # statsmodels' Wilson bounds carry float noise (7/7 gives hi = 1 - 1e-16): a bar below the
+        # point would be negative, which matplotlib refuses
+        err = [[max(0.0, p.rate - p.wilson[0]) for p in props], [max(0.0, p.wilson[1] - p.rate) for p in props]]
         ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=4, color=colour, label=f"{label}, Wilson 95% CI")
     ax.set_xticks(range(len(cells)), [f"{c.setting}\nn={c.n}" for c in cells])
     ax.set_xlim(-0.6, len(cells) - 0.4)

@@ -240,3 +240,19 @@ def test_cli_bad_output_paths_fail_before_printing(db: Path, tmp_path: Path) -> 
         assert needle in " ".join(res.output.split()) and res.output.count("error:") == 1, (args, res.output)
     assert json.loads((tmp_path / "ok.json").read_text())["campaign_id"] == CID
     assert sorted(p.name for p in (tmp_path / "dir").iterdir()) == ["sub", "sub_paired.csv", "sub_runs.csv"]
+
+
+def test_html_plots_cells_whose_interval_has_float_noise(tmp_path: Path) -> None:
+    """7 of 7 runs passing: statsmodels' Wilson upper bound is 1 - 1e-16, below the rate; the
+    page used to fail (matplotlib refuses a negative error bar)."""
+    from harness.report_html import figures, to_html
+    from harness.stats import wilson
+
+    assert wilson(7, 7)[1] < 1.0 and wilson(0, 7)[0] > 0.0  # the noise this guards against
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {})
+        for v in range(7):
+            save(s, "A3-T", v)
+            save(s, "A0", v, **FAIL)
+        rep = build_report(s, CID)
+    assert set(figures(rep)) == {"rates", "outcomes"} and "<svg" in to_html(rep)
