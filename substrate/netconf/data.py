@@ -145,7 +145,7 @@ def _build(flat: Flat):  # noqa: ANN202 - libyang DNode | None
                 root.free()
             err = schema._error(e)
             raise SchemaError(str(err), err.path or path, err.tag) from None
-        if root is None and node is not None:
+        if node is not None:  # a new top-level node may sort before the old first one
             root = node.root().first_sibling()
     return root
 
@@ -514,45 +514,44 @@ def _filter_elem(d: etree._Element, f: etree._Element) -> etree._Element | None:
     return out if selected else None
 
 
-def xpath_filter(data: etree._Element, select: str, nsmap: dict[str | None, str]) -> etree._Element:
-    """RFC 6241 section 8.9 XPath filtering: the nodes ``select`` picks in ``data``, each with its
-    ancestors (and the keys of ancestor list entries).
+def xpath_select(flat: Flat, select: str, nsmap: dict[str | None, str] | None = None) -> Flat:
+    """RFC 6241 section 8.9 XPath filtering, evaluated by libyang on the data: the entries of
+    ``flat`` at or under the nodes ``select`` picks (their ancestors and list keys come along when
+    printed). Prefixes are module names (``/anibench-kernel:kernel/rule``); XML prefixes declared
+    in ``nsmap`` for the models' namespaces are accepted too. An unprefixed step is in the module
+    of the step before it (YANG's JSON-style XPath).
 
     Raises:
         RpcError: ``invalid-value`` for a bad expression.
     """
-    ns = {k: v for k, v in nsmap.items() if k}
-    try:
-        picked = data.xpath(select, namespaces=ns, smart_strings=False)
-    except (etree.XPathError, TypeError) as e:
-        raise RpcError("invalid-value", f"bad XPath {select!r}: {e}") from None
-    if not isinstance(picked, list):
-        raise RpcError("invalid-value", f"XPath {select!r} does not select nodes")
-    out = etree.Element(data.tag, nsmap=data.nsmap)
-    copies: dict[etree._Element, etree._Element] = {data: out}
-    for node in picked:
-        if not isinstance(node, etree._Element) or node is data:
-            if node is data:
-                return copy.deepcopy(data)
-            continue
-        chain = []
-        e = node
-        while e is not None and e not in copies:
-            chain.append(e)
-            e = e.getparent()
-        if e is None:
-            continue
-        parent = copies[e]
-        for anc in reversed(chain[1:]):
-            c = etree.SubElement(parent, anc.tag, nsmap=anc.nsmap)
-            for k in _keys_of(anc):
-                for x in anc:
-                    if etree.QName(x).localname == k:
-                        c.append(copy.deepcopy(x))
-            copies[anc] = c
-            parent = c
-        if node not in copies:
-            dup = copy.deepcopy(node)
-            parent.append(dup)
-            copies[node] = dup
+    import re
+
+    import libyang
+
+    mods = {ns: name for name, ns in schema.namespaces().items()}
+    expr = select
+    for pfx, ns in (nsmap or {}).items():
+        if pfx and ns in mods and pfx != mods[ns]:
+            expr = re.sub(rf"(?<![\w.-]){re.escape(pfx)}:", f"{mods[ns]}:", expr)
+    if not flat:
+        return {}
+    with LOCK:
+        tree = _build(flat)
+        try:
+            picked = [n.path() for n in tree.find_all(expr)] if tree is not None else []
+        except libyang.LibyangError as e:
+            raise RpcError("invalid-value", f"bad XPath {select!r}: {schema._error(e)}") from None
+        finally:
+            if tree is not None:
+                tree.free()
+    out: Flat = {}
+    for k, v in flat.items():
+        if any(k == p or k.startswith(p + "/") or k.startswith(p + "[") for p in picked):
+            out[k] = v
+    # a picked key leaf or non-presence container: its list entry / container content
+    for p in picked:
+        if p not in out and not any(k.startswith(p + "/") for k in out):
+            parent = p.rsplit("/", 1)[0]
+            if parent in flat:
+                out[parent] = flat[parent]
     return out

@@ -935,3 +935,68 @@ def restore_state(lab: Lab, state: DeviceState) -> list[str]:
     """Put ``state`` back on its node (confirmed-commit rollback, cancel-commit). Returns what
     could not be restored (empty when exact)."""
     return restore(lab, state).residual
+
+
+# -- edit-config payloads (what a NETCONF client sends for a route, a rule, an address) ----------
+
+KERNEL_NS = "urn:anibench:yang:kernel"
+
+
+def _x(tag: str, text: object) -> str:
+    from xml.sax.saxutils import escape
+
+    return f"<{tag}>{escape(str(text))}</{tag}>"
+
+
+def _op(operation: str | None) -> str:
+    return f' xmlns:nc="{data.NC_NS}" nc:operation="{operation}"' if operation else ""
+
+
+def route_xml(r: Route, operation: str | None = None) -> str:
+    """``<table><id/><route>...</route></table>`` for an edit-config inside ``<kernel>``; with an
+    ``operation`` (delete/remove) only the keys are sent."""
+    body = _x("destination", r.destination) + _x("metric", r.metric)
+    if operation not in ("delete", "remove"):
+        for k in ("type", "protocol", "gateway", "device", "source", "scope", "other"):
+            v = getattr(r, k)
+            if v is not None and not (k == "type" and v == "unicast"):
+                body += _x(k, v)
+        if r.seg6:
+            body += "<seg6>" + _x("mode", r.seg6["mode"]) + "".join(_x("segment", s) for s in r.seg6["segment"]) + "</seg6>"
+        if r.seg6local:
+            inner = ""
+            for k, v in r.seg6local.items():
+                if k == "flavor":
+                    inner += "".join(_x("flavor", f) for f in v)
+                elif k == "count":
+                    inner += "<count/>"
+                elif v is not None:
+                    inner += _x(k, v)
+            body += f"<seg6local>{inner}</seg6local>"
+    return f"<table>{_x('id', r.table)}<route{_op(operation)}>{body}</route></table>"
+
+
+def rule_xml(r: Rule, operation: str | None = None) -> str:
+    """``<rule>...</rule>`` for an edit-config inside ``<kernel>``."""
+    body = (_x("family", f"ipv{r.family}") + _x("priority", r.priority) + _x("from", r.src) + _x("to", r.dst)
+            + _x("iif", r.iif) + _x("fwmark", r.fwmark))
+    if operation not in ("delete", "remove"):
+        if r.oif:
+            body += _x("oif", r.oif)
+        if r.invert:
+            body += "<not/>"
+        if r.action != "lookup":
+            body += _x("action", r.action)
+        elif r.table is not None:
+            body += _x("table", r.table)
+        if r.other:
+            body += _x("other", r.other)
+    return f"<rule{_op(operation)}>{body}</rule>"
+
+
+def address_xml(ifname: str, address: str, operation: str | None = None) -> str:
+    """``<lib><interface>`` with one ``anibench-kernel:address`` (``address``: ``ADDR/LEN``)."""
+    ifc = ipaddress.ip_interface(address)
+    plen = "" if operation in ("delete", "remove") else _x("prefix-length", ifc.network.prefixlen)
+    return (f'<lib xmlns="http://frrouting.org/yang/interface"><interface>{_x("name", ifname)}'
+            f'<address xmlns="{KERNEL_NS}"{_op(operation)}>{_x("ip", ifc.ip)}{plen}</address></interface></lib>')

@@ -279,22 +279,20 @@ class NetconfServer:
                            info={"bad-element": "with-defaults"})
         if mode == "report-all-tagged":
             raise RpcError("operation-not-supported", "with-defaults report-all-tagged is not supported")
-        xml = await asyncio.to_thread(lambda: schema.print_defaults(data.to_xml(flat), mode))
-        out = data.parse_xml(f'<data xmlns="{NC_NS}">{xml}{extra}</data>')
         flt = op.find(_q("filter"))
-        if flt is None:
-            return out
-        ftype = flt.get("type", "subtree")
-        if ftype == "subtree":
-            return data.subtree_filter(out, flt)
+        ftype = flt.get("type", "subtree") if flt is not None else None
         if ftype == "xpath":
             sel = flt.get("select")
             if not sel:
                 raise RpcError("missing-attribute", "an xpath filter needs select", type="protocol",
                                info={"bad-attribute": "select", "bad-element": "filter"})
-            return data.xpath_filter(out, sel, flt.nsmap)
-        raise RpcError("bad-attribute", f"filter type {ftype!r}: use subtree or xpath", type="protocol",
-                       info={"bad-attribute": "type", "bad-element": "filter"})
+            flat = await asyncio.to_thread(data.xpath_select, flat, sel, dict(flt.nsmap))
+        elif ftype not in (None, "subtree"):
+            raise RpcError("bad-attribute", f"filter type {ftype!r}: use subtree or xpath", type="protocol",
+                           info={"bad-attribute": "type", "bad-element": "filter"})
+        xml = await asyncio.to_thread(lambda: schema.print_defaults(data.to_xml(flat), mode))
+        out = data.parse_xml(f'<data xmlns="{NC_NS}">{xml}{extra}</data>')
+        return data.subtree_filter(out, flt) if ftype == "subtree" else out
 
     async def op_get_config(self, s: Session, st: Store, op: etree._Element) -> etree._Element:
         ds = self._datastore(op, "source", ("running", "candidate"))
