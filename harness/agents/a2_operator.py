@@ -60,7 +60,8 @@ def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def edit_payload(delta: ConfigDelta) -> str:
     """The edit-config ``<config>`` content for one PE's change: removals as ``remove``
-    operations (absent is fine), additions as merges."""
+    operations (absent is fine), routes as ``replace`` (``ip route replace``), rules and
+    addresses as merges."""
     kernel: list[str] = []
     lib: list[str] = []
     for x in delta.removals:
@@ -77,7 +78,8 @@ def edit_payload(delta: ConfigDelta) -> str:
         fam, _, rest = x.partition(" ")
         words = rest.split()
         if words[:2] in (["route", "replace"], ["route", "add"]):
-            kernel.append(route_xml(parse_route(" ".join(words[2:]))))
+            # replace, not merge: a route's segment list is a leaf-list, which merge would extend
+            kernel.append(route_xml(parse_route(" ".join(words[2:])), "replace"))
         elif words[:2] == ["rule", "add"]:
             kernel.append(rule_xml(parse_rule(" ".join(words[2:]), 6 if fam == "-6" else 4)))
     ifname = None

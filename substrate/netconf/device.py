@@ -956,7 +956,7 @@ def route_xml(r: Route, operation: str | None = None) -> str:
     """``<table><id/><route>...</route></table>`` for an edit-config inside ``<kernel>``; with an
     ``operation`` (delete/remove) only the keys are sent."""
     body = _x("destination", r.destination) + _x("metric", r.metric)
-    if operation not in ("delete", "remove"):
+    if operation not in ("delete", "remove"):  # merge, replace, create: the whole route
         for k in ("type", "protocol", "gateway", "device", "source", "scope", "other"):
             v = getattr(r, k)
             if v is not None and not (k == "type" and v == "unicast"):
