@@ -23,6 +23,9 @@ from typing import Any
 
 from substrate.errors import SubstrateError
 
+#: Servers this process started (kept so that their Popen objects are not collected while they
+#: run: the server outlives the call that started it, and usually this process too).
+_SPAWNED: list[subprocess.Popen] = []
 #: Bound on the wait for a freshly started server to listen (seconds).
 START_TIMEOUT_S = 30.0
 
@@ -85,6 +88,7 @@ def ensure_server(lab: Any, *, timeout_s: float = START_TIMEOUT_S) -> dict[str, 
                                         stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
                                         cwd="/")
                 logf.close()
+                _SPAWNED.append(proc)
                 deadline = time.monotonic() + timeout_s
                 while info is None:
                     if proc.poll() is not None:

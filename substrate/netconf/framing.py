@@ -48,6 +48,15 @@ class Deframer:
         self.max_message = max_message
         self._parts: list[bytes] = []
         self._size = 0
+        #: set after a hello was returned in end-of-message mode: further bytes are only buffered
+        #: until the caller has chosen the framing (``release``), so that a chunked message sent
+        #: right behind the hello is never read as end-of-message framed
+        self.hold = False
+
+    def release(self, chunked: bool) -> list[bytes]:
+        """Choose the framing after the hello exchange and decode what was buffered meanwhile."""
+        self.chunked, self.hold = chunked, False
+        return self.feed(b"")
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add received bytes; return the messages they complete (maybe none).
@@ -57,15 +66,13 @@ class Deframer:
         """
         self.buf += data
         out: list[bytes] = []
-        while True:
+        while not self.hold:
             msg = self._next_chunked() if self.chunked else self._next_eom()
             if msg is None:
                 break
             out.append(msg)
-            if not self.chunked and out and _is_hello(msg):
-                # the peer may switch to chunked framing right after its hello: the caller
-                # decides (set_chunked) before feeding more; stop here so no byte is misread
-                break
+            if not self.chunked and _is_hello(msg):
+                self.hold = True
         return out
 
     def _next_eom(self) -> bytes | None:

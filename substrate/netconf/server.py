@@ -328,9 +328,6 @@ class NetconfServer:
         if st.candidate_lock not in (None, s.id):
             raise RpcError("in-use", f"the candidate of {st.node} is locked by session {st.candidate_lock}",
                            info={"session-id": str(st.candidate_lock)})
-        if st.dirty_by not in (None, s.id) and st.candidate is not None:
-            raise RpcError("in-use", f"the candidate of {st.node} holds uncommitted changes of session {st.dirty_by}; "
-                           "it must commit or discard them first", info={"session-id": str(st.dirty_by)})
         base = st.base if st.candidate is not None else await self.running(st)
         cand = dict(st.candidate if st.candidate is not None else base)
         work = dict(cand)
@@ -632,11 +629,8 @@ def _ssh_classes(server: NetconfServer, node: str, client_key: Any):  # noqa: AN
             if s is None or s.closed:
                 return
             try:
-                msgs = s.deframer.feed(data_)
-                while msgs:
-                    for m in msgs:
-                        s.queue.put_nowait(m)
-                    msgs = s.deframer.feed(b"") if s.deframer.buf else []
+                for m in s.deframer.feed(data_):
+                    s.queue.put_nowait(m)
             except FramingError as e:
                 log.warning("%s session %d: framing error, closing: %s", self.node, s.id, e)
                 asyncio.ensure_future(self.srv.end_session(s))
@@ -672,11 +666,13 @@ async def _serve(server: NetconfServer, s: Session) -> None:
                 await server.end_session(s)
                 return
             s.got_hello = True
-            if BASE11 in caps:
-                s.deframer.chunked = True
-                rest = s.deframer.feed(b"")
-                for m in rest:
+            try:
+                for m in s.deframer.release(chunked=BASE11 in caps):
                     s.queue.put_nowait(m)
+            except FramingError as e:
+                log.warning("%s session %d: framing error, closing: %s", s.node, s.id, e)
+                await server.end_session(s)
+                return
             continue
         out = await server.handle(s, msg)
         if out is not None:
