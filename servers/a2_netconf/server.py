@@ -256,7 +256,7 @@ class Sessions:
 
     def call(self, device: str, fn: Any) -> Any:
         """Run ``fn(manager)`` under the device's lock; ncclient errors become ToolErrors."""
-        from ncclient.operations.errors import TimeoutExpiredError
+        from ncclient.operations.errors import OperationError, TimeoutExpiredError
         from ncclient.operations.rpc import RPCError
         from ncclient.transport.errors import TransportError
 
@@ -269,6 +269,8 @@ class Sessions:
             except TimeoutExpiredError:
                 raise ToolError(f"{device}: no reply within {RPC_TIMEOUT_S} s; the operation may still complete. "
                                 "Read the running datastore before retrying.") from None
+            except (ValueError, TypeError, OperationError) as e:  # ncclient refused to build the request
+                raise ToolError(f"{device}: the request could not be built: {e}") from None
             except TransportError as e:
                 self._m.pop(device, None)
                 raise ToolError(f"{device}: the NETCONF session dropped ({e}); the next call opens a new one. "
@@ -445,9 +447,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         try:
             from substrate.netconf.data import RpcError, parse_xml
 
-            parse_xml(payload)
+            root = parse_xml(payload)
         except RpcError as e:
             raise ToolError(f"config is not usable XML: {e.message}") from None
+        if not any(isinstance(c.tag, str) for c in root):
+            raise ToolError(f"config holds no element to edit; e.g. {EXAMPLE}")
         sessions.call(name, lambda m: m.edit_config(payload, target="candidate", default_operation=default_operation,
                                                    test_option=test_option, error_option=error_option))
         return OkResult(device=name, status="candidate changed" if test_option != "test-only" else "edit is valid; "

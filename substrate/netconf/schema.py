@@ -54,14 +54,14 @@ class ModuleInfo:
     implemented: bool
 
 
-_LOC = re.compile(r'Data location "([^"]+)"')
+_LOC = re.compile(r'(?:Data|Schema) location "([^"]+)"')
 
 
 def _error(e: Exception) -> SchemaError:
     """A libyang error as a :class:`SchemaError` with its data path."""
     text = str(e).replace("failed to parse data tree: ", "").replace("failed to validate: ", "")
-    m = _LOC.search(text)
-    path = m.group(1) if m else None
+    locs = {m.group(0).split()[0]: m.group(1) for m in _LOC.finditer(text)}
+    path = locs.get("Data") or locs.get("Schema")  # the data path; for a missing node, its schema path
     msg = _LOC.sub("", text).rstrip(" :.,") or "invalid data"
     msg = re.sub(r"[:.]\s*, line number \d+", "", msg).rstrip(" :.,")
     tag = "invalid-value"
