@@ -132,7 +132,7 @@ def campaign_lab():
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("level", ["A0", "A1", "A3-T"])
+@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
 @pytest.mark.parametrize("task_class", TASK_CLASSES)
 def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_path, level: str, task_class: str) -> None:
     lab, sc = campaign_lab
