@@ -18,6 +18,9 @@ DTDs and network access off.
 from __future__ import annotations
 
 import copy
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -85,23 +88,49 @@ def _value_text(v: object) -> str:
 
 
 def _walk(tree) -> Iterator[tuple[str, str]]:  # noqa: ANN001 - libyang DNode
-    """(path, value) of every meaningful node of a libyang tree, in document order."""
-    import libyang
+    """(path, value) of every meaningful node of a libyang tree, in document order; values are
+    libyang's canonical strings (``lyd_get_value``; ``""`` for an empty leaf).
 
+    Walks the C nodes directly: wrapping each node in a Python object and asking it for its
+    typed value (which re-validates the value) cost most of a device read."""
+    from _libyang import ffi, lib
+
+    def path(n) -> str:  # noqa: ANN001
+        p = lib.lyd_path(n, lib.LYD_PATH_STD, ffi.NULL, 0)
+        try:
+            return ffi.string(p).decode()
+        finally:
+            lib.free(p)
+
+    def value(n) -> str:  # noqa: ANN001
+        v = lib.lyd_get_value(n)
+        return "" if v == ffi.NULL else ffi.string(v).decode()
+
+    list_, container, leaf, leaflist = lib.LYS_LIST, lib.LYS_CONTAINER, lib.LYS_LEAF, lib.LYS_LEAFLIST
     for top in tree.siblings():
-        for n in top.iter_tree():
-            s = n.schema()
-            if isinstance(n, libyang.DList):
-                yield n.path(), ""
-            elif isinstance(n, libyang.DContainer):
-                if s.presence():
-                    yield n.path(), ""
-            elif isinstance(n, libyang.DLeafList):
-                yield n.path(), _value_text(n.value())
-            elif isinstance(n, libyang.DLeaf):
-                if s.is_key():
-                    continue
-                yield n.path(), _value_text(n.value())
+        start = n = top.cdata
+        while n != ffi.NULL:
+            s = n.schema
+            if s != ffi.NULL:
+                kind = s.nodetype
+                if kind == list_ or (kind == container and s.flags & lib.LYS_PRESENCE):
+                    yield path(n), ""
+                elif kind == leaflist or (kind == leaf and not s.flags & lib.LYS_KEY):
+                    yield path(n), value(n)
+            # pre-order: first child, else next sibling, else the next sibling of an ancestor
+            nxt = lib.lyd_child(n)
+            if nxt == ffi.NULL:
+                if n == start:
+                    break
+                nxt = n.next
+            while nxt == ffi.NULL:
+                n = n.parent
+                if n == ffi.NULL or n == start:
+                    break
+                nxt = n.next
+            if nxt == ffi.NULL:
+                break
+            n = nxt
 
 
 def to_flat(xml: str, *, state: bool = False) -> Flat:
@@ -135,19 +164,22 @@ def _build(flat: Flat):  # noqa: ANN202 - libyang DNode | None
     import libyang
 
     ctx = schema.context()
-    root = None
+    # any node of the tree anchors the next absolute path (libyang finds the top level from it):
+    # walking to the first top-level sibling after every path cost most of the build
+    anchor = None
     for path, value in flat.items():
         try:
             last = path.rsplit("/", 1)[-1]
-            node = ctx.create_data_path(path, parent=root, value=None if "[.=" in last or value == "" else value)
+            node = ctx.create_data_path(path, parent=anchor, value=None if "[.=" in last or value == "" else value,
+                                        force_return_value=False)
         except libyang.LibyangError as e:
-            if root is not None:
-                root.free()
+            if anchor is not None:
+                anchor.root().first_sibling().free()
             err = schema._error(e)
             raise SchemaError(str(err), err.path or path, err.tag) from None
-        if node is not None:  # a new top-level node may sort before the old first one
-            root = node.root().first_sibling()
-    return root
+        if anchor is None and node is not None:
+            anchor = node
+    return anchor.root().first_sibling() if anchor is not None else None
 
 
 def to_xml(flat: Flat, *, pretty: bool = False) -> str:
@@ -168,14 +200,34 @@ def to_xml(flat: Flat, *, pretty: bool = False) -> str:
             tree.free()
 
 
+#: Digests of data that passed :func:`validate` lately (the same content is validated by the
+#: edit-config that makes it and again by validate and commit).
+_VALID: OrderedDict[bytes, None] = OrderedDict()
+_VALID_KEEP = 64
+_VALID_LOCK = threading.Lock()
+
+
 def validate(flat: Flat) -> None:
     """Full validation of configuration data (types, mandatory nodes, leafrefs, must, when,
-    unique, min/max-elements).
+    unique, min/max-elements). Content that passed lately is not validated again (the result
+    depends on the content alone; it is recognised by a SHA-256 digest of its sorted entries).
 
     Raises:
         SchemaError: naming the data path.
     """
+    h = hashlib.sha256()
+    for k, v in sorted(flat.items()):
+        h.update(k.encode() + b"\0" + v.encode() + b"\0")
+    key = h.digest()
+    with _VALID_LOCK:
+        if key in _VALID:
+            _VALID.move_to_end(key)
+            return
     schema.validate_xml(to_xml(flat), semantic=True)
+    with _VALID_LOCK:
+        _VALID[key] = None
+        while len(_VALID) > _VALID_KEEP:
+            _VALID.popitem(last=False)
 
 
 def remove_prefix(flat: Flat, path: str) -> int:
@@ -278,7 +330,8 @@ def _op_of(elem: etree._Element, inherited: str) -> str:
 
 
 def apply_edit(flat: Flat, config: etree._Element, *, default_operation: str = "merge",
-               error_option: str = "stop-on-error") -> EditReport:
+               error_option: str = "stop-on-error", schema_only: bool = False,
+               check_values: bool = True) -> EditReport:
     """Apply the children of an edit-config ``<config>`` element to ``flat`` in place.
 
     Operations per RFC 6241 section 7.2 (merge, replace, create, delete, remove; ``none`` as the
@@ -286,10 +339,20 @@ def apply_edit(flat: Flat, config: etree._Element, *, default_operation: str = "
     With ``stop-on-error`` or ``rollback-on-error`` nothing changes when anything fails; with
     ``continue-on-error`` the failing top-level elements are skipped and reported.
 
+    Args:
+        schema_only: check the edit against the schema alone (elements, namespaces, keys, value
+            types, operation attributes), without the data: ``create`` and ``delete`` act as
+            ``merge`` and ``remove``, so nothing depends on what ``flat`` holds. A device runs
+            this on an empty map before reading itself, so that a malformed edit is refused
+            without a device read.
+        check_values: build each top-level element's result with libyang to check the types of
+            new values (off when a ``schema_only`` pass over the same edit succeeded: the pass
+            checked them, and the full build costs a whole device tree per element).
+
     Raises:
         RpcError: the first error (stop-on-error / rollback-on-error).
     """
-    mods_by_ns = {ns: name for name, ns in schema.namespaces().items()}
+    ctx = _EditCtx(mods={ns: name for name, ns in schema.namespaces().items()}, schema_only=schema_only)
     rep = EditReport()
     work = dict(flat)
     with LOCK:
@@ -298,9 +361,9 @@ def apply_edit(flat: Flat, config: etree._Element, *, default_operation: str = "
                 continue
             trial = dict(work)
             try:
-                _edit_node(trial, top, None, "", default_operation, mods_by_ns)
-                # types of new values: build the XML (raises SchemaError naming the path)
-                to_xml(trial)
+                _edit_node(trial, top, None, "", default_operation, ctx)
+                if check_values:  # types of new values: build the XML (raises SchemaError naming the path)
+                    to_xml(trial)
             except SchemaError as e:
                 err = from_schema_error(e)
                 if error_option != "continue-on-error":
@@ -319,12 +382,23 @@ def apply_edit(flat: Flat, config: etree._Element, *, default_operation: str = "
     return rep
 
 
+@dataclass
+class _EditCtx:
+    """What every step of one edit needs: XML namespace -> module name; whether data-dependent
+    checks are off (see :func:`apply_edit`)."""
+
+    mods: dict[str, str]
+    schema_only: bool = False
+
+
 def _edit_node(flat: Flat, elem: etree._Element, sparent, ppath: str, inherited: str,  # noqa: ANN001, C901
-               mods_by_ns: dict[str, str]) -> None:
+               ctx: _EditCtx) -> None:
     import libyang
 
-    snode, mod = _snode_child(sparent, elem, mods_by_ns)
+    snode, mod = _snode_child(sparent, elem, ctx.mods)
     op = _op_of(elem, inherited)
+    if ctx.schema_only:
+        op = {"create": "merge", "delete": "remove"}.get(op, op)
     if snode.config_false():
         raise RpcError("invalid-value", f"{snode.name()} is state data (config false): it cannot be configured",
                        path=f"{ppath}/{snode.name()}")
@@ -338,21 +412,21 @@ def _edit_node(flat: Flat, elem: etree._Element, sparent, ppath: str, inherited:
             if not kel:
                 raise RpcError("missing-element", f"list entry {snode.name()} lacks its key {k.name()}",
                                type="protocol", path=path, info={"bad-element": k.name()})
-            preds.append(f"[{k.name()}={_quote(_text(kel[0], k, mods_by_ns))}]")
+            preds.append(f"[{k.name()}={_quote(_text(kel[0], k, ctx.mods))}]")
         path += "".join(preds)
         path = _canonical(path)
-        _container_op(flat, elem, snode, path, op, mods_by_ns, marker=True,
+        _container_op(flat, elem, snode, path, op, ctx, marker=True,
                       skip={k.name() for k in snode.keys()})
     elif isinstance(snode, libyang.SContainer):
-        _container_op(flat, elem, snode, path, op, mods_by_ns, marker=snode.presence())
+        _container_op(flat, elem, snode, path, op, ctx, marker=snode.presence())
     elif isinstance(snode, libyang.SLeafList):
-        v = _text(elem, snode, mods_by_ns)
+        v = _text(elem, snode, ctx.mods)
         path = _canonical(f"{path}[.={_quote(v)}]", value=None)
         _leaf_op(flat, path, path.rsplit("[.=", 1)[1][1:-2] if "[.=" in path else v, op)
     elif isinstance(snode, libyang.SLeaf):
         if snode.is_key():
             return  # part of the list entry's path
-        v = _text(elem, snode, mods_by_ns)
+        v = _text(elem, snode, ctx.mods)
         if op in ("delete", "remove"):
             _leaf_op(flat, path, "", op)
             return
@@ -408,7 +482,7 @@ def _leaf_op(flat: Flat, path: str, value: str, op: str) -> None:
 
 
 def _container_op(flat: Flat, elem: etree._Element, snode, path: str, op: str,  # noqa: ANN001
-                  mods_by_ns: dict[str, str], *, marker: bool, skip: set[str] | None = None) -> None:
+                  ctx: _EditCtx, *, marker: bool, skip: set[str] | None = None) -> None:
     if op == "create" and exists(flat, path):
         raise RpcError("data-exists", "create: the node exists already", path=path)
     if op == "delete" and not exists(flat, path):
@@ -424,7 +498,7 @@ def _container_op(flat: Flat, elem: etree._Element, snode, path: str, op: str,  
     for c in elem:
         if not isinstance(c.tag, str) or (skip and etree.QName(c).localname in skip):
             continue
-        _edit_node(flat, c, snode, path, child_op, mods_by_ns)
+        _edit_node(flat, c, snode, path, child_op, ctx)
     if op in ("merge", "replace", "create") and not marker and not exists(flat, path):
         pass  # an empty non-presence container is no data
 
