@@ -364,3 +364,40 @@ def test_kill_9_mid_commit_then_reset_leaves_no_half_applied_device(lab: Lab) ->
     m2 = connect(lab, "r3")
     assert "4245" not in m2.get_config("running").data_xml
     m2.close_session()
+
+
+@pytest.mark.parametrize("edit", [
+    f'<kernel xmlns="{K}"><table><id>abc</id></table></kernel>',  # a value of the wrong type
+    f'<kernel xmlns="{K}"><nosuch/></kernel>',  # no such node
+    '<x xmlns="urn:nowhere"/>',  # no such module
+    f'<kernel xmlns="{K}"><table><route><destination>fd00::/64</destination></route></table></kernel>',  # no key
+    f'<kernel xmlns="{K}" xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0"><rule nc:operation="frob"/></kernel>',
+])
+def test_a_malformed_edit_is_refused_without_reading_the_device(lab: Lab, monkeypatch: pytest.MonkeyPatch,
+                                                                 edit: str) -> None:
+    """The edit is checked against the models before the device is read (a device read costs a
+    capture in the node); a well-formed edit reads it once. The server runs in-process here, so
+    that the reads can be counted (they still go to the real device)."""
+    from substrate.netconf import device
+    from substrate.netconf.server import NetconfServer
+
+    reads: list[str] = []
+    real = device.read
+
+    def counted(lab_: Lab, node: str, **kw):  # noqa: ANN003, ANN202
+        reads.append(node)
+        return real(lab_, node, **kw)
+
+    monkeypatch.setattr(device, "read", counted)
+
+    def rpc(body: str) -> bytes:
+        srv = NetconfServer(lab)
+        s = srv.open_session("r1", "test")
+        msg = (f'<rpc xmlns="urn:ietf:params:xml:ns:netconf:base:1.0" message-id="1"><edit-config><target><candidate/>'
+               f"</target><config>{body}</config></edit-config></rpc>").encode()
+        return asyncio.run(srv.handle(s, msg))
+
+    out = rpc(edit)
+    assert b"<rpc-error>" in out and reads == [], (out, reads)
+    out = rpc(f'<kernel xmlns="{K}"><table><id>4246</id></table></kernel>')
+    assert b"<ok/>" in out and reads == ["r1"], (out, reads)

@@ -1,30 +1,44 @@
 """A router's configuration as YANG instance data, and commits of a candidate to the device.
 
-Reading (``running``): the kernel state comes from :func:`substrate.devstate.capture` (routes,
+Reading (:func:`running`): the kernel state comes from :func:`substrate.devstate.capture` (routes,
 rules, nftables, the SRv6 source), translated into ``anibench-kernel``; FRR's state comes from
-the daemons themselves: isisd and staticd answer ``show configuration running xml`` in
-frr-isisd / frr-staticd terms (FRR's own northbound), and the interface lines zebra keeps in
-its CLI form (description, addresses, shutdown) are read from its running configuration. Every
-read goes to the device, so a change made out-of-band (a shell, another writer) shows up.
+the daemons themselves, over their vty sockets while the kernel is captured: isisd and staticd
+answer ``show configuration running xml`` in frr-isisd / frr-staticd terms (FRR's own
+northbound), and the interface lines zebra keeps in its CLI form (description, addresses,
+shutdown) are read from its running configuration. Every read goes to the device, so a change
+made out-of-band (a shell, another writer) shows up; only the conversion to canonical YANG data
+is reused when the device reads the same as last time.
 
 Writing (:func:`commit`): the change is the difference between the candidate and the running
 data it was edited from (``base``); it is applied to what the device has *now* (a three-way
-merge, so out-of-band changes elsewhere survive). FRR lines go through one ``vtysh`` session;
-the kernel part through :func:`substrate.devstate.restore` against a target state. The commit is
-atomic per device: the full device state is captured first, and when anything fails -- FRR
-refuses a line, a kernel change fails, or the device does not show the requested change
-afterwards -- the device is restored to that capture and the error says why.
+merge, so out-of-band changes elsewhere survive), reading only the parts of the device the
+change touches. FRR lines go through one ``vtysh`` session; the kernel part through
+:func:`substrate.devstate.restore` against a target state, which changes only what differs. The
+commit is atomic per device: when anything fails -- FRR refuses a line, a kernel change fails,
+or the device does not show the requested change afterwards -- FRR and the kernel parts read
+before the commit are restored and the error says why.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from substrate.devstate import DeviceState, canonical_frr, capture, normalize_nft, restore
+from substrate.devstate import (
+    DeviceState,
+    canonical_frr,
+    capture,
+    normalize_frr,
+    normalize_nft,
+    restore,
+    restore_frr,
+)
 from substrate.netconf import data
 from substrate.netconf.data import Flat, RpcError
 from substrate.netconf.schema import SchemaError
@@ -53,30 +67,15 @@ def keys(step: str) -> dict[str, str]:
     return {m.group(1): m.group(2) if m.group(2) is not None else m.group(3) for m in _KEY_RE.finditer(step)}
 
 
+#: One step of a data path: names and bracketed predicates, whose quoted values may hold ``/``,
+#: ``[`` and ``]``.
+_STEP_RE = re.compile(r"""(?:[^/\['"]|\[(?:'[^']*'|"[^"]*"|[^\]'"])*\])+""")
+
+
 def split_path(path: str) -> list[str]:
-    """A data path's steps, respecting quotes inside predicates."""
-    out, cur, quote, depth = [], "", "", 0
-    for ch in path:
-        if quote:
-            cur += ch
-            if ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"" and depth:
-            quote = ch
-        elif ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        elif ch == "/" and not depth:
-            if cur:
-                out.append(cur)
-            cur = ""
-            continue
-        cur += ch
-    if cur:
-        out.append(cur)
-    return out
+    """A data path's steps, respecting quotes inside predicates
+    (``/m:a/b[k='x/y']/c`` -> ``["m:a", "b[k='x/y']", "c"]``)."""
+    return _STEP_RE.findall(path)
 
 
 # -- kernel: routes ---------------------------------------------------------------------------
@@ -535,9 +534,100 @@ def kernel_flat(state: DeviceState) -> Flat:
     return out
 
 
-def frr_flat(lab: Lab, node: str, state: DeviceState) -> Flat:
+#: FRR daemons that answer in YANG terms (``show configuration running xml``).
+NORTHBOUND = ("isisd", "staticd")
+#: Threads that read FRR's daemons while the kernel state is captured (see :func:`read`).
+_READERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="netconf-read")
+
+
+def read_frr(lab: Lab, node: str, *, timeout_s: float = 5.0) -> tuple[dict[str, str], dict[str, str]]:
+    """Each FRR daemon's own running configuration (CLI text, as
+    :meth:`substrate.lab.Lab.frr_daemon_configs`) and, for :data:`NORTHBOUND` daemons, their
+    configuration as YANG data (XML): one vty session per daemon. A daemon that does not answer
+    is left out of both."""
+    from substrate.vty import VtyError
+
+    confs: dict[str, str] = {}
+    xmls: dict[str, str] = {}
+    for d in lab.state(node).daemons:
+        cmds = ["show running-config"] + (["show configuration running xml"] if d in NORTHBOUND else [])
+        try:
+            got = lab.vty(node, d, *cmds, timeout_s=timeout_s)
+        except VtyError:
+            continue
+        if got[0][1] == 0:
+            confs[d] = got[0][0]
+        if len(got) > 1 and got[1][1] == 0:
+            xmls[d] = got[1][0]
+    return confs, xmls
+
+
+#: Stand-ins for the sections of :func:`substrate.devstate.capture`'s script that a partial read
+#: leaves out: as many empty JSON documents as the section's ``ip -batch`` prints (routes, rules,
+#: addresses, links, neighbours for IPv6; the same without links for IPv4), nothing for the others.
+_EMPTY_SECTION = {"ip6": "echo '[] [] [] [] []'", "ip4": "echo '[] [] [] []'"}
+
+
+def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
+    """The kernel state of ``node`` with only the sections ``parts`` of the capture script read
+    (``ip6``: IPv6 routes of every table, rules, addresses, links, neighbours; ``ip4``: the
+    same for IPv4; ``nft``; ``sysctl``; ``tunsrc``); the others are empty in the result. It is
+    :func:`substrate.devstate.capture`'s own script and parser with the sections left out
+    replaced by empty stand-ins: fewer processes in the node, the same canonical items.
+
+    Raises:
+        NodeNotFoundError, SnapshotError.
+    """
+    from substrate.devstate import _CAPTURE_SCRIPT, parse_capture
+
+    want = set(parts)
+    lines = []
+    for line in _CAPTURE_SCRIPT.strip().splitlines():
+        head = line.split(";", 1)[0].split()
+        if len(head) == 2 and head[0] == "s" and head[1] not in want:
+            line = f"s {head[1]}; {_EMPTY_SECTION.get(head[1], 'true')}"
+        lines.append(line)
+    r = lab.sh(node, "\n".join(lines) + "\n", timeout_s=20)
+    if r.timed_out:
+        from substrate.devstate import SnapshotError
+
+        raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
+    return parse_capture(node, r.stdout, with_frr=False)
+
+
+def read(lab: Lab, node: str, *, frr: bool = True,
+         parts: Iterable[str] | None = None) -> tuple[DeviceState, dict[str, str]]:
+    """The device's state now: the kernel part (:func:`substrate.devstate.capture`, one command
+    in the node; only the sections ``parts`` when given: :func:`capture_parts`) and, for a
+    router when ``frr``, its FRR daemons (:func:`read_frr`, over their vty sockets, at the same
+    time in another thread). The state carries ``frr_daemons`` as a ``capture(frr="fast")``
+    would; the second item is the northbound XML per daemon.
+
+    Raises:
+        NodeNotFoundError, SnapshotError: the device could not be read.
+    """
+    from substrate.topology import Role
+
+    fut = _READERS.submit(read_frr, lab, node) if frr and lab.state(node).role is not Role.HOST else None
+    try:
+        if parts is None:
+            state = capture(lab, node, frr=False)
+        elif parts:
+            state = capture_parts(lab, node, parts)
+        else:
+            state = DeviceState(node=node)
+    finally:
+        got = fut.result() if fut is not None else None
+    xmls: dict[str, str] = {}
+    if got is not None:
+        state.frr_daemons, xmls = got
+    return state, xmls
+
+
+def frr_flat(state: DeviceState, northbound: dict[str, str]) -> Flat:
     """FRR's part: interfaces (description, addresses, shutdown) from the daemons' CLI
-    configuration; IS-IS and static routes from isisd's and staticd's own YANG data."""
+    configuration (``state.frr_daemons``); IS-IS and static routes from isisd's and staticd's
+    own YANG data (``northbound``: daemon -> XML, see :func:`read_frr`)."""
     out: Flat = {}
     daemons = state.frr_daemons or {}
     for head, body in canonical_frr(daemons) if daemons else []:
@@ -562,15 +652,11 @@ def frr_flat(lab: Lab, node: str, state: DeviceState) -> Flat:
                 entry[f"{base}/frr-zebra:zebra/shutdown"] = "true"
         out[base] = ""
         out.update(entry)
-    for daemon in ("isisd", "staticd"):
-        if daemon not in daemons:
+    for daemon in NORTHBOUND:
+        if daemon not in daemons or daemon not in northbound:
             continue
         try:
-            xml = lab.vty(node, daemon, "show configuration running xml", timeout_s=5)[0][0]
-        except Exception:  # noqa: BLE001 - a daemon that does not answer contributes nothing
-            continue
-        try:
-            got = data.to_flat(xml)
+            got = data.to_flat(northbound[daemon])
         except SchemaError:
             continue
         for k, v in got.items():
@@ -580,17 +666,42 @@ def frr_flat(lab: Lab, node: str, state: DeviceState) -> Flat:
     return out
 
 
-def running(lab: Lab, node: str, state: DeviceState | None = None) -> tuple[Flat, DeviceState]:
-    """The device's configuration now, as flat data, with the device state it was read from.
+#: The last canonical conversion per device: (lab, node) -> (the raw data it came from, result).
+_CANONICAL: dict[tuple[str, str], tuple[tuple[tuple[str, str], ...], Flat]] = {}
+_CANONICAL_LOCK = threading.Lock()
+
+
+def canonical(lab: Lab, node: str, raw: Flat) -> Flat:
+    """``raw`` (paths and values as read from the device) through libyang: every path and value
+    in its canonical form, as edits produce them. The last result per device is kept: a device
+    read again unchanged (the usual case between an edit-config and its commit, or between two
+    reads) is not converted again.
+
+    Raises:
+        SchemaError: the data does not fit the schema.
+    """
+    key = tuple(raw.items())
+    with _CANONICAL_LOCK:
+        hit = _CANONICAL.get((lab.name, node))
+    if hit is not None and hit[0] == key:
+        return dict(hit[1])
+    flat = data.to_flat(data.to_xml(_ordered(raw)))
+    with _CANONICAL_LOCK:
+        _CANONICAL[(lab.name, node)] = (key, flat)
+    return dict(flat)
+
+
+def running(lab: Lab, node: str) -> tuple[Flat, DeviceState]:
+    """The device's configuration now, as flat data, with the device state it was read from
+    (kernel and FRR daemons: :func:`read`).
 
     Raises:
         NodeNotFoundError, SnapshotError: the device could not be read.
     """
-    st = state or capture(lab, node, frr="fast")
-    flat = frr_flat(lab, node, st)
-    flat.update(kernel_flat(st))
-    # through libyang once: every path and value in its canonical form, as edits produce them
-    return data.to_flat(data.to_xml(_ordered(flat))), st
+    st, xmls = read(lab, node)
+    raw = frr_flat(st, xmls)
+    raw.update(kernel_flat(st))
+    return canonical(lab, node, raw), st
 
 
 def _ordered(flat: Flat) -> Flat:
@@ -824,49 +935,105 @@ class CommitReport:
     seconds: float = 0.0
 
 
-def kernel_target(cur: DeviceState, base: Flat, cand: Flat) -> DeviceState:
-    """The kernel state after applying the change ``base`` -> ``cand`` to ``cur`` (only what the
-    change touches differs from ``cur``). FRR fields are left out (FRR is committed apart)."""
-    t = cur.model_copy(deep=True, update={"frr_config": None, "frr_daemons": None})
-    rb, rc = routes_from_flat(base), routes_from_flat(cand)
-    gone = {k for k in rb if k not in rc or rb[k].args() != rc[k].args()}
-    new = [rc[k] for k in rc if k not in rb or rb[k].args() != rc[k].args()]
-    for fam in (4, 6):
-        have = getattr(t, f"routes{fam}")
-        touched = gone | {r.key for r in new}
-        kept = []
-        for args in have:
-            try:
-                key = parse_route(args).key
-            except (ValueError, IndexError):
-                kept.append(args)
-                continue
-            if key not in touched:
-                kept.append(args)
-        kept += [r.args() for r in new if r.family == fam]
-        setattr(t, f"routes{fam}", sorted(set(kept)))
-    ub, uc = rules_from_flat(base), rules_from_flat(cand)
-    gone_r = {k for k in ub if k not in uc or ub[k].args() != uc[k].args()}
-    new_r = [uc[k] for k in uc if k not in ub or ub[k].args() != uc[k].args()]
-    for fam in (4, 6):
-        have = getattr(t, f"rules{fam}")
-        touched = gone_r | {r.key for r in new_r}
-        kept = [a for a in have if parse_rule(a, fam).key not in touched]
-        kept += [r.args() for r in new_r if r.family == fam]
-        setattr(t, f"rules{fam}", kept)
-    nb, nc, nh = nft_from_flat(base), nft_from_flat(cand), parse_nft(cur.nft)
-    changed = {k for k in set(nb) | set(nc) if nb.get(k) != nc.get(k)}
-    if changed:
-        for k in changed:
-            if k in nc:
-                nh[k] = nc[k]
-            else:
-                nh.pop(k, None)
-        t.nft = "\n".join(render_nft_table(f, n, tb) for (f, n), tb in nh.items())
-    src = f"{K}/srv6-encapsulation-source"
-    if base.get(src) != cand.get(src):
-        t.tunsrc = cand.get(src, "")
-    return t
+_PRED = r"""\[(?:'[^']*'|"[^"]*"|[^\]'"])*\]"""
+#: The kernel item a path belongs to: a route, a rule, an nftables table, the SRv6 source.
+_ENTRY_RE = re.compile(rf"{re.escape(K)}/(?:table{_PRED}/route(?:{_PRED})+|rule(?:{_PRED})+|"
+                       rf"nftables/table(?:{_PRED})+|srv6-encapsulation-source$)")
+
+
+def _route_key(args: str) -> tuple[int, str, int] | None:
+    try:
+        return parse_route(args).key
+    except (ValueError, IndexError):
+        return None  # a form the model cannot hold: never touched by a commit
+
+
+@dataclass
+class KernelDelta:
+    """The kernel part of a change, item by item: what each item the change touches becomes.
+
+    ``routes``: route key (table, destination, metric) -> the ``ip route`` arguments it becomes
+    (an empty list: removed); ``rules``: rule key (:attr:`Rule.key`) -> ``ip rule`` arguments
+    (several rules may share a key); ``nft``: (family, table name) -> the table (as
+    :func:`parse_nft` gives it) or None (removed); ``tunsrc``: the SRv6 encapsulation source it
+    becomes (``""``: none), None when untouched.
+    """
+
+    routes: dict[tuple[int, str, int], list[str]] = field(default_factory=dict)
+    rules: dict[tuple, list[str]] = field(default_factory=dict)
+    nft: dict[tuple[str, str], dict | None] = field(default_factory=dict)
+    tunsrc: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.routes or self.rules or self.nft or self.tunsrc is not None)
+
+    @classmethod
+    def between(cls, base: Flat, cand: Flat) -> KernelDelta:
+        """The kernel items that differ between two datastore contents, as ``cand`` has them
+        (only the entries holding a changed path are parsed)."""
+        entries = {m.group(0) for p in _changed(base, cand) if (m := _ENTRY_RE.match(p))}
+        base = {k: v for k, v in base.items() if (m := _ENTRY_RE.match(k)) and m.group(0) in entries}
+        cand = {k: v for k, v in cand.items() if (m := _ENTRY_RE.match(k)) and m.group(0) in entries}
+        rb, rc = routes_from_flat(base), routes_from_flat(cand)
+        routes = {k: [rc[k].args()] if k in rc else [] for k in rb.keys() | rc.keys()
+                  if k not in rb or k not in rc or rb[k].args() != rc[k].args()}
+        ub, uc = rules_from_flat(base), rules_from_flat(cand)
+        rules = {k: [uc[k].args()] if k in uc else [] for k in ub.keys() | uc.keys()
+                 if k not in ub or k not in uc or ub[k].args() != uc[k].args()}
+        nb, nc = nft_from_flat(base), nft_from_flat(cand)
+        nft = {k: nc.get(k) for k in nb.keys() | nc.keys() if nb.get(k) != nc.get(k)}
+        src = f"{K}/srv6-encapsulation-source"
+        return cls(routes=routes, rules=rules, nft=nft,
+                   tunsrc=cand.get(src, "") if base.get(src) != cand.get(src) else None)
+
+    def parts(self) -> set[str]:
+        """The sections of the kernel state (see :func:`capture_parts`) that hold the touched
+        items: ``ip6``/``ip4`` for routes and rules of that family, ``nft``, ``tunsrc``."""
+        fams = {6 if ":" in k[1] else 4 for k in self.routes} | {k[0] for k in self.rules}
+        out = {f"ip{f}" for f in fams}
+        if self.nft:
+            out.add("nft")
+        if self.tunsrc is not None:
+            out.add("tunsrc")
+        return out
+
+    def applied_to(self, state: DeviceState) -> DeviceState:
+        """``state``'s kernel part with every touched item replaced by what it becomes (the
+        rest as in ``state``; FRR fields left out: FRR is committed apart)."""
+        t = state.model_copy(deep=True, update={"frr_config": None, "frr_daemons": None})
+        for fam in (4, 6):
+            kept = [a for a in getattr(t, f"routes{fam}") if _route_key(a) not in self.routes]
+            kept += [a for k, v in self.routes.items() if (6 if ":" in k[1] else 4) == fam for a in v]
+            setattr(t, f"routes{fam}", sorted(set(kept)))
+            rules = [a for a in getattr(t, f"rules{fam}") if parse_rule(a, fam).key not in self.rules]
+            rules += [a for k, v in self.rules.items() if k[0] == fam for a in v]
+            setattr(t, f"rules{fam}", rules)
+        if self.nft:
+            tables = parse_nft(t.nft)
+            for k, v in self.nft.items():
+                if v is None:
+                    tables.pop(k, None)
+                else:
+                    tables[k] = v
+            t.nft = "\n".join(render_nft_table(f, n, tb) for (f, n), tb in tables.items())
+        if self.tunsrc is not None:
+            t.tunsrc = self.tunsrc
+        return t
+
+    def touched_in(self, state: DeviceState) -> DeviceState:
+        """A state holding only the items of ``state`` this delta touches (for a targeted
+        read-back: :func:`kernel_flat` of it is small)."""
+        t = DeviceState(node=state.node, taken_at=state.taken_at)
+        for fam in (4, 6):
+            setattr(t, f"routes{fam}", [a for a in getattr(state, f"routes{fam}") if _route_key(a) in self.routes])
+            setattr(t, f"rules{fam}", [a for a in getattr(state, f"rules{fam}")
+                                       if parse_rule(a, fam).key in self.rules])
+        if self.nft:
+            tables = parse_nft(state.nft)
+            t.nft = "\n".join(render_nft_table(f, n, tables[(f, n)]) for f, n in self.nft if (f, n) in tables)
+        if self.tunsrc is not None:
+            t.tunsrc = state.tunsrc
+        return t
 
 
 def _changed(base: Flat, cand: Flat) -> dict[str, str | None]:
@@ -876,8 +1043,27 @@ def _changed(base: Flat, cand: Flat) -> dict[str, str | None]:
     return out
 
 
+def _not_shown(change: dict[str, str | None], have: Flat) -> list[str]:
+    """Paths of ``change`` that ``have`` does not show as requested."""
+    return [p for p, v in change.items() if have.get(p) != v and not (v is None and p not in have)]
+
+
 def commit(lab: Lab, node: str, base: Flat, cand: Flat) -> CommitReport:
-    """Apply the change ``base`` -> ``cand`` to ``node``, atomically (see module docstring).
+    """Apply the change ``base`` -> ``cand`` to ``node``, atomically.
+
+    ``base`` is the running data the candidate was edited from (read in full at the first
+    edit); the change is what differs between it and the candidate. The commit reads only what
+    the change touches, at once: the kernel sections holding the touched items
+    (:meth:`KernelDelta.parts`: e.g. the IPv6 routes and rules, one ``ip -batch``) and, when
+    the change has FRR paths, the FRR daemons. It merges the change into that (``base`` stands
+    for the parts it does not touch), validates the result against the models, applies the FRR
+    lines (one vtysh session) and the touched kernel items
+    (:func:`substrate.devstate.restore` against the target: only what differs is changed),
+    reads the same parts back and checks that every requested path shows. On any failure the
+    device is put back: FRR by ``frr-reload`` to the configuration it had (read through vtysh
+    before applying, only when the change has FRR lines), the kernel sections read at the start
+    by a restore to what they held (the inverse of what was applied, plus anything else that
+    moved in those sections meanwhile).
 
     Returns:
         What was changed (FRR lines, kernel actions).
@@ -893,16 +1079,31 @@ def commit(lab: Lab, node: str, base: Flat, cand: Flat) -> CommitReport:
     change = _changed(base, cand)
     if not change:
         return rep
-    snap = capture(lab, node)  # the full state (FRR merged config for a restore), before anything
-    cur, _ = running(lab, node, snap)
+    delta = KernelDelta.between(base, cand)
+    parts = delta.parts()
+    kernel_change = {p: v for p, v in change.items() if p.startswith(K)}
+    frr_change = {p: v for p, v in change.items() if not p.startswith(K)}
+    if frr_change:  # FRR moves kernel routes (addresses, interface states): a rollback restores both families
+        parts |= {"ip4", "ip6"}
+    before, xmls = read(lab, node, frr=bool(frr_change), parts=parts)
+    cur = dict(base)
+    if frr_change:  # FRR as it is now; the kernel items the change touches are set by the merge
+        cur = {k: v for k, v in base.items() if k.startswith(K)}
+        cur.update(data.to_flat(data.to_xml(_ordered(frr_flat(before, xmls)))))
     target = data.merge3(base, cand, cur)
     try:
         data.validate(target)
     except SchemaError as e:
         raise data.from_schema_error(e) from None
     rep.frr = frr_lines(cur, target)
-    kt = kernel_target(snap, base, cand)
-    cur_kernel = snap.model_copy(update={"frr_config": None, "frr_daemons": None})
+    frr_before = None
+    if rep.frr:  # what frr-reload returns to if anything fails (vtysh's merged view)
+        r = lab.vtysh(node, "show running-config", timeout_s=30)
+        if not r.ok or "frr version" not in r.stdout:
+            raise RpcError("operation-failed", f"cannot read FRR's configuration before the commit: {r.summary()}; "
+                           "nothing was changed")
+        frr_before = normalize_frr(r.stdout)
+    kernel_before = before.model_copy(update={"frr_config": None, "frr_daemons": None})
     try:
         if rep.frr:
             argv = ["vtysh", "-c", "configure terminal"]
@@ -911,24 +1112,44 @@ def commit(lab: Lab, node: str, base: Flat, cand: Flat) -> CommitReport:
             r = lab.exec(node, argv, timeout_s=30)
             if not r.ok:
                 raise RpcError("operation-failed", "FRR refused the change: " + (r.stdout + r.stderr).strip()[-400:])
-        kr = restore(lab, kt, current=cur_kernel, verify=False)
-        rep.kernel = kr.actions
-        if kr.residual:
-            raise RpcError("operation-failed", "the kernel refused part of the change: " + "; ".join(kr.residual)[:400])
-        after, _ = running(lab, node)
-        missing = [p for p, v in change.items() if after.get(p) != v and not (v is None and p not in after)]
+        if delta:
+            kr = restore(lab, delta.applied_to(before), current=kernel_before, verify=False)
+            rep.kernel = kr.actions
+            if kr.residual:
+                raise RpcError("operation-failed",
+                               "the kernel refused part of the change: " + "; ".join(kr.residual)[:400])
+        # read back what was touched: the kernel sections when kernel items changed, FRR when lines were sent
+        after, xmls = read(lab, node, frr=bool(rep.frr), parts=parts) if delta or rep.frr else (before, xmls)
+        frr_now = data.to_flat(data.to_xml(_ordered(frr_flat(after, xmls)))) if rep.frr else cur
+        missing = _not_shown(frr_change, frr_now)
+        if kernel_change:
+            missing += _not_shown(kernel_change, data.to_flat(data.to_xml(kernel_flat(delta.touched_in(after)))))
         if missing:
             raise RpcError("operation-failed", f"the device does not show {len(missing)} requested change(s) after "
                            f"applying them, e.g. {missing[0]}", path=missing[0])
     except BaseException as e:
-        back = restore(lab, snap)
-        how = "restored to its pre-commit state" if not back.residual else (
-            "NOT fully restored: " + "; ".join(back.residual)[:300])
+        residual = _put_back(lab, node, kernel_before, parts, frr_before)
+        how = "restored to its pre-commit state" if not residual else (
+            "NOT fully restored: " + "; ".join(residual)[:300])
         if isinstance(e, RpcError):
             raise RpcError(e.tag, f"{e.message}; nothing was committed: the device was {how}", path=e.path) from None
         raise
     rep.seconds = time.monotonic() - t0
     return rep
+
+
+def _put_back(lab: Lab, node: str, kernel_before: DeviceState, parts: set[str], frr_before: str | None) -> list[str]:
+    """Undo a commit that failed part-way: FRR to ``frr_before`` (frr-reload; None: FRR was not
+    touched), then the kernel sections ``parts`` to ``kernel_before`` (read from them before the
+    commit). Returns what could not be put back (empty when exact)."""
+    residual = restore_frr(lab, node, frr_before) if frr_before is not None else []
+    if parts:
+        now = capture_parts(lab, node, parts)
+        residual += restore(lab, kernel_before, current=now, verify=False).residual
+        after = capture_parts(lab, node, parts)
+        if not after.same_as(kernel_before):
+            residual += after.diff(kernel_before)
+    return residual
 
 
 def restore_state(lab: Lab, state: DeviceState) -> list[str]:

@@ -328,12 +328,19 @@ class NetconfServer:
         if st.candidate_lock not in (None, s.id):
             raise RpcError("in-use", f"the candidate of {st.node} is locked by session {st.candidate_lock}",
                            info={"session-id": str(st.candidate_lock)})
+        # the edit against the models alone first: a malformed edit is refused without reading the device
+        pre = await asyncio.to_thread(data.apply_edit, {}, cfg, default_operation=dop, error_option="continue-on-error",
+                                      schema_only=True)
+        tops = sum(isinstance(c.tag, str) for c in cfg)
+        if pre.errors and (eopt != "continue-on-error" or len(pre.errors) == tops):
+            raise pre.errors[0]
         base = st.base if st.candidate is not None else await self.running(st)
         cand = dict(st.candidate if st.candidate is not None else base)
         work = dict(cand)
         if dop == "replace":
             work = {}
-        rep = await asyncio.to_thread(data.apply_edit, work, cfg, default_operation=dop, error_option=eopt)
+        rep = await asyncio.to_thread(data.apply_edit, work, cfg, default_operation=dop, error_option=eopt,
+                                      check_values=bool(pre.errors))
         if test in ("test-then-set", "test-only"):
             try:
                 await asyncio.to_thread(data.validate, work)
