@@ -37,10 +37,9 @@ def main() -> None:
     with ctx as lab:
         devs = lab.routers()[:5]
         eps = netconf.ensure_server(lab)
-        from ncclient import manager
+        from servers.a2_netconf.server import connect
 
-        ms = {d: manager.connect(host=eps[d].host, port=eps[d].port, username=eps[d].user, key_filename=eps[d].key_file,
-                                 hostkey_verify=False, allow_agent=False, look_for_keys=False, timeout=60) for d in devs}
+        ms = {d: connect(eps[d], timeout_s=60) for d in devs}
         k = "urn:anibench:yang:kernel"
 
         def change(op: str) -> str:

@@ -32,13 +32,10 @@ def lab() -> Iterator[Lab]:
 
 
 def connect(lab: Lab, device: str = "r1"):  # noqa: ANN201 - ncclient Manager
-    from ncclient import manager
-
+    from servers.a2_netconf.server import connect as nc_connect
     from substrate.netconf import ensure_server
 
-    ep = ensure_server(lab)[device]
-    m = manager.connect(host=ep.host, port=ep.port, username=ep.user, key_filename=ep.key_file, hostkey_verify=False,
-                        allow_agent=False, look_for_keys=False, timeout=30)
+    m = nc_connect(ensure_server(lab)[device], timeout_s=30)
     m.timeout = 60
     return m
 
