@@ -1,9 +1,11 @@
 """A2 commit latency and NETCONF server memory (issue 12, item 7).
 
 Deploys the density-2 25-router brownfield (or uses --lab NAME), then, in the same run:
-- A2: per PE of a 5-device change, NETCONF edit-config (candidate) + commit through ncclient;
-  the change is the same on each device (a /64 route and a rule in a spare table); p50 of
-  several rounds (apply, then remove);
+- A2: per router of a 5-device change, NETCONF edit-config (candidate) + commit through
+  ncclient; the change is the same on each device (a /64 route and a rule in a spare table);
+  p50 of several rounds (apply, then remove); once device after device (one client doing one
+  device at a time) and once with the five devices in parallel (one session per device, as an
+  NMS or an agent making parallel tool calls does: the devices commit independently);
 - A1: the same change through the A1 server's apply_config;
 - the RSS of the lab's NETCONF server process.
 Prints figures; asserts nothing. Targets: A2 commit of 5 devices < 2 s; RSS < 100 MiB.
@@ -50,13 +52,24 @@ def main() -> None:
                     "<priority>4090</priority><from>2001:db8:98::/64</from><to>all</to><iif>all</iif><fwmark>all</fwmark>"
                     + ("" if op else "<table>4090</table>") + "</rule></kernel></config>")
 
-        a2 = []
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(d: str, i: int) -> None:
+            ms[d].edit_config(change("remove" if i % 2 else ""), target="candidate")
+            ms[d].commit()
+
+        a2, a2p = [], []
+        pool = ThreadPoolExecutor(len(devs))
         for i in range(args.rounds * 2):
             t0 = time.monotonic()
             for d in devs:
-                ms[d].edit_config(change("remove" if i % 2 else ""), target="candidate")
-                ms[d].commit()
+                one(d, i)
             a2.append(time.monotonic() - t0)
+        for i in range(args.rounds * 2):
+            t0 = time.monotonic()
+            list(pool.map(lambda d, i=i: one(d, i), devs))
+            a2p.append(time.monotonic() - t0)
+        pool.shutdown()
         from servers.common import ServerConfig
         from servers.registry import build_server
 
@@ -86,9 +99,11 @@ def main() -> None:
                 rss = int(line.split()[1]) // 1024
         for m in ms.values():
             m.close_session()
-        p2, p1 = statistics.median(a2), statistics.median(a1)
-        print(f"A2 edit-config + commit, 5 devices (sequential): p50 {p2:.2f} s (min {min(a2):.2f}, max {max(a2):.2f})")
-        print(f"A1 apply_config of the same change, 5 devices:   p50 {p1:.2f} s; ratio A2/A1 {p2 / p1:.1f}")
+        p2, p2p, p1 = statistics.median(a2), statistics.median(a2p), statistics.median(a1)
+        print(f"A2 edit-config + commit, 5 devices one after another: p50 {p2:.2f} s (min {min(a2):.2f}, max {max(a2):.2f})")
+        print(f"A2 edit-config + commit, 5 devices in parallel:       p50 {p2p:.2f} s (min {min(a2p):.2f}, max {max(a2p):.2f})")
+        print(f"A1 apply_config of the same change, 5 devices:        p50 {p1:.2f} s; ratio A2/A1 {p2 / p1:.1f} "
+              f"(one after another), {p2p / p1:.1f} (parallel)")
         print(f"NETCONF server of the {len(lab.routers())}-router lab: RSS {rss} MiB")
 
 
