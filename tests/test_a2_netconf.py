@@ -316,6 +316,28 @@ async def _raw_bytes(lab: Lab, junk: bytes) -> bytes | None:
         return data or None
 
 
+@pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
+def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
+    import asyncssh
+
+    from substrate.netconf import ensure_server
+
+    ep = ensure_server(lab)["r1"]
+
+    async def attempt(user: str, key: str | asyncssh.SSHKey) -> None:
+        async with asyncssh.connect(ep.host, ep.port, username=user, client_keys=[key], known_hosts=None,
+                                    agent_path=None, password=None, login_timeout=30) as c:
+            await c.run("true")  # not reached when authentication fails
+
+    with pytest.raises(asyncssh.PermissionDenied):
+        asyncio.run(attempt(who, ep.key_file))
+    # another key under the right username: refused too
+    with pytest.raises(asyncssh.PermissionDenied):
+        asyncio.run(attempt(ep.user, asyncssh.generate_private_key("ssh-ed25519")))
+    # and the right pair is let in (the refusals above are about the username and the key)
+    assert raw(lab, [GET])[0] is not None
+
+
 def test_endpoints_are_host_loopback_only(lab: Lab) -> None:
     from substrate.netconf import ensure_server
 

@@ -603,6 +603,9 @@ def _ssh_classes(server: NetconfServer, node: str, client_key: Any):  # noqa: AN
             return True
 
         def validate_public_key(self, username: str, key: Any) -> bool:
+            # asyncssh's documented hook for public-key authentication (SSHServer.validate_public_key;
+            # asyncssh then checks the client holds the private key): only the lab's client key, only
+            # as user `netconf` (tests/test_a2_netconf.py: another username is refused)
             return username == USER and key.public_data == client_key.public_data
 
         def session_requested(self) -> Any:
