@@ -420,3 +420,24 @@ def test_a_malformed_edit_is_refused_without_reading_the_device(lab: Lab, monkey
     assert b"<rpc-error>" in out and reads == [], (out, reads)
     out = rpc(f'<kernel xmlns="{K}"><table><id>4246</id></table></kernel>')
     assert b"<ok/>" in out and reads == ["r1"], (out, reads)
+
+
+def test_reset_ends_pending_confirmed_commits(lab: Lab) -> None:
+    """A persistent confirmed commit outlives its session; a lab reset (between runs) must not
+    leave its timer to roll a device back later, in another run."""
+    from ncclient.operations.rpc import RPCError
+
+    from substrate.scenario.deploy import reset
+
+    before = description(lab, "r2", "eth1")
+    m = connect(lab, "r2")
+    m.edit_config(desc_edit("eth1", "pending"), target="candidate")
+    m.commit(confirmed=True, timeout="600", persist="run-1")
+    m.close_session()
+    reset(lab)
+    assert description(lab, "r2", "eth1") == before
+    m = connect(lab, "r2")
+    with pytest.raises(RPCError) as e:
+        m.cancel_commit(persist_id="run-1")
+    assert "no confirmed commit is pending" in e.value.message
+    m.close_session()

@@ -331,6 +331,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     if not server.device_names:
         raise ServerSetupError("A2 acts on routers (they run the NETCONF servers); the episode has none")
     sessions = Sessions(lab_, opts.connect_timeout_s)
+    # the lab's NETCONF server starts on first use (about 2 s on 2 cores): start it now, in the
+    # background, so that the agent's first call does not wait for it (a failure shows there)
+    threading.Thread(target=_start_devices, args=(lab_,), name="a2-netconf-start", daemon=True).start()
     close = server.close
 
     def close_all() -> None:
@@ -556,6 +559,15 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         return WaitResult(status=f"{seconds:g} seconds elapsed")
 
     return server
+
+
+def _start_devices(lab: Any) -> None:
+    from substrate import netconf
+
+    try:
+        netconf.ensure_server(lab)
+    except Exception:  # noqa: BLE001, S110 - the first tool call tries again and reports why
+        pass
 
 
 def _strip_decl(xml: str) -> str:

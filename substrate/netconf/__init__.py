@@ -76,7 +76,10 @@ def ensure_server(lab: Any, *, timeout_s: float = START_TIMEOUT_S) -> dict[str, 
 
     info = _read_info(lab)
     if info is None:
-        d = server_dir(lab)
+        try:
+            d = server_dir(lab)
+        except FileNotFoundError:
+            raise NetconfUnavailable(f"lab {lab.name} is gone (its directory {lab.dir} no longer exists)") from None
         with open(d / "spawn.lock", "w") as lk:
             fcntl.flock(lk, fcntl.LOCK_EX)
             info = _read_info(lab)

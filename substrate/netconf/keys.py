@@ -12,9 +12,14 @@ USER = "netconf"
 
 
 def server_dir(lab: Any) -> Path:
-    """``<lab dir>/netconf`` (created, mode 0700)."""
+    """``<lab dir>/netconf`` (created, mode 0700; never the lab directory itself: a lab being
+    destroyed is not brought back by a late caller).
+
+    Raises:
+        FileNotFoundError: the lab directory is gone.
+    """
     d = Path(lab.dir) / "netconf"
-    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    d.mkdir(mode=0o700, exist_ok=True)
     return d
 
 
