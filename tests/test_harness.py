@@ -147,10 +147,11 @@ def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_pat
 
 
 @pytest.mark.lab
-def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path) -> None:
+@pytest.mark.parametrize("level", ["A0", "A2"])
+def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path, level: str) -> None:
     lab, sc = campaign_lab
     v = make_variant("change-set", sc, 0)
-    spec = ani_spec("A0", "noisy", agent_options={"rate": "1.0"}, run_dir=tmp_path)
+    spec = ani_spec(level, "noisy", agent_options={"rate": "1.0"}, run_dir=tmp_path)
     rec, _ = execute_run(lab, spec, v)
     assert not (rec.task_pass and rec.damage_free)
     assert rec.outcome_label.value in ("clean_failure", "destructive_failure", "dangerous_success")

@@ -365,16 +365,7 @@ class ScriptedAgent:
         facts = await self._read_pes(tools, pes, a1)
         _before, after, deltas = plan_tenant_change(req, facts)
         for pe, delta in deltas.items():
-            target = pe
-            kind = mistakes.draw()
-            if kind == "wrong_prefix" and delta.additions:
-                delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
-            elif kind == "wrong_device":
-                target = next((p for p in pes if p != pe), pe)
-            elif kind == "forgotten_cleanup":
-                delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
-            elif kind == "overbroad_delete":
-                delta.removals.insert(0, f"-6 route flush table {after.table}")
+            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
             if a1:
                 await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
             else:
@@ -386,7 +377,6 @@ class ScriptedAgent:
             else:
                 first = sorted(deltas)[0]
                 await tools.call("run_shell", {"device": first, "command": f"ip -6 route show table {after.table}"})
-
 
     async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A2: read each PE's rules and SIDs through the models (get-config with a subtree
@@ -407,16 +397,7 @@ class ScriptedAgent:
             facts[pe] = PeFacts(rules6=rules6, routes6=routes6)
         _before, after, deltas = plan_tenant_change(req, facts)
         for pe, delta in deltas.items():
-            target = pe
-            kind = mistakes.draw()
-            if kind == "wrong_prefix" and delta.additions:
-                delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
-            elif kind == "wrong_device":
-                target = next((p for p in pes if p != pe), pe)
-            elif kind == "forgotten_cleanup":
-                delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
-            elif kind == "overbroad_delete":
-                delta.removals.insert(0, f"-6 route flush table {after.table}")
+            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
             r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})
             if not r.ok:
                 await tools.call("discard_changes", {"device": target})
@@ -428,6 +409,21 @@ class ScriptedAgent:
             first = sorted(deltas)[0]
             await tools.call("get_config", {"device": first, "filter": f'<kernel xmlns="urn:anibench:yang:kernel">'
                                             f"<table><id>{after.table}</id></table></kernel>"})
+
+
+def _make_mistake(kind: str | None, delta: ConfigDelta, pe: str, pes: list[str], table: int) -> str:
+    """Apply the operator mistake ``kind`` (None: none) to ``delta``, the change planned for
+    ``pe``, in place; returns the device the change goes to (another PE for a wrong-device
+    mistake)."""
+    if kind == "wrong_prefix" and delta.additions:
+        delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
+    elif kind == "wrong_device":
+        return next((p for p in pes if p != pe), pe)
+    elif kind == "forgotten_cleanup":
+        delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
+    elif kind == "overbroad_delete":
+        delta.removals.insert(0, f"-6 route flush table {table}")
+    return pe
 
 
 class NoisyAgent(ScriptedAgent):
