@@ -3,8 +3,10 @@
 RFC 6241, RFC 8342).
 
 The server is a NETCONF client like any NMS: its device I/O is ncclient over real SSH to the
-routers' NETCONF servers (:mod:`substrate.netconf`, one host-side process per lab, started on
-first use). One ncclient session per device is kept for the episode, so locks and
+routers' NETCONF servers (:mod:`substrate.netconf`, one host-side process per lab, started
+in the background as this server comes up). Devices commit independently: calls on different
+devices run in parallel (tools run in worker threads; each device has its own session and
+lock). One ncclient session per device is kept for the episode, so locks and
 non-persistent confirmed commits live as long as the episode (RFC 6241 section 8.4: when the
 session ends before the confirming commit, the device rolls back).
 

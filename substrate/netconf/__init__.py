@@ -2,7 +2,8 @@
 
 One host-side process per lab (:mod:`substrate.netconf.server`) serves every router of the lab,
 each on its own SSH endpoint on 127.0.0.1. :func:`ensure_server` starts it on first use (and
-again if it died); :func:`stop_server` stops it (lab destroy calls it); :func:`endpoints` says
+again if it died); :func:`stop_server` stops it (lab destroy and lab reset call it: a reset
+ends every session, lock and pending confirmed commit); :func:`endpoints` says
 how to connect. The models: :mod:`substrate.netconf.schema`; device data and commits:
 :mod:`substrate.netconf.device`; datastore operations: :mod:`substrate.netconf.data`.
 """
