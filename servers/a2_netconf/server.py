@@ -223,7 +223,6 @@ def connect(endpoint: Any, *, timeout_s: float) -> Any:
                            look_for_keys=False, timeout=timeout_s)
 
 
-
 class Sessions:
     """One ncclient session per device, opened on first use and reopened when it dropped."""
 
