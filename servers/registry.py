@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 LEVELS: dict[str, str] = {
     "A0": "servers.a0_shell.server:build_server",
     "A1": "servers.a1_wrapper.server:build_server",
+    "A2": "servers.a2_netconf.server:build_server",
     "A3-T": "servers.a3_intent.server:build_server",
 }
 

@@ -542,6 +542,9 @@ class Lab:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+        from substrate.netconf import stop_server  # the lab's NETCONF server (if one was started)
+
+        stop_server(self)
         self._backend.destroy(self)
         shutil.rmtree(self.dir, ignore_errors=True)
 

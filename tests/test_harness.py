@@ -124,7 +124,7 @@ def test_campaign_options_are_validated() -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("level", ["A0", "A1", "A3-T"])
+@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
 @pytest.mark.parametrize("task_class", TASK_CLASSES)
 def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_path, level: str, task_class: str) -> None:
     lab, sc = campaign_lab
@@ -139,10 +139,11 @@ def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_pat
 
 
 @pytest.mark.lab
-def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path) -> None:
+@pytest.mark.parametrize("level", ["A0", "A2"])
+def test_noisy_operator_causes_detected_damage_or_failure(campaign_lab, tmp_path, level: str) -> None:
     lab, sc = campaign_lab
     v = make_variant("change-set", sc, 0)
-    spec = ani_spec("A0", "noisy", agent_options={"rate": "1.0"}, run_dir=tmp_path)
+    spec = ani_spec(level, "noisy", agent_options={"rate": "1.0"}, run_dir=tmp_path)
     rec, _ = execute_run(lab, spec, v)
     assert not (rec.task_pass and rec.damage_free)
     assert rec.outcome_label.value in ("clean_failure", "destructive_failure", "dangerous_success")
@@ -343,7 +344,7 @@ def test_task_validate_and_campaign_refuse_the_same_bad_levels(tmp_path) -> None
     validate = [*HARNESS, "task", "validate", "onboarding", "--manifest", str(MANIFEST), "--variants", "1"]
     camp = [*HARNESS, "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants", "1",
             "--db", str(tmp_path / "d.sqlite"), "--results", str(tmp_path / "runs")]
-    for ani, needle in (("A5", "unknown ANI level 'A5'; registered: A0, A1, A3-T"), ("", "--ani needs at least one value"),
+    for ani, needle in (("A5", "unknown ANI level 'A5'; registered: A0, A1, A2, A3-T"), ("", "--ani needs at least one value"),
                         ("A0,A0", "--ani lists a value twice"), ("a0, A0", "--ani lists a value twice")):
         for base in (validate, camp):
             r = subprocess.run([*base, "--ani", ani], cwd=REPO, capture_output=True, text=True, timeout=60)

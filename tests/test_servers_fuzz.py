@@ -1,4 +1,4 @@
-"""Fuzzing the A0 and A1 servers through a real MCP client: at least 1,000 random and malformed
+"""Fuzzing the A0, A1 and A2 servers through a real MCP client: at least 1,000 random and malformed
 tool calls each. No call may crash the server; every call gets an error result or a result that
 matches the tool's output schema; the trajectory has one line per call; the lab is unharmed by
 every call that was rejected (the A1 generator makes every mutating call invalid by construction,
@@ -206,3 +206,54 @@ async def test_fuzz_a0(lab: Lab, tmp_path: Path) -> None:
 
 async def test_fuzz_a1(lab: Lab, tmp_path: Path) -> None:
     await fuzz(lab, tmp_path, "A1", a1_call, mutating={"apply_config", "rollback", "submit"})
+
+
+A2_EDITS = [
+    '<kernel xmlns="urn:anibench:yang:kernel"><table><id>abc</id></table></kernel>',
+    '<kernel xmlns="urn:anibench:yang:kernel"><table><id>7</id><route><destination>zz</destination><metric>1'
+    "</metric></route></table></kernel>",
+    '<kernel xmlns="urn:anibench:yang:kernel"><nosuch/></kernel>', "<kernel/>", '<x xmlns="urn:nowhere"/>',
+    '<!DOCTYPE a [<!ENTITY b "c">]><a>&b;</a>', "<a><b></a>", "]]>]]>", "\n#5\nabcde\n##\n",
+    '<kernel xmlns="urn:anibench:yang:kernel"><table xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0" '
+    'nc:operation="delete"><id>4000000</id></table></kernel>',
+]
+
+
+def a2_call(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    k = rng.random()
+    dev = device(rng)
+    if k < 0.3:
+        cfg = rng.choice(A2_EDITS) if rng.random() < 0.8 else junk_str(rng)[:2000] or "<"
+        return "edit_config", maybe_extra(rng, {"device": dev, "config": cfg,
+                                                "test_option": rng.choice(["test-then-set", "set", "bogus"])})
+    if k < 0.4:
+        doc = rng.choice([{"anibench-kernel:kernel": {"table": [{"id": "x"}]}}, {"nomod:x": 1}, {"kernel": {}},
+                          {"anibench-kernel:kernel": None}, junk(rng)])
+        return "edit_config", maybe_extra(rng, {"device": dev, "config_json": doc})
+    if k < 0.6:
+        args: dict[str, Any] = {"device": dev, "source": rng.choice(["running", "candidate", "startup", junk(rng)])}
+        if rng.random() < 0.5:
+            args["filter"] = rng.choice(['<kernel xmlns="urn:anibench:yang:kernel"><rule/></kernel>', "<a>", junk_str(rng)])
+        if rng.random() < 0.3:
+            args["xpath"] = rng.choice(["/anibench-kernel:kernel/rule", "///", "/x:y", junk_str(rng)])
+        if rng.random() < 0.3:
+            args["offset"] = rng.choice([-1, 0, 10**9, "a"])
+        return rng.choice(["get_config", "get"]) if "source" not in args or rng.random() < 0.8 else "get", maybe_extra(rng, args)
+    if k < 0.7:
+        return "get_schema", maybe_extra(rng, {"identifier": rng.choice(["frr-isisd", "nosuch", "../../etc/passwd",
+                                                                          junk_str(rng)[:100]])})
+    if k < 0.85:
+        name = rng.choice(["validate", "commit", "discard_changes", "cancel_commit"])
+        args = {"device": dev}
+        if name == "commit" and rng.random() < 0.5:
+            args.update(confirmed=rng.choice([True, "x"]), confirm_timeout=rng.choice([0, 1, -5, 10**9]),
+                        persist_id=rng.choice(["nope", None]))
+        return name, maybe_extra(rng, args)
+    if k < 0.95:
+        return rng.choice(["lock", "unlock"]), maybe_extra(rng, {"device": dev, "target": rng.choice(
+            ["running", "candidate", "startup", junk(rng)])})
+    return "wait", maybe_extra(rng, {"seconds": rng.choice([-1, 0, 0.01, 61, 1e9, "five", None])})
+
+
+async def test_fuzz_a2(lab: Lab, tmp_path: Path) -> None:
+    await fuzz(lab, tmp_path, "A2", a2_call, mutating={"edit_config", "submit"})

@@ -367,7 +367,7 @@ def test_episode_texts_name_the_trajectory_file(tmp_path) -> None:  # noqa: ANN0
 
 
 def test_registry() -> None:
-    assert levels() == ["A0", "A1", "A3-T"]
+    assert levels() == ["A0", "A1", "A2", "A3-T"]
     assert normalize_level("a1") == "A1"
     with pytest.raises(KeyError, match="registered: A0, A1"):
         normalize_level("A7")

@@ -288,6 +288,8 @@ class ScriptedAgent:
                     await self._intent(tools, req, mistakes)
                 elif ctx.level == "A1":
                     await self._devices(tools, req, mistakes, a1=True)
+                elif ctx.level == "A2":
+                    await self._netconf(tools, req, mistakes)
                 else:
                     await self._devices(tools, req, mistakes, a1=False)
             except Exception as e:  # noqa: BLE001 - an operator who cannot go on says so and submits
@@ -363,16 +365,7 @@ class ScriptedAgent:
         facts = await self._read_pes(tools, pes, a1)
         _before, after, deltas = plan_tenant_change(req, facts)
         for pe, delta in deltas.items():
-            target = pe
-            kind = mistakes.draw()
-            if kind == "wrong_prefix" and delta.additions:
-                delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
-            elif kind == "wrong_device":
-                target = next((p for p in pes if p != pe), pe)
-            elif kind == "forgotten_cleanup":
-                delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
-            elif kind == "overbroad_delete":
-                delta.removals.insert(0, f"-6 route flush table {after.table}")
+            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
             if a1:
                 await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
             else:
@@ -384,6 +377,53 @@ class ScriptedAgent:
             else:
                 first = sorted(deltas)[0]
                 await tools.call("run_shell", {"device": first, "command": f"ip -6 route show table {after.table}"})
+
+    async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+        """A2: read each PE's rules and SIDs through the models (get-config with a subtree
+        filter), plan as at A0/A1, then per PE: edit the candidate and commit it."""
+        from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts
+
+        pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
+        facts: dict[str, PeFacts] = {}
+        for pe in pes:
+            text, offset = "", 0
+            while offset is not None:
+                r = await tools.call("get_config", {"device": pe, "filter": PE_FILTER, "offset": offset})
+                if not r.ok or r.data is None:
+                    raise ValueError(f"reading {pe} failed: {r.text[:300]}")
+                text += r.data["xml"]["text"]
+                offset = r.data["xml"]["next_offset"]
+            rules6, routes6 = pe_facts(text)
+            facts[pe] = PeFacts(rules6=rules6, routes6=routes6)
+        _before, after, deltas = plan_tenant_change(req, facts)
+        for pe, delta in deltas.items():
+            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
+            r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})
+            if not r.ok:
+                await tools.call("discard_changes", {"device": target})
+                continue
+            r = await self._mutate(tools, "commit", {"device": target}, has_wait=True)
+            if not r.ok:
+                await tools.call("discard_changes", {"device": target})
+        if deltas:
+            first = sorted(deltas)[0]
+            await tools.call("get_config", {"device": first, "filter": f'<kernel xmlns="urn:anibench:yang:kernel">'
+                                            f"<table><id>{after.table}</id></table></kernel>"})
+
+
+def _make_mistake(kind: str | None, delta: ConfigDelta, pe: str, pes: list[str], table: int) -> str:
+    """Apply the operator mistake ``kind`` (None: none) to ``delta``, the change planned for
+    ``pe``, in place; returns the device the change goes to (another PE for a wrong-device
+    mistake)."""
+    if kind == "wrong_prefix" and delta.additions:
+        delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
+    elif kind == "wrong_device":
+        return next((p for p in pes if p != pe), pe)
+    elif kind == "forgotten_cleanup":
+        delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
+    elif kind == "overbroad_delete":
+        delta.removals.insert(0, f"-6 route flush table {table}")
+    return pe
 
 
 class NoisyAgent(ScriptedAgent):

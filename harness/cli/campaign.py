@@ -173,7 +173,7 @@ def task_show(
 @friendly_errors
 def task_validate(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
-    ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A3-T",
+    ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A2,A3-T",
     variants: Annotated[int, typer.Option(min=1, help="Variants to validate.")] = 3,
     seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
     density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,

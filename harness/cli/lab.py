@@ -125,6 +125,34 @@ def show(name: Annotated[str, typer.Argument(help="Lab name.")]) -> None:
     out.print(table)
 
 
+@app.command("netconf")
+@friendly_errors
+def netconf_(
+    name: Annotated[str, typer.Argument(help="Lab name.")],
+    device: Annotated[str | None, typer.Argument(help="Router (default: every router).")] = None,
+) -> None:
+    """How to reach the routers' NETCONF servers (starts the lab's NETCONF server if needed):
+    host, port, user and key, for ncclient or any NETCONF client."""
+    from substrate import Lab
+    from substrate.lab import require_up
+    from substrate.netconf import ensure_server
+
+    eps = ensure_server(require_up(Lab.attach(name)))
+    if device is not None and device not in eps:
+        fail(f"{device!r} has no NETCONF server; routers: {', '.join(eps)}")
+    table = Table("device", "host", "port", "user", "key")
+    for d, ep in eps.items():
+        if device is None or d == device:
+            table.add_row(d, ep.host, str(ep.port), ep.user, ep.key_file)
+    out.print(table)
+    ep = eps[device or next(iter(eps))]
+    out.print(f"ssh -p {ep.port} -i {ep.key_file} {ep.user}@{ep.host} -s netconf    # host key: {ep.host_key.split()[1][:24]}...",
+              highlight=False, soft_wrap=True)
+    out.print(f"python: ncclient.manager.connect(host='{ep.host}', port={ep.port}, username='{ep.user}', "
+              f"key_filename='{ep.key_file}', hostkey_verify=False, look_for_keys=False, allow_agent=False)",
+              highlight=False, soft_wrap=True)
+
+
 @app.command(
     "exec",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},

@@ -269,6 +269,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
         SubstrateError: the lab has no baseline, or a node is dead (redeploy).
     """
     from substrate.faults import clear_all
+    from substrate.netconf import stop_server as stop_netconf
 
     t0 = time.monotonic()
     stages: dict[str, float] = {}
@@ -280,6 +281,10 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
 
     baseline = load_baseline(lab)
     clear_all(lab)
+    # the routers' NETCONF server keeps session state (candidates, locks, pending confirmed
+    # commits whose timers would roll a device back in a later run): a reset ends it; the next
+    # use starts a fresh one
+    stop_netconf(lab)
     restarted = []
 
     killed: list[str] = []

@@ -1,0 +1,97 @@
+"""The scripted operator's A2 (NETCONF/YANG) moves: read the PEs' policy rules and SIDs from the
+running datastore through the models, and turn a per-PE change (``ConfigDelta`` in ip/FRR form,
+derived from the design document exactly as at A0/A1) into an edit-config payload for the
+candidate. Pure functions; the agent (``harness.agents.scripted``) does the tool calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lxml import etree
+
+from substrate.netconf.device import (
+    KERNEL_NS,
+    address_xml,
+    parse_route,
+    parse_rule,
+    route_xml,
+    rule_xml,
+)
+from substrate.scenario.apply import ConfigDelta
+
+K = f"{{{KERNEL_NS}}}"
+#: The subtree filter an operator uses to read a PE's rules and main-table SIDs.
+PE_FILTER = f'<kernel xmlns="{KERNEL_NS}"><rule/><table><id>254</id></table></kernel>'
+
+
+def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """IPv6 rules and main-table routes of a get-config answer, shaped like iproute2's JSON
+    (``priority``, ``dst``, ``iif``, ``table`` / ``dst``, ``encap``, ``action``, ``table``,
+    ``nh4``), which is what the operator's planning reads."""
+    root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
+    rules, routes = [], []
+    for r in root.iter(f"{K}rule"):
+        if r.findtext(f"{K}family") != "ipv6":
+            continue
+        d: dict[str, Any] = {"priority": int(r.findtext(f"{K}priority") or 0)}
+        for tag, key in (("to", "dst"), ("from", "src"), ("iif", "iif")):
+            v = r.findtext(f"{K}{tag}")
+            if v and v != "all":
+                d[key] = v
+        if r.findtext(f"{K}table"):
+            d["table"] = r.findtext(f"{K}table")
+        rules.append(d)
+    for t in root.iter(f"{K}table"):
+        if t.findtext(f"{K}id") != "254":
+            continue
+        for rt in t.iter(f"{K}route"):
+            d = {"dst": rt.findtext(f"{K}destination")}
+            sl = rt.find(f"{K}seg6local")
+            if sl is not None:
+                d["encap"] = "seg6local"
+                d["action"] = sl.findtext(f"{K}action")
+                for k in ("table", "nh4", "nh6"):
+                    if sl.findtext(f"{K}{k}"):
+                        d[k] = sl.findtext(f"{K}{k}")
+            routes.append(d)
+    return rules, routes
+
+
+def edit_payload(delta: ConfigDelta) -> str:
+    """The edit-config ``<config>`` content for one PE's change: removals as ``remove``
+    operations (absent is fine), routes as ``replace`` (``ip route replace``), rules and
+    addresses as merges."""
+    kernel: list[str] = []
+    lib: list[str] = []
+    for x in delta.removals:
+        fam, _, rest = x.partition(" ")
+        words = rest.split()
+        if words[:2] == ["route", "flush"]:  # a whole table (the over-broad delete)
+            kernel.append(f'<table xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0" nc:operation="delete">'
+                          f"<id>{words[3]}</id></table>")
+        elif words[:2] == ["route", "del"]:
+            kernel.append(route_xml(parse_route(" ".join(words[2:])), "remove"))
+        elif words[:2] == ["rule", "del"]:
+            kernel.append(rule_xml(parse_rule(" ".join(words[2:]), 6 if fam == "-6" else 4), "remove"))
+    for x in delta.additions:
+        fam, _, rest = x.partition(" ")
+        words = rest.split()
+        if words[:2] in (["route", "replace"], ["route", "add"]):
+            # replace, not merge: a route's segment list is a leaf-list, which merge would extend
+            kernel.append(route_xml(parse_route(" ".join(words[2:])), "replace"))
+        elif words[:2] == ["rule", "add"]:
+            kernel.append(rule_xml(parse_rule(" ".join(words[2:]), 6 if fam == "-6" else 4)))
+    ifname = None
+    for line in delta.frr:
+        w = line.split()
+        if w[:1] == ["interface"] and len(w) == 2:
+            ifname = w[1]
+        elif w == ["exit"]:
+            ifname = None
+        elif ifname and len(w) >= 3 and w[-2] == "address" and w[-3] in ("ip", "ipv6"):
+            lib.append(address_xml(ifname, w[-1], "remove" if w[0] == "no" else None))
+    out = "".join(lib)
+    if kernel:
+        out += f'<kernel xmlns="{KERNEL_NS}">{"".join(kernel)}</kernel>'
+    return out

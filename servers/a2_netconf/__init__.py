@@ -1,0 +1,1 @@
+"""ANI level A2: NETCONF/YANG through ncclient (see server.py)."""
