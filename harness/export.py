@@ -42,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import AnibenchError
 from harness.runfiles import RunFiles, load_run_files
@@ -471,7 +471,7 @@ def export(store: CampaignStore, campaign_id: str, fmt: str, out: Path, keep: Ex
                 f.write(line + "\n")
                 summary.written += 1
         tmp.replace(out)
-    except (OSError, ValidationError):
+    except BaseException:  # any failure (a bad record, Ctrl-C) leaves no half file
         tmp.unlink(missing_ok=True)
         raise
     return summary

@@ -38,8 +38,8 @@ from harness.agents.prompts import Prompts, load
 from harness.chat import observation, system_message, tool_call, tool_result
 from harness.errors import AnibenchError
 
-__all__ = ["DEFAULT_RECOVERIES", "MODES", "STOP_REASONS", "ChatModel", "Episode", "ModeSpec", "ModelReply", "Stop",
-           "ToolCall", "all_modes", "numbered", "parse_mode", "parse_plan", "render_tools", "run_mode"]
+__all__ = ["DEFAULT_RECOVERIES", "MODES", "STOP_REASONS", "BudgetUnenforceable", "ChatModel", "Episode", "ModeSpec",
+           "ModelReply", "Stop", "ToolCall", "all_modes", "numbered", "parse_mode", "parse_plan", "render_tools", "run_mode"]
 
 #: The base modes, in the draft's order (multi-agent is not implemented).
 MODES: tuple[str, ...] = ("single-turn", "react", "planner-executor")
@@ -65,6 +65,7 @@ STOP_REASONS: dict[str, str] = {
     "empty_plan": "planner-executor: the planner wrote no step",
     "plan_done": "planner-executor: every step ran, and the final check did not submit",
     "endpoint_error": "the model endpoint failed (see the agent's error)",
+    "crash": "the agent failed on an unexpected error (see the agent's error)",
 }
 
 
@@ -134,12 +135,14 @@ class ToolCall:
 
 @dataclass
 class ModelReply:
-    """One chat completion: text, tool calls, and the tokens it cost."""
+    """One chat completion: text, tool calls, and the tokens it cost (``usage``: the endpoint
+    reported them; when it did not, both counts are 0)."""
 
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    usage: bool = True
 
     def message(self) -> dict[str, Any]:
         """The reply as an assistant message of the conversation."""
@@ -159,6 +162,11 @@ class ChatModel(Protocol):
             AnibenchError: the endpoint failed (the run ends with the error recorded).
         """
         ...
+
+
+class BudgetUnenforceable(AnibenchError):
+    """The run has a token budget and the endpoint does not report the tokens it spends: the run
+    cannot be conducted as specified (recorded as a failed run, not as the agent's failure)."""
 
 
 class Stop(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -248,10 +256,19 @@ class Episode:
             Stop: ``token_budget`` when the budget is spent before the call, or when this reply
                 takes the run over it (the reply is then discarded: no action of a run comes from
                 tokens beyond its budget).
+            AnibenchError: the endpoint failed, or it reported no token usage while the run has
+                a token budget (which then cannot be enforced: the reply is discarded).
         """
         if self.budget_tokens is not None and self.tokens >= self.budget_tokens:
             raise Stop("token_budget")
         reply = await self.model.complete(messages, self.specs if with_tools else None)
+        if not reply.usage:
+            if self.budget_tokens is not None:
+                raise BudgetUnenforceable(f"the model endpoint reported no token usage, so the token budget of "
+                                          f"{self.budget_tokens} cannot be enforced (run without --budget-tokens, or "
+                                          "use an endpoint that reports usage)")
+            if not any(e["kind"] == "no_usage" for e in self.outcome.events):
+                self.event("no_usage", "the model endpoint reports no token usage: this run's tokens are not counted")
         self.outcome.tokens_in += reply.tokens_in
         self.outcome.tokens_out += reply.tokens_out
         if self.budget_tokens is not None and self.tokens > self.budget_tokens:
@@ -278,8 +295,9 @@ class Episode:
             args = json.loads(call.arguments or "{}")
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
-        except ValueError as e:
-            text = f"the arguments are not valid JSON ({e})"
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            text = f"the arguments are not valid JSON ({why})"
             self.event("malformed_call", f"{call.name}: {text}", tool=call.name, arguments=call.arguments[:500])
             messages.append(tool_result(call.id, observation(False, text)))
             return Failure(call.name, text)
@@ -436,6 +454,7 @@ async def run_mode(ep: Episode) -> None:
 
     Raises:
         AnibenchError: the model endpoint failed (recorded first as ``endpoint_error``).
+        Exception: anything else the loop raised (recorded first as ``crash``).
     """
     reason = "deadline"
     try:
@@ -445,11 +464,14 @@ async def run_mode(ep: Episode) -> None:
     except AnibenchError:
         reason = "endpoint_error"
         raise
+    except Exception:
+        reason = "crash"
+        raise
     finally:
         server = ep.server_ended()
-        if server is not None and reason != "endpoint_error":
+        if server is not None and reason not in ("endpoint_error", "crash"):
             reason = {"submit": "submitted", "budget": "step_budget"}.get(server, server)
-        elif reason != "endpoint_error" and ep.time_left() <= 0:
+        elif reason not in ("endpoint_error", "crash") and ep.time_left() <= 0:
             reason = "deadline"
         ep.outcome.stop_reason = reason
         ep.outcome.token_budget_hit = reason == "token_budget"
