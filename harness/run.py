@@ -247,7 +247,9 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
 
     calls = read_trajectory(trajectory) if trajectory.exists() else []
     executed = [c for c in calls if not c.get("refused")]
-    steps_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+    # the server's count, or the model-driven agent's, which adds the turns that made no call
+    steps_hit = (any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+                 or outcome.stop_reason == "step_budget")
     exhausted = "steps" if steps_hit else "tokens" if outcome.token_budget_hit else None
     ended = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                             budget_hit=exhausted is not None, task_pass=task_pass)

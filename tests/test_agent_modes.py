@@ -288,3 +288,27 @@ def test_an_endpoint_that_reports_no_usage_cannot_run_under_a_token_budget(campa
         events = json.loads((tmp_path / "None" / "agent.json").read_text())["events"]
         assert [e["kind"] for e in events].count("no_usage") == 1
 
+
+@pytest.mark.lab
+@pytest.mark.parametrize("mode", ["react", "planner-executor"])
+def test_turns_that_make_no_call_count_against_the_step_budget(campaign_lab, tmp_path, mode: str) -> None:
+    """A model that writes only malformed calls (react), or an executor that ends every step of a
+    long plan without acting, never reached the server's step budget: it ran until the wall-clock
+    cap (115 model calls in 15 s against a budget of 5 steps, found by a stand-in that never
+    stops). Such turns are NetConfArena's null actions and count against the step budget."""
+    lab, sc = campaign_lab
+    malformed = [("run_shell", "{not json")]
+    if mode == "react":  # two calls the server runs, then turns that make none
+        turns = [[LIST], malformed, [GOOD], "just text"] + [malformed] * 200
+    else:
+        turns = ["\n".join(f"{i}. list the devices" for i in range(1, 200)), [LIST], "done"] + ["done"] * 400
+    rec, calls, requests = run_mode(lab, sc, mode, turns, tmp_path, budget_steps=4, wall_cap_s=300)
+    agent = json.loads((tmp_path / "agent.json").read_text())
+    if mode == "react":
+        assert calls == [("list_devices", None), ("run_shell", "r1")] and len(requests) == 4
+        assert agent["null_actions"] == 2
+    else:
+        assert calls == [("list_devices", None)] and len(requests) == 1 + 2 + 3  # plan, step 1, steps 2-4
+        assert agent["null_actions"] == 3
+    assert rec.agent_stop == "step_budget" and rec.budget_exhausted == "steps"
+    assert rec.completion_mode.value == "budget_hit"

@@ -15,6 +15,11 @@ wall-clock cap. What differs is only the loop and its prompts (data files,
 - ``planner-executor``: a planner call (no tools) writes a numbered plan; an executor conversation
   carries it out one step at a time and finally checks and submits.
 
+Null actions: a model turn that makes no call the server can run -- a call whose arguments are not
+a JSON object, a react or executor reply without a tool call where one was due -- is NetConfArena's
+"null or unrecognized action" (section III-D); like there, it counts against the step budget
+(:meth:`Episode.null_action`), so a model that never acts cannot run past it.
+
 Recovery: on a failed tool call (the MCP result is an error, or the model's arguments are not a
 JSON object), a mode *with recovery* (the plain name) goes on with the error in context -- react
 shows it to the model like any result, single-turn asks for the rest of the sequence, the planner
@@ -54,7 +59,7 @@ EVENT_TEXT_MAX = 2000
 #: Why a model-driven agent ended (``AgentOutcome.stop_reason``, the run record's ``agent_stop``).
 STOP_REASONS: dict[str, str] = {
     "submitted": "the agent called submit (the server ended the episode)",
-    "step_budget": "the server's step budget was spent",
+    "step_budget": "the step budget was spent (tool calls the server ran, and turns that made no call it could run)",
     "token_budget": "the token budget was spent (the reply that crossed it was discarded)",
     "deadline": "the wall-clock deadline passed",
     "failed_call": "a tool call failed and the mode has no recovery",
@@ -202,6 +207,8 @@ class Episode:
         mode: the mode being run.
         recoveries: most recovery rounds (single-turn) or re-plans (planner-executor).
         budget_tokens: the token budget (prompt + completion, whole run), or None.
+        budget_steps: the step budget (the server's), which null actions count against too; None:
+            only the server's count.
         time_left: seconds left before the run's deadline.
         server_ended: why the server ended the episode (``submit``, ``budget``) or None.
         outcome: filled in as the episode goes (tokens, events, stop reason).
@@ -221,6 +228,7 @@ class Episode:
     server_ended: Callable[[], str | None]
     outcome: AgentOutcome
     prompt_dir: str | None = None
+    budget_steps: int | None = None
 
     @property
     def recovery(self) -> bool:
@@ -279,6 +287,18 @@ class Episode:
             self.event("text", reply.content.strip())
         return reply
 
+    def null_action(self) -> None:
+        """Count a model turn that made no call the server could run (see the module docstring).
+
+        Raises:
+            Stop: ``step_budget`` when the calls made and the null actions reach the step budget.
+        """
+        self.outcome.null_actions += 1
+        if self.budget_steps is not None and self.tools.step + self.outcome.null_actions >= self.budget_steps:
+            self.event("step_budget", f"{self.tools.step} tool call(s) and {self.outcome.null_actions} turn(s) without "
+                                      f"a call the server could run: the step budget of {self.budget_steps} is spent")
+            raise Stop("step_budget")
+
     async def turn(self, messages: list[dict[str, Any]]) -> ModelReply:
         """One model turn of a conversation with the tools: :meth:`complete`, its reply appended."""
         reply = await self.complete(messages)
@@ -289,7 +309,10 @@ class Episode:
         """Run one tool call and append its result to ``messages``; the failure, if it failed.
 
         A call whose arguments are not a JSON object never reaches the server: the model is told
-        so as a tool would tell it, and it counts as a failed call.
+        so as a tool would tell it, and it counts as a failed call and a null action.
+
+        Raises:
+            Stop: ``step_budget`` (:meth:`null_action`).
         """
         try:
             args = json.loads(call.arguments or "{}")
@@ -300,6 +323,7 @@ class Episode:
             text = f"the arguments are not valid JSON ({why})"
             self.event("malformed_call", f"{call.name}: {text}", tool=call.name, arguments=call.arguments[:500])
             messages.append(tool_result(call.id, observation(False, text)))
+            self.null_action()
             return Failure(call.name, text)
         r = await self.tools.call(call.name, args)
         messages.append(tool_result(call.id, observation(r.ok, r.text)))
@@ -344,6 +368,7 @@ async def react(ep: Episode) -> None:
     while ep.active():
         reply = await ep.turn(messages)
         if not reply.tool_calls:
+            ep.null_action()
             idle += 1
             if idle >= 2:
                 raise Stop("idle")
@@ -361,6 +386,7 @@ async def single_turn(ep: Episode) -> None:
     while ep.active():
         reply = await ep.turn(messages)
         if not reply.tool_calls:
+            ep.null_action()
             raise Stop("no_tool_calls")
         ep.event("sequence", ", ".join(c.name for c in reply.tool_calls))
         failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=True)
@@ -402,9 +428,14 @@ async def planner_executor(ep: Episode) -> None:
         return steps
 
     async def run_step(messages: list[dict[str, Any]]) -> Failure | None:
+        """One step (or the final check): executor turns until one without a tool call; one that
+        ends without any call having run is a null action."""
+        acted = ep.tools.step
         while ep.active():
             reply = await ep.turn(messages)
             if not reply.tool_calls:
+                if ep.tools.step == acted:
+                    ep.null_action()
                 return None
             failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=True)
             if failure is not None:

@@ -180,7 +180,8 @@ class OpenAIAgent:
             ep = Episode(model=endpoint, tools=ToolSession(client, ctx.on_step), tool_list=tools,
                          specs=tool_specs(tools), request=request_message(ctx.prompt, ctx.files, self.prompt_dir),
                          instructions=client.instructions, mode=self.mode, recoveries=self.recoveries,
-                         budget_tokens=ctx.budget_tokens, time_left=ctx.time_left, server_ended=server_ended,
+                         budget_tokens=ctx.budget_tokens, budget_steps=ctx.budget_steps, time_left=ctx.time_left,
+                         server_ended=server_ended,
                          outcome=out, prompt_dir=self.prompt_dir)
             try:
                 await run_mode(ep)
