@@ -49,6 +49,27 @@ def test_every_shipped_prompt_file_loads_and_a_bad_one_is_refused(tmp_path: Path
         OpenAIAgent(model="m", prompts=str(tmp_path))
 
 
+def test_a_prompt_directory_that_cannot_be_what_was_meant_is_refused(tmp_path: Path) -> None:
+    """``--agent-opt prompts=DIR`` with a typo in the directory or in a file name used to run the
+    packaged prompts silently; a format spec that fails on text failed only mid-run."""
+    from harness.agents.openai_agent import OpenAIAgent
+
+    with pytest.raises(AnibenchError, match="prompts directory .*/nowhere does not exist"):
+        OpenAIAgent(model="m", prompts=str(tmp_path / "nowhere"))
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(AnibenchError, match="holds none of the prompt files"):
+        OpenAIAgent(model="m", prompts=str(tmp_path))
+    (tmp_path / "react.yaml").write_text("system: 'Act.{server_instructions}'\nnudge: go\n")
+    (tmp_path / "reactt.yaml").write_text("system: x\n")
+    with pytest.raises(AnibenchError, match="reactt.yaml is not a prompt file; known: common.yaml"):
+        OpenAIAgent(model="m", prompts=str(tmp_path))
+    (tmp_path / "reactt.yaml").unlink()
+    assert OpenAIAgent(model="m", prompts=str(tmp_path)).prompt_dir == str(tmp_path)
+    (tmp_path / "single-turn.yaml").write_text("system: x\nrecover: 'failed: {error:d}'\n")
+    with pytest.raises(AnibenchError, match="template 'recover' cannot be filled in: Unknown format code 'd'"):
+        OpenAIAgent(model="m", mode="single-turn", prompts=str(tmp_path))
+
+
 def test_planner_sees_each_tool_with_its_parameters() -> None:
     tools = [{"name": "run_shell", "description": "Run a command.\nMore.",
               "inputSchema": {"properties": {"device": {}, "command": {}, "timeout_s": {}}, "required": ["device", "command"]}},
