@@ -256,3 +256,21 @@ def test_html_plots_cells_whose_interval_has_float_noise(tmp_path: Path) -> None
             save(s, "A0", v, **FAIL)
         rep = build_report(s, CID)
     assert set(figures(rep)) == {"rates", "outcomes"} and "<svg" in to_html(rep)
+
+
+def test_html_plots_settings_as_written_even_with_dollar_signs(tmp_path: Path) -> None:
+    """A setting is free text when the model is the factor; matplotlib read ``$...$`` in a tick
+    label as mathtext, so ``gpt$\\foo$`` failed the whole page (ValueError) and ``$x$`` was drawn
+    as a formula."""
+    from harness.report_html import figures, to_html
+
+    names = ["gpt$\\foo$", "a$$b", "m$x$"]
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "model"})
+        for name in names:
+            save(s, name, 0)
+        rep = build_report(s, CID)
+    figs = figures(rep)
+    assert [t.get_text() for t in figs["outcomes"].axes[0].get_xticklabels()] == names
+    assert [t.get_text().split("\n")[0] for t in figs["rates"].axes[0].get_xticklabels()] == names
+    assert to_html(rep).count("<svg") == 2
