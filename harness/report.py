@@ -318,8 +318,8 @@ def render_rich(t: TableData) -> Table:
     table = Table(title=t.title)
     for c in t.columns:
         table.add_column(c.name, justify=c.align)
-    for row in t.rows:
-        table.add_row(*map(str, row))
+    for row in t.rows:  # cells are text (a setting, an error message), never rich markup
+        table.add_row(*(Text(str(v)) for v in row))
     return table
 
 

@@ -274,3 +274,21 @@ def test_html_plots_settings_as_written_even_with_dollar_signs(tmp_path: Path) -
     assert [t.get_text() for t in figs["outcomes"].axes[0].get_xticklabels()] == names
     assert [t.get_text().split("\n")[0] for t in figs["rates"].axes[0].get_xticklabels()] == names
     assert to_html(rep).count("<svg") == 2
+
+
+def test_terminal_tables_print_text_as_written(tmp_path: Path) -> None:
+    """Cells are text, not rich markup: a failed run's error ``[/usr/lib/frr/zebra] ...`` made
+    ``harness report`` fail (MarkupError), and ``[r9]`` in it vanished from the table."""
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "model"})
+        save(s, "m[bold]", 0)
+        key = run_key(CID, "m[bold]", 1)
+        s.plan(CID, [key])
+        s.mark_running(key)
+        s.save_result(make_record(CID, "m[bold]", 1, status="failed", error="[/usr/lib/frr/zebra] died on [r9]",
+                                  task_pass=None, test_case_score=None, damage_free=None, completion_mode=None))
+        rep = build_report(s, CID)
+    console = Console(record=True, width=220)
+    console.print(rep)
+    text = console.export_text()
+    assert "[/usr/lib/frr/zebra] died on [r9]" in text and "m[bold]" in text

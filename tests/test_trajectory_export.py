@@ -249,3 +249,7 @@ def test_a_filter_that_matches_no_run_says_so(store_with_runs, tmp_path) -> None
         assert re.search(r"no run has outcome dangerous_success \(the campaign's: .*clean_success", str(summary))
         with pytest.raises(AnibenchError, match="selects the rejected side, which is never a clean success"):
             export(store, CID, "preference", out, ExportFilter(outcomes=["clean_success"]))
+    from harness.cli import app
+
+    res = CliRunner().invoke(app, ["export", CID, "-f", "sft", "-o", str(out), "--db", str(db), "--model", "x[/y]"])
+    assert res.exit_code == 0 and "no run has model x[/y]" in res.output, res.output  # printed as text, not markup
