@@ -292,3 +292,19 @@ def test_terminal_tables_print_text_as_written(tmp_path: Path) -> None:
     console.print(rep)
     text = console.export_text()
     assert "[/usr/lib/frr/zebra] died on [r9]" in text and "m[bold]" in text
+
+
+def test_a_report_never_shows_the_secrets_of_the_campaign_spec(tmp_path: Path) -> None:
+    """``--agent-opt api_key=...`` is part of the stored spec, and the HTML page and the JSON
+    report -- made to be shared -- printed it."""
+    from harness.report_html import to_html
+
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "ani", "agent_options": {
+            "api_key": "sk-SECRET1", "base_url": "https://user:SECRET2@llm.example/v1", "auth_token": "SECRET3",
+            "model": "m"}})
+        save(s, "A0", 0)
+        rep = build_report(s, CID)
+        assert s.campaign_spec(CID)["agent_options"]["api_key"] == "sk-SECRET1"  # the store keeps what was given
+    for text in (to_html(rep), rep.to_json()):
+        assert "SECRET" not in text and "(redacted)" in text and "llm.example" in text
