@@ -162,6 +162,7 @@ def test_planner_executor_replans_a_failed_step_or_stops(campaign_lab, tmp_path,
         assert rec.agent_stop == "submitted"
         events = json.loads((tmp_path / "agent.json").read_text())["events"]
         assert [e["kind"] for e in events if e["kind"] in ("plan", "replan")] == ["plan", "replan"]
+        assert not any(e["kind"] == "text" and e["text"].startswith("1.") for e in events)  # a plan is noted once
     else:
         assert calls == [("list_devices", None), ("run_shell", "r99")] and len(planner) == 1
         assert rec.agent_stop == "failed_call"

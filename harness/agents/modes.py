@@ -60,7 +60,7 @@ EVENT_TEXT_MAX = 2000
 STOP_REASONS: dict[str, str] = {
     "submitted": "the agent called submit (the server ended the episode)",
     "step_budget": "the step budget was spent (tool calls the server ran, and turns that made no call it could run)",
-    "token_budget": "the token budget was spent (the reply that crossed it was discarded)",
+    "token_budget": "the token budget was spent (a reply that crosses it is discarded; none is asked for once it is reached)",
     "deadline": "the wall-clock deadline passed",
     "failed_call": "a tool call failed and the mode has no recovery",
     "recoveries_exhausted": "a tool call failed after the last recovery allowed",
@@ -257,8 +257,10 @@ class Episode:
     def tokens(self) -> int:
         return self.outcome.tokens_in + self.outcome.tokens_out
 
-    async def complete(self, messages: list[dict[str, Any]], *, with_tools: bool = True) -> ModelReply:
-        """One model call under the token budget.
+    async def complete(self, messages: list[dict[str, Any]], *, with_tools: bool = True,
+                       note_text: bool = True) -> ModelReply:
+        """One model call under the token budget; its text noted as an event (unless
+        ``note_text`` is false: the caller notes it in another form, e.g. a plan).
 
         Raises:
             Stop: ``token_budget`` when the budget is spent before the call, or when this reply
@@ -283,7 +285,7 @@ class Episode:
             self.event("token_budget", f"{self.tokens} tokens used, over the budget of {self.budget_tokens}: "
                                        f"the last reply ({len(reply.tool_calls)} tool call(s)) is discarded")
             raise Stop("token_budget")
-        if reply.content and reply.content.strip():
+        if note_text and reply.content and reply.content.strip():
             self.event("text", reply.content.strip())
         return reply
 
@@ -420,9 +422,12 @@ async def planner_executor(ep: Episode) -> None:
         template = "plan" if kind == "plan" else "replan"
         reply = await ep.complete([ep.system("planner-executor", "planner_system"),
                                    {"role": "user", "content": p.render(template, request=ep.request, tools=tools_text,
-                                                                        **values)}], with_tools=False)
+                                                                        **values)}], with_tools=False,
+                                  note_text=False)
         steps = parse_plan(reply.content or "")
-        ep.event(kind, numbered(steps) or "(no step)")
+        raw = (reply.content or "").strip()
+        written = "" if raw == numbered(steps) else f"\n\n(as the planner wrote it:)\n{raw}" if raw else ""
+        ep.event(kind, (numbered(steps) or "(no step)") + written)
         if not steps:
             raise Stop("empty_plan")
         return steps
