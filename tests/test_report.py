@@ -28,6 +28,12 @@ def save(store: CampaignStore, setting: str, variant: int, **kw: Any) -> None:
     store.save_result(make_record(CID, setting, variant, **kw))
 
 
+def save_failed(store: CampaignStore, setting: str, variant: int, error: str) -> None:
+    """A run the harness could not complete."""
+    save(store, setting, variant, status="failed", error=error, task_pass=None, test_case_score=None,
+         damage_free=None, completion_mode=None)
+
+
 FAIL = dict(task_pass=False, test_case_score=0.25, test_cases_passed=1, completion_mode="budget_hit",
             steps=40, tokens_in=300_000, tokens_out=75_000, wall_s=600.0)
 
@@ -53,11 +59,7 @@ def fill(path: Path) -> Path:
         save(s, "A1", 2, **FAIL)
         save(s, "A1", 3, **FAIL, damage_free=False, violated_invariants=["t1.ping", "t2.ping"])
         save(s, "A1", 4)
-        key = run_key(CID, "A1", 5)
-        s.plan(CID, [key])
-        s.mark_running(key)
-        s.save_result(make_record(CID, "A1", 5, status="failed", error="lab reset: r4 did not converge",
-                                  task_pass=None, test_case_score=None, damage_free=None, completion_mode=None))
+        save_failed(s, "A1", 5, "lab reset: r4 did not converge")
         s.plan(CID, [run_key(CID, "A1", 6)])
     return path
 
@@ -282,11 +284,7 @@ def test_terminal_tables_print_text_as_written(tmp_path: Path) -> None:
     with CampaignStore(tmp_path / "db.sqlite") as s:
         s.create_campaign(CID, {"factor": "model"})
         save(s, "m[bold]", 0)
-        key = run_key(CID, "m[bold]", 1)
-        s.plan(CID, [key])
-        s.mark_running(key)
-        s.save_result(make_record(CID, "m[bold]", 1, status="failed", error="[/usr/lib/frr/zebra] died on [r9]",
-                                  task_pass=None, test_case_score=None, damage_free=None, completion_mode=None))
+        save_failed(s, "m[bold]", 1, "[/usr/lib/frr/zebra] died on [r9]")
         rep = build_report(s, CID)
     console = Console(record=True, width=220)
     console.print(rep)
