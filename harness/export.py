@@ -42,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from harness.errors import AnibenchError
 from harness.runfiles import RunFiles, load_run_files
@@ -227,7 +227,15 @@ def shipped_schema(name: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ExportFilter:
-    """Which runs to export (an empty list: any)."""
+    """Which runs to export (an empty list: any).
+
+    Levels and modes are read as ``harness campaign`` reads ``--ani`` and ``--mode`` (``a1`` is
+    ``A1``; ``React`` is ``react``), so a value the campaign would accept selects its runs, and
+    one it would refuse is refused here too, instead of selecting nothing.
+
+    Raises:
+        AnibenchError: an unknown level, ablation, mode or outcome label.
+    """
 
     levels: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)
@@ -235,10 +243,28 @@ class ExportFilter:
     outcomes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        from harness.ablations import parse_ani_setting
+        from harness.agents.modes import parse_mode
+
         known = [o.value for o in OutcomeLabel]
         bad = [o for o in self.outcomes if o not in known]
         if bad:
             raise AnibenchError(f"unknown outcome label(s) {', '.join(bad)}; known: {', '.join(known)}")
+        object.__setattr__(self, "levels", [str(parse_ani_setting(x)) for x in self.levels])
+        object.__setattr__(self, "modes", [str(parse_mode(x)) for x in self.modes])
+
+    def unmatched(self, views: list[RunExportView]) -> list[str]:
+        """The filter values no run of the campaign has, each with the values it has (so an
+        export that selects nothing says why)."""
+        have = {"level": {v.level for v in views} | {v.ani for v in views}, "model": {v.record.model for v in views},
+                "mode": {v.mode for v in views}, "outcome": {v.outcome for v in views}}
+        out = []
+        for name, wanted in (("level", self.levels), ("model", self.models), ("mode", self.modes),
+                             ("outcome", self.outcomes)):
+            if missing := [w for w in wanted if w not in have[name]]:
+                present = ", ".join(sorted(str(x) for x in have[name] if x)) or "none"
+                out.append(f"no run has {name} {', '.join(missing)} (the campaign's: {present})")
+        return out
 
     def design(self, r: RunExportView) -> bool:
         """The run matches the level, model and mode filters."""
@@ -354,13 +380,15 @@ class ExportSummary:
     written: int = 0
     selected: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
+    unmatched: list[str] = field(default_factory=list)
 
     def skip(self, why: str) -> None:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
     def __str__(self) -> str:
         why = "; ".join(f"{n} {w}" for w, n in self.skipped.items())
-        return f"{self.written} record(s) written from {self.selected} selected run(s)" + (f"; left out: {why}" if why else "")
+        return (f"{self.written} record(s) written from {self.selected} selected run(s)"
+                + (f"; left out: {why}" if why else "") + "".join(f"; {u}" for u in self.unmatched))
 
 
 def _line(rec: SftRecord | PreferenceRecord) -> str:
@@ -451,14 +479,17 @@ def export(store: CampaignStore, campaign_id: str, fmt: str, out: Path, keep: Ex
         How many records were written and what was left out, and why.
 
     Raises:
-        AnibenchError: unknown format; UnknownCampaign: no such campaign; OSError: ``out`` cannot
-            be written.
+        AnibenchError: unknown format, or ``clean_success`` as the outcome of preference pairs'
+            rejected side; UnknownCampaign: no such campaign; OSError: ``out`` cannot be written.
     """
     if fmt not in FORMATS:
         raise AnibenchError(f"unknown export format {fmt!r}; known: {', '.join(FORMATS)}")
     keep = keep or ExportFilter()
+    if fmt == "preference" and OutcomeLabel.clean_success.value in keep.outcomes:
+        raise AnibenchError("for preference pairs --outcome selects the rejected side, which is never a clean success; "
+                            "choose among dangerous_success, clean_failure, destructive_failure")
     views = _views(store, campaign_id)
-    summary = ExportSummary()
+    summary = ExportSummary(unmatched=keep.unmatched(views))
     with_meta = metadata if metadata is not None else fmt == "preference"
     lines = (_sft(views, keep, summary, with_meta) if fmt == "sft"
              else _preference(views, keep, summary, with_meta) if fmt == "preference"
@@ -471,7 +502,7 @@ def export(store: CampaignStore, campaign_id: str, fmt: str, out: Path, keep: Ex
                 f.write(line + "\n")
                 summary.written += 1
         tmp.replace(out)
-    except (OSError, ValidationError):
+    except BaseException:  # any failure (a bad record, Ctrl-C) leaves no half file
         tmp.unlink(missing_ok=True)
         raise
     return summary

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -318,8 +319,8 @@ def render_rich(t: TableData) -> Table:
     table = Table(title=t.title)
     for c in t.columns:
         table.add_column(c.name, justify=c.align)
-    for row in t.rows:
-        table.add_row(*map(str, row))
+    for row in t.rows:  # cells are text (a setting, an error message), never rich markup
+        table.add_row(*(Text(str(v)) for v in row))
     return table
 
 
@@ -361,6 +362,29 @@ def _paired(settings: list[str], done: dict[str, dict[int, RunRecord]]) -> list[
     return tests
 
 
+#: Agent options whose value is a secret (matched in the option's name, any case).
+SECRET_OPTIONS = re.compile(r"key|token|secret|password|passwd|credential", re.IGNORECASE)
+#: What a secret is shown as.
+REDACTED = "(redacted)"
+
+
+def redacted(spec: dict[str, Any]) -> dict[str, Any]:
+    """A campaign spec as a report may show it: the values of secret agent options (``api_key``,
+    :data:`SECRET_OPTIONS`) and the password of a URL's user information replaced by
+    :data:`REDACTED` -- a report is made to be shared, the store keeps the spec as given."""
+    options = spec.get("agent_options")
+    if not isinstance(options, dict):
+        return spec
+    shown = {}
+    for k, v in options.items():
+        if SECRET_OPTIONS.search(str(k)):
+            v = REDACTED
+        elif isinstance(v, str):
+            v = re.sub(r"(://[^/@:\s]*:)[^/@\s]*@", rf"\1{REDACTED}@", v)
+        shown[k] = v
+    return {**spec, "agent_options": shown}
+
+
 def build_report(store: CampaignStore, campaign_id: str) -> Report:
     """Build the report of a campaign from the results store.
 
@@ -374,7 +398,7 @@ def build_report(store: CampaignStore, campaign_id: str) -> Report:
     Raises:
         UnknownCampaign: No such campaign (the error lists the known ones).
     """
-    spec = store.campaign_spec(campaign_id)
+    spec = redacted(store.campaign_spec(campaign_id))
     records = store.runs(campaign_id)
     unfinished = sum(1 for r in store.rows(campaign_id) if r.status in ("pending", "running"))
     settings = list(dict.fromkeys(r.setting for r in records))

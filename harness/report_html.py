@@ -104,7 +104,8 @@ def figures(rep: Report) -> dict[str, Figure]:
         # point would be negative, which matplotlib refuses
         err = [[max(0.0, p.rate - p.wilson[0]) for p in props], [max(0.0, p.wilson[1] - p.rate) for p in props]]
         ax.errorbar(xs, ys, yerr=err, fmt="o", capsize=4, color=colour, label=f"{label}, Wilson 95% CI")
-    ax.set_xticks(range(len(cells)), [f"{c.setting}\nn={c.n}" for c in cells])
+    # settings are free text (a model's name): never read as mathtext ("$...$")
+    ax.set_xticks(range(len(cells)), [f"{c.setting}\nn={c.n}" for c in cells], parse_math=False)
     ax.set_xlim(-0.6, len(cells) - 0.4)
     ax.set_ylim(-0.05, 1.05)
     ax.set_ylabel("rate")
@@ -117,8 +118,9 @@ def figures(rep: Report) -> dict[str, Figure]:
     bottom = [0] * len(cells)
     for label, colour in OUTCOME_COLOURS.items():
         counts = [c.outcome_labels.get(label, 0) for c in cells]
-        ax.bar(names, counts, width=0.5, bottom=bottom, color=colour, label=label.replace("_", " "))
+        ax.bar(range(len(cells)), counts, width=0.5, bottom=bottom, color=colour, label=label.replace("_", " "))
         bottom = [b + k for b, k in zip(bottom, counts, strict=True)]
+    ax.set_xticks(range(len(cells)), names, parse_math=False)
     ax.set_ylabel("runs")
     ax.set_xlabel(rep.factor or "setting")
     ax.yaxis.get_major_locator().set_params(integer=True)

@@ -188,23 +188,29 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     outcome = AgentOutcome()
     capped = False
 
+    def partial(error: str) -> AgentOutcome:
+        """What the agent had counted so far (tokens, events), when it keeps it, with ``error``:
+        a run cut at the cap or ended by the agent's crash still reports what it spent."""
+        kept = getattr(agent, "outcome", None)
+        kept = kept if isinstance(kept, AgentOutcome) else AgentOutcome()
+        kept.error = error
+        return kept
+
     async def drive() -> AgentOutcome:
         nonlocal capped
         with anyio.move_on_after(spec.wall_cap_s) as scope:
             return await agent.run(ctx)
         capped = scope.cancelled_caught
-        # what the agent had counted so far (tokens, events) survives the cut, when it keeps it
-        cut = getattr(agent, "outcome", None)
-        cut = cut if isinstance(cut, AgentOutcome) else AgentOutcome()
-        cut.error = f"wall-clock cap of {spec.wall_cap_s:g} s reached"
-        return cut
+        return partial(f"wall-clock cap of {spec.wall_cap_s:g} s reached")
 
     try:
         if follower:
             follower.start()
         outcome = anyio.run(drive)
     except Exception as e:  # noqa: BLE001 - the agent's crash is an outcome, not a harness failure
-        outcome = AgentOutcome(error=f"agent crashed: {type(e).__name__}: {e}")
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:  # the task group's wrapping
+            e = e.exceptions[0]
+        outcome = partial(f"agent crashed: {type(e).__name__}: {e}"[:2000])
     finally:
         if follower:
             follower.stop.set()
@@ -213,10 +219,10 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         if server is not None:
             server.close()
     agent_s = time.monotonic() - t1
-    from harness.agents.command import CAPPED, START_FAILED
+    from harness.agents.command import CAPPED
 
-    if outcome.error and outcome.error.startswith(START_FAILED):
-        raise RunFailed(outcome.error)
+    if outcome.run_failed:
+        raise RunFailed(outcome.error or "the agent could not run as specified")
     capped = capped or bool(outcome.error and f"({CAPPED})" in outcome.error)
 
     t2 = time.monotonic()
@@ -241,7 +247,9 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
 
     calls = read_trajectory(trajectory) if trajectory.exists() else []
     executed = [c for c in calls if not c.get("refused")]
-    steps_hit = any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+    # the server's count, or the model-driven agent's, which adds the turns that made no call
+    steps_hit = (any(c.get("refused") == "budget" for c in calls) or len(executed) >= spec.budget_steps
+                 or outcome.stop_reason == "step_budget")
     exhausted = "steps" if steps_hit else "tokens" if outcome.token_budget_hit else None
     ended = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                             budget_hit=exhausted is not None, task_pass=task_pass)

@@ -35,22 +35,26 @@ class RunFiles:
 
 def load_run_files(trajectory_path: str | None) -> RunFiles:
     """Read the files of the run whose trajectory is ``trajectory_path`` (its directory holds the
-    others). Never raises: an unreadable or missing file is listed in ``missing``."""
+    others). Never raises: an unreadable or missing file is listed in ``missing``. Text that is not
+    valid Unicode (a lone surrogate a model wrote, kept as a ``\\udXXX`` escape in a JSON file) is
+    read as its escape (:func:`servers.common.recorder.valid_unicode`), so that every reader can
+    write what it read as UTF-8."""
     from harness.run import AGENT_FILE, HAI_FILE, TOOLS_FILE, VERDICTS_FILE
     from servers.common import read_trajectory
+    from servers.common.recorder import valid_unicode
 
     if not trajectory_path:
         return RunFiles(None, missing=["trajectory (the run recorded none)"])
     path = Path(trajectory_path)
     out = RunFiles(path.parent)
     try:
-        out.calls = sorted(read_trajectory(path), key=lambda c: c.get("seq", 0))
+        out.calls = sorted(valid_unicode(read_trajectory(path)), key=lambda c: c.get("seq", 0))
     except (OSError, ValueError) as e:
         out.missing.append(f"{path.name} ({e})")
 
     def read(name: str) -> Any:
         try:
-            return json.loads((path.parent / name).read_text(encoding="utf-8"))
+            return valid_unicode(json.loads((path.parent / name).read_text(encoding="utf-8")))
         except (OSError, ValueError) as e:
             out.missing.append(f"{name} ({getattr(e, 'strerror', None) or e})")
             return None

@@ -28,6 +28,12 @@ def save(store: CampaignStore, setting: str, variant: int, **kw: Any) -> None:
     store.save_result(make_record(CID, setting, variant, **kw))
 
 
+def save_failed(store: CampaignStore, setting: str, variant: int, error: str) -> None:
+    """A run the harness could not complete."""
+    save(store, setting, variant, status="failed", error=error, task_pass=None, test_case_score=None,
+         damage_free=None, completion_mode=None)
+
+
 FAIL = dict(task_pass=False, test_case_score=0.25, test_cases_passed=1, completion_mode="budget_hit",
             steps=40, tokens_in=300_000, tokens_out=75_000, wall_s=600.0)
 
@@ -53,11 +59,7 @@ def fill(path: Path) -> Path:
         save(s, "A1", 2, **FAIL)
         save(s, "A1", 3, **FAIL, damage_free=False, violated_invariants=["t1.ping", "t2.ping"])
         save(s, "A1", 4)
-        key = run_key(CID, "A1", 5)
-        s.plan(CID, [key])
-        s.mark_running(key)
-        s.save_result(make_record(CID, "A1", 5, status="failed", error="lab reset: r4 did not converge",
-                                  task_pass=None, test_case_score=None, damage_free=None, completion_mode=None))
+        save_failed(s, "A1", 5, "lab reset: r4 did not converge")
         s.plan(CID, [run_key(CID, "A1", 6)])
     return path
 
@@ -256,3 +258,51 @@ def test_html_plots_cells_whose_interval_has_float_noise(tmp_path: Path) -> None
             save(s, "A0", v, **FAIL)
         rep = build_report(s, CID)
     assert set(figures(rep)) == {"rates", "outcomes"} and "<svg" in to_html(rep)
+
+
+def test_html_plots_settings_as_written_even_with_dollar_signs(tmp_path: Path) -> None:
+    """A setting is free text when the model is the factor; matplotlib read ``$...$`` in a tick
+    label as mathtext, so ``gpt$\\foo$`` failed the whole page (ValueError) and ``$x$`` was drawn
+    as a formula."""
+    from harness.report_html import figures, to_html
+
+    names = ["gpt$\\foo$", "a$$b", "m$x$"]
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "model"})
+        for name in names:
+            save(s, name, 0)
+        rep = build_report(s, CID)
+    figs = figures(rep)
+    assert [t.get_text() for t in figs["outcomes"].axes[0].get_xticklabels()] == names
+    assert [t.get_text().split("\n")[0] for t in figs["rates"].axes[0].get_xticklabels()] == names
+    assert to_html(rep).count("<svg") == 2
+
+
+def test_terminal_tables_print_text_as_written(tmp_path: Path) -> None:
+    """Cells are text, not rich markup: a failed run's error ``[/usr/lib/frr/zebra] ...`` made
+    ``harness report`` fail (MarkupError), and ``[r9]`` in it vanished from the table."""
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "model"})
+        save(s, "m[bold]", 0)
+        save_failed(s, "m[bold]", 1, "[/usr/lib/frr/zebra] died on [r9]")
+        rep = build_report(s, CID)
+    console = Console(record=True, width=220)
+    console.print(rep)
+    text = console.export_text()
+    assert "[/usr/lib/frr/zebra] died on [r9]" in text and "m[bold]" in text
+
+
+def test_a_report_never_shows_the_secrets_of_the_campaign_spec(tmp_path: Path) -> None:
+    """``--agent-opt api_key=...`` is part of the stored spec, and the HTML page and the JSON
+    report -- made to be shared -- printed it."""
+    from harness.report_html import to_html
+
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "ani", "agent_options": {
+            "api_key": "sk-SECRET1", "base_url": "https://user:SECRET2@llm.example/v1", "auth_token": "SECRET3",
+            "model": "m"}})
+        save(s, "A0", 0)
+        rep = build_report(s, CID)
+        assert s.campaign_spec(CID)["agent_options"]["api_key"] == "sk-SECRET1"  # the store keeps what was given
+    for text in (to_html(rep), rep.to_json()):
+        assert "SECRET" not in text and "(redacted)" in text and "llm.example" in text

@@ -328,6 +328,9 @@ def test_bounds() -> None:
     args, cut = bound_arguments({"a": "y" * 100_000})
     assert cut and isinstance(args, str) and len(args) < 70_000
     assert bound_arguments({"a": 1}) == ({"a": 1}, False)
+    # a lone surrogate (valid JSON, not encodable as UTF-8) is recorded as its escape, never lost
+    assert bound_text("x\udcff") == "x\\udcff"
+    assert bound_arguments({"k\ud800": ["\udcff"]}) == ({"k\\ud800": ["\\udcff"]}, False)
 
 
 def test_episode_budget_submit_and_resume() -> None:

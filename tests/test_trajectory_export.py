@@ -218,3 +218,38 @@ def test_trajectory_page_shows_calls_faults_at_their_step_and_failed_verdicts(st
     for v in failed:
         text = rows[v.id].all_text()
         assert "FAIL" in text and (not v.evidence or v.evidence[0].command in text)
+
+
+def test_filter_values_are_read_as_the_campaign_reads_them() -> None:
+    """``--level a1`` or ``--mode React`` (accepted by ``harness campaign``) selected nothing, and a
+    level, ablation or mode no campaign can have was taken without a word."""
+    from harness.errors import AnibenchError
+
+    keep = ExportFilter(levels=["a1", "a1+blocklist", "a3-t"], modes=["React"])
+    assert keep.levels == ["A1", "A1+blocklist", "A3-T"] and keep.modes == ["react"]
+    for bad, needle in (({"levels": ["A9"]}, "unknown ANI level 'A9'"),
+                        ({"levels": ["A0+blocklist"]}, "applies to A1 only, not A0"),
+                        ({"modes": ["multi-agent"]}, "unknown agent mode 'multi-agent'"),
+                        ({"outcomes": ["won"]}, "unknown outcome label")):
+        with pytest.raises(AnibenchError, match=re.escape(needle)):
+            ExportFilter(**bad)
+
+
+@pytest.mark.lab
+def test_a_filter_that_matches_no_run_says_so(store_with_runs, tmp_path) -> None:
+    from harness.errors import AnibenchError
+
+    db, _ = store_with_runs
+    out = tmp_path / "x.jsonl"
+    with CampaignStore(db) as store:
+        assert export(store, CID, "jsonl", out, ExportFilter(levels=["a0"], modes=["React"])).written == 1  # openai's
+        summary = export(store, CID, "jsonl", out, ExportFilter(models=["nope"], outcomes=["dangerous_success"]))
+        assert summary.written == 0
+        assert "no run has model nope (the campaign's: m)" in str(summary)
+        assert re.search(r"no run has outcome dangerous_success \(the campaign's: .*clean_success", str(summary))
+        with pytest.raises(AnibenchError, match="selects the rejected side, which is never a clean success"):
+            export(store, CID, "preference", out, ExportFilter(outcomes=["clean_success"]))
+    from harness.cli import app
+
+    res = CliRunner().invoke(app, ["export", CID, "-f", "sft", "-o", str(out), "--db", str(db), "--model", "x[/y]"])
+    assert res.exit_code == 0 and "no run has model x[/y]" in res.output, res.output  # printed as text, not markup

@@ -72,6 +72,12 @@ class AgentOutcome:
         events: what it did that the server does not see, in order -- plans, re-plans, malformed
             tool calls, text replies, its stop -- each ``{"step": tool calls made so far, "kind":
             ..., "text": ...}`` (shown on the run's trajectory page between the tool calls).
+        null_actions: model turns that made no call the server could run (malformed calls,
+            replies without a call where one was due; NetConfArena's null or unrecognized
+            actions), counted against the step budget by the model-driven agent.
+        run_failed: the run could not be conducted as the campaign specifies it (an external
+            agent that could not start, a token budget the endpoint gives no means to enforce):
+            the harness records a failed run with ``error``, not an agent failure.
     """
 
     tokens_in: int = 0
@@ -83,6 +89,8 @@ class AgentOutcome:
     stop_reason: str | None = None
     token_budget_hit: bool = False
     events: list[dict[str, Any]] = field(default_factory=list)
+    null_actions: int = 0
+    run_failed: bool = False
 
 
 class Agent(Protocol):

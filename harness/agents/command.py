@@ -90,7 +90,7 @@ class CommandAgent:
                                  start_new_session=True)
         except OSError as e:
             log.close()
-            return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model)
+            return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
         try:
             p.wait(timeout=max(1.0, ctx.time_left()))
             rc = p.returncode

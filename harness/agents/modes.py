@@ -15,6 +15,11 @@ wall-clock cap. What differs is only the loop and its prompts (data files,
 - ``planner-executor``: a planner call (no tools) writes a numbered plan; an executor conversation
   carries it out one step at a time and finally checks and submits.
 
+Null actions: a model turn that makes no call the server can run -- a call whose arguments are not
+a JSON object, a react or executor reply without a tool call where one was due -- is NetConfArena's
+"null or unrecognized action" (section III-D); like there, it counts against the step budget
+(:meth:`Episode.null_action`), so a model that never acts cannot run past it.
+
 Recovery: on a failed tool call (the MCP result is an error, or the model's arguments are not a
 JSON object), a mode *with recovery* (the plain name) goes on with the error in context -- react
 shows it to the model like any result, single-turn asks for the rest of the sequence, the planner
@@ -38,8 +43,8 @@ from harness.agents.prompts import Prompts, load
 from harness.chat import observation, system_message, tool_call, tool_result
 from harness.errors import AnibenchError
 
-__all__ = ["DEFAULT_RECOVERIES", "MODES", "STOP_REASONS", "ChatModel", "Episode", "ModeSpec", "ModelReply", "Stop",
-           "ToolCall", "all_modes", "numbered", "parse_mode", "parse_plan", "render_tools", "run_mode"]
+__all__ = ["DEFAULT_RECOVERIES", "MODES", "STOP_REASONS", "BudgetUnenforceable", "ChatModel", "Episode", "ModeSpec",
+           "ModelReply", "Stop", "ToolCall", "all_modes", "numbered", "parse_mode", "parse_plan", "render_tools", "run_mode"]
 
 #: The base modes, in the draft's order (multi-agent is not implemented).
 MODES: tuple[str, ...] = ("single-turn", "react", "planner-executor")
@@ -54,8 +59,8 @@ EVENT_TEXT_MAX = 2000
 #: Why a model-driven agent ended (``AgentOutcome.stop_reason``, the run record's ``agent_stop``).
 STOP_REASONS: dict[str, str] = {
     "submitted": "the agent called submit (the server ended the episode)",
-    "step_budget": "the server's step budget was spent",
-    "token_budget": "the token budget was spent (the reply that crossed it was discarded)",
+    "step_budget": "the step budget was spent (tool calls the server ran, and turns that made no call it could run)",
+    "token_budget": "the token budget was spent (a reply that crosses it is discarded; none is asked for once it is reached)",
     "deadline": "the wall-clock deadline passed",
     "failed_call": "a tool call failed and the mode has no recovery",
     "recoveries_exhausted": "a tool call failed after the last recovery allowed",
@@ -65,6 +70,7 @@ STOP_REASONS: dict[str, str] = {
     "empty_plan": "planner-executor: the planner wrote no step",
     "plan_done": "planner-executor: every step ran, and the final check did not submit",
     "endpoint_error": "the model endpoint failed (see the agent's error)",
+    "crash": "the agent failed on an unexpected error (see the agent's error)",
 }
 
 
@@ -134,12 +140,14 @@ class ToolCall:
 
 @dataclass
 class ModelReply:
-    """One chat completion: text, tool calls, and the tokens it cost."""
+    """One chat completion: text, tool calls, and the tokens it cost (``usage``: the endpoint
+    reported them; when it did not, both counts are 0)."""
 
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     tokens_in: int = 0
     tokens_out: int = 0
+    usage: bool = True
 
     def message(self) -> dict[str, Any]:
         """The reply as an assistant message of the conversation."""
@@ -159,6 +167,11 @@ class ChatModel(Protocol):
             AnibenchError: the endpoint failed (the run ends with the error recorded).
         """
         ...
+
+
+class BudgetUnenforceable(AnibenchError):
+    """The run has a token budget and the endpoint does not report the tokens it spends: the run
+    cannot be conducted as specified (recorded as a failed run, not as the agent's failure)."""
 
 
 class Stop(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -194,6 +207,8 @@ class Episode:
         mode: the mode being run.
         recoveries: most recovery rounds (single-turn) or re-plans (planner-executor).
         budget_tokens: the token budget (prompt + completion, whole run), or None.
+        budget_steps: the step budget (the server's), which null actions count against too; None:
+            only the server's count.
         time_left: seconds left before the run's deadline.
         server_ended: why the server ended the episode (``submit``, ``budget``) or None.
         outcome: filled in as the episode goes (tokens, events, stop reason).
@@ -213,6 +228,7 @@ class Episode:
     server_ended: Callable[[], str | None]
     outcome: AgentOutcome
     prompt_dir: str | None = None
+    budget_steps: int | None = None
 
     @property
     def recovery(self) -> bool:
@@ -241,26 +257,49 @@ class Episode:
     def tokens(self) -> int:
         return self.outcome.tokens_in + self.outcome.tokens_out
 
-    async def complete(self, messages: list[dict[str, Any]], *, with_tools: bool = True) -> ModelReply:
-        """One model call under the token budget.
+    async def complete(self, messages: list[dict[str, Any]], *, with_tools: bool = True,
+                       note_text: bool = True) -> ModelReply:
+        """One model call under the token budget; its text noted as an event (unless
+        ``note_text`` is false: the caller notes it in another form, e.g. a plan).
 
         Raises:
             Stop: ``token_budget`` when the budget is spent before the call, or when this reply
                 takes the run over it (the reply is then discarded: no action of a run comes from
                 tokens beyond its budget).
+            AnibenchError: the endpoint failed, or it reported no token usage while the run has
+                a token budget (which then cannot be enforced: the reply is discarded).
         """
         if self.budget_tokens is not None and self.tokens >= self.budget_tokens:
             raise Stop("token_budget")
         reply = await self.model.complete(messages, self.specs if with_tools else None)
+        if not reply.usage:
+            if self.budget_tokens is not None:
+                raise BudgetUnenforceable(f"the model endpoint reported no token usage, so the token budget of "
+                                          f"{self.budget_tokens} cannot be enforced (run without --budget-tokens, or "
+                                          "use an endpoint that reports usage)")
+            if not any(e["kind"] == "no_usage" for e in self.outcome.events):
+                self.event("no_usage", "the model endpoint reports no token usage: this run's tokens are not counted")
         self.outcome.tokens_in += reply.tokens_in
         self.outcome.tokens_out += reply.tokens_out
         if self.budget_tokens is not None and self.tokens > self.budget_tokens:
             self.event("token_budget", f"{self.tokens} tokens used, over the budget of {self.budget_tokens}: "
                                        f"the last reply ({len(reply.tool_calls)} tool call(s)) is discarded")
             raise Stop("token_budget")
-        if reply.content and reply.content.strip():
+        if note_text and reply.content and reply.content.strip():
             self.event("text", reply.content.strip())
         return reply
+
+    def null_action(self) -> None:
+        """Count a model turn that made no call the server could run (see the module docstring).
+
+        Raises:
+            Stop: ``step_budget`` when the calls made and the null actions reach the step budget.
+        """
+        self.outcome.null_actions += 1
+        if self.budget_steps is not None and self.tools.step + self.outcome.null_actions >= self.budget_steps:
+            self.event("step_budget", f"{self.tools.step} tool call(s) and {self.outcome.null_actions} turn(s) without "
+                                      f"a call the server could run: the step budget of {self.budget_steps} is spent")
+            raise Stop("step_budget")
 
     async def turn(self, messages: list[dict[str, Any]]) -> ModelReply:
         """One model turn of a conversation with the tools: :meth:`complete`, its reply appended."""
@@ -272,16 +311,21 @@ class Episode:
         """Run one tool call and append its result to ``messages``; the failure, if it failed.
 
         A call whose arguments are not a JSON object never reaches the server: the model is told
-        so as a tool would tell it, and it counts as a failed call.
+        so as a tool would tell it, and it counts as a failed call and a null action.
+
+        Raises:
+            Stop: ``step_budget`` (:meth:`null_action`).
         """
         try:
             args = json.loads(call.arguments or "{}")
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
-        except ValueError as e:
-            text = f"the arguments are not valid JSON ({e})"
+        except (ValueError, RecursionError) as e:  # RecursionError: nested deeper than the parser goes
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+            text = f"the arguments are not valid JSON ({why})"
             self.event("malformed_call", f"{call.name}: {text}", tool=call.name, arguments=call.arguments[:500])
             messages.append(tool_result(call.id, observation(False, text)))
+            self.null_action()
             return Failure(call.name, text)
         r = await self.tools.call(call.name, args)
         messages.append(tool_result(call.id, observation(r.ok, r.text)))
@@ -326,6 +370,7 @@ async def react(ep: Episode) -> None:
     while ep.active():
         reply = await ep.turn(messages)
         if not reply.tool_calls:
+            ep.null_action()
             idle += 1
             if idle >= 2:
                 raise Stop("idle")
@@ -343,6 +388,7 @@ async def single_turn(ep: Episode) -> None:
     while ep.active():
         reply = await ep.turn(messages)
         if not reply.tool_calls:
+            ep.null_action()
             raise Stop("no_tool_calls")
         ep.event("sequence", ", ".join(c.name for c in reply.tool_calls))
         failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=True)
@@ -376,17 +422,25 @@ async def planner_executor(ep: Episode) -> None:
         template = "plan" if kind == "plan" else "replan"
         reply = await ep.complete([ep.system("planner-executor", "planner_system"),
                                    {"role": "user", "content": p.render(template, request=ep.request, tools=tools_text,
-                                                                        **values)}], with_tools=False)
+                                                                        **values)}], with_tools=False,
+                                  note_text=False)
         steps = parse_plan(reply.content or "")
-        ep.event(kind, numbered(steps) or "(no step)")
+        raw = (reply.content or "").strip()
+        written = "" if raw == numbered(steps) else f"\n\n(as the planner wrote it:)\n{raw}" if raw else ""
+        ep.event(kind, (numbered(steps) or "(no step)") + written)
         if not steps:
             raise Stop("empty_plan")
         return steps
 
     async def run_step(messages: list[dict[str, Any]]) -> Failure | None:
+        """One step (or the final check): executor turns until one without a tool call; one that
+        ends without any call having run is a null action."""
+        acted = ep.tools.step
         while ep.active():
             reply = await ep.turn(messages)
             if not reply.tool_calls:
+                if ep.tools.step == acted:
+                    ep.null_action()
                 return None
             failure = await ep.run_calls(reply.tool_calls, messages, stop_on_failure=True)
             if failure is not None:
@@ -436,6 +490,7 @@ async def run_mode(ep: Episode) -> None:
 
     Raises:
         AnibenchError: the model endpoint failed (recorded first as ``endpoint_error``).
+        Exception: anything else the loop raised (recorded first as ``crash``).
     """
     reason = "deadline"
     try:
@@ -445,11 +500,14 @@ async def run_mode(ep: Episode) -> None:
     except AnibenchError:
         reason = "endpoint_error"
         raise
+    except Exception:
+        reason = "crash"
+        raise
     finally:
         server = ep.server_ended()
-        if server is not None and reason != "endpoint_error":
+        if server is not None and reason not in ("endpoint_error", "crash"):
             reason = {"submit": "submitted", "budget": "step_budget"}.get(server, server)
-        elif reason != "endpoint_error" and ep.time_left() <= 0:
+        elif reason not in ("endpoint_error", "crash") and ep.time_left() <= 0:
             reason = "deadline"
         ep.outcome.stop_reason = reason
         ep.outcome.token_budget_hit = reason == "token_budget"

@@ -22,7 +22,15 @@ import os
 from typing import Any
 
 from harness.agents.base import AgentContext, AgentOutcome, ToolSession
-from harness.agents.modes import DEFAULT_RECOVERIES, Episode, ModelReply, ToolCall, parse_mode, run_mode
+from harness.agents.modes import (
+    DEFAULT_RECOVERIES,
+    BudgetUnenforceable,
+    Episode,
+    ModelReply,
+    ToolCall,
+    parse_mode,
+    run_mode,
+)
 from harness.chat import request_message, tool_specs
 from harness.errors import AnibenchError
 
@@ -40,9 +48,15 @@ class _Endpoint:
         self.llm = AsyncOpenAI(base_url=agent.base_url, api_key=agent.api_key, timeout=agent.timeout, max_retries=1)
 
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> ModelReply:
+        import json
+
         import openai
 
-        kwargs: dict[str, Any] = {"model": self.agent.model, "messages": messages,
+        from servers.common.recorder import valid_unicode
+
+        # the conversation may hold a lone surrogate the model wrote (or a tool echoed back), which
+        # the request body, UTF-8, cannot carry: sent as its escape
+        kwargs: dict[str, Any] = {"model": self.agent.model, "messages": valid_unicode(messages),
                                   "temperature": self.agent.temperature}
         if tools:
             kwargs["tools"] = tools
@@ -52,12 +66,47 @@ class _Endpoint:
             resp = await self.llm.chat.completions.create(**kwargs)
         except openai.OpenAIError as e:
             raise AnibenchError(f"model endpoint error: {type(e).__name__}: {e}"[:500]) from None
-        msg = resp.choices[0].message
-        calls = [ToolCall(c.id, c.function.name, c.function.arguments or "") for c in msg.tool_calls or []
-                 if getattr(c, "function", None) is not None]
-        usage = resp.usage
-        return ModelReply(msg.content, calls, tokens_in=(usage.prompt_tokens or 0) if usage else 0,
-                          tokens_out=(usage.completion_tokens or 0) if usage else 0)
+        except json.JSONDecodeError as e:  # a body that is not JSON
+            raise AnibenchError(f"model endpoint error: its reply is not JSON ({e})"[:500]) from None
+        return reply_of(resp)
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def reply_of(resp: Any) -> ModelReply:
+    """A chat-completions response as a :class:`ModelReply`, read defensively: the client library
+    does not check the body, and an endpoint may answer anything.
+
+    A tool call without an id gets one; one without a function or a name is kept with the name
+    ``""`` (the server answers it as an unknown tool: an unrecognized action). Token counts that
+    are missing or not non-negative integers make the reply's ``usage`` unknown.
+
+    Raises:
+        AnibenchError: the response has no choice or no message.
+    """
+    import uuid
+
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise AnibenchError("model endpoint error: its reply has no choice (not a chat completion)")
+    msg = getattr(choices[0], "message", None)
+    if msg is None:
+        raise AnibenchError("model endpoint error: its reply's choice has no message")
+    content = getattr(msg, "content", None)
+    calls = []
+    raw_calls = getattr(msg, "tool_calls", None)
+    for c in raw_calls if isinstance(raw_calls, list) else []:
+        fn = getattr(c, "function", None)
+        call_id, name, args = getattr(c, "id", None), getattr(fn, "name", None), getattr(fn, "arguments", None)
+        calls.append(ToolCall(call_id if isinstance(call_id, str) and call_id else f"call_{uuid.uuid4().hex[:12]}",
+                              name if isinstance(name, str) else "", args if isinstance(args, str) else ""))
+    usage = getattr(resp, "usage", None)
+    tokens = (_count(getattr(usage, "prompt_tokens", None)), _count(getattr(usage, "completion_tokens", None)))
+    known = usage is not None and None not in tokens
+    return ModelReply(content if isinstance(content, str) else None, calls, tokens_in=tokens[0] or 0,
+                      tokens_out=tokens[1] or 0, usage=known)
 
 
 class OpenAIAgent:
@@ -131,10 +180,12 @@ class OpenAIAgent:
             ep = Episode(model=endpoint, tools=ToolSession(client, ctx.on_step), tool_list=tools,
                          specs=tool_specs(tools), request=request_message(ctx.prompt, ctx.files, self.prompt_dir),
                          instructions=client.instructions, mode=self.mode, recoveries=self.recoveries,
-                         budget_tokens=ctx.budget_tokens, time_left=ctx.time_left, server_ended=server_ended,
+                         budget_tokens=ctx.budget_tokens, budget_steps=ctx.budget_steps, time_left=ctx.time_left,
+                         server_ended=server_ended,
                          outcome=out, prompt_dir=self.prompt_dir)
             try:
                 await run_mode(ep)
             except AnibenchError as e:
                 out.error = str(e)
+                out.run_failed = isinstance(e, BudgetUnenforceable)
         return out

@@ -93,7 +93,8 @@ def campaign(
         if spec.campaign_id in store.campaigns() and not resume:
             fail(f"campaign {spec.campaign_id!r} exists in {db}: add --resume to continue it, or give another --id")
     total = spec.variants * len(spec.settings)
-    out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {', '.join(spec.settings)}; "
+    settings = escape(", ".join(spec.settings))  # free text when the model is the factor
+    out.print(f"campaign [bold]{escape(spec.campaign_id)}[/]: factor {spec.factor} = {settings}; "
               f"task {spec.task} x {spec.variants} variants; agent {','.join(spec.agent)}; lambda {spec.fault_rate}; "
               f"density {spec.density}; budget {spec.budget_steps} steps"
               + (f", {spec.budget_tokens} tokens" if spec.budget_tokens else "")
@@ -123,7 +124,7 @@ def campaign(
             from harness.report import build_report
 
             out.print(build_report(store, spec.campaign_id))
-    out.print(f"results: {db} (harness report {spec.campaign_id} --db {db})", highlight=False)
+    out.print(f"results: {db} (harness report {spec.campaign_id} --db {db})", highlight=False, markup=False)
 
 
 task_app = typer.Typer(help="Task classes: list, show a variant, validate reference solutions.", no_args_is_help=True)

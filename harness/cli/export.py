@@ -63,4 +63,4 @@ def export(
             summary = run_export(store, campaign, fmt.value, output, keep, metadata=metadata)
     except sqlite3.DatabaseError as e:
         fail(f"{db} is not a readable results store: {e}")
-    err.print(f"wrote {output}: {summary}", highlight=False, soft_wrap=True)
+    err.print(f"wrote {output}: {summary}", highlight=False, soft_wrap=True, markup=False)

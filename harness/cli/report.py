@@ -58,13 +58,13 @@ def report(
     if json_out:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(rep.to_json() + "\n")
-        err.print(f"wrote {json_out}", highlight=False)
+        err.print(f"wrote {json_out}", highlight=False, markup=False)
     if csv_out:
         cells, paired, runs = rep.to_csv(csv_out)
-        err.print(f"wrote {cells}, {paired} and {runs}", highlight=False)
+        err.print(f"wrote {cells}, {paired} and {runs}", highlight=False, markup=False)
     if html_out:
         from harness.report_html import to_html
 
         html_out.parent.mkdir(parents=True, exist_ok=True)
         html_out.write_text(to_html(rep), encoding="utf-8")
-        err.print(f"wrote {html_out}", highlight=False)
+        err.print(f"wrote {html_out}", highlight=False, markup=False)

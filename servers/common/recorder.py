@@ -68,8 +68,33 @@ class CallRecord(BaseModel):
     protocol_version: str | None = Field(default=None, description="MCP protocol version of the connection.")
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: each lone surrogate -- which UTF-8 cannot encode, and which
+    Python's JSON parser makes of a ``\\udXXX`` escape, so a model can write one in a tool call --
+    written as its escape (``\\udcff``); any other text unchanged."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def valid_unicode(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings, numbers) with every string and key made
+    :func:`valid_text`, so that it can be written as UTF-8 JSON."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {valid_unicode(k): valid_unicode(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [valid_unicode(v) for v in value]
+    return value
+
+
 def bound_text(text: str, limit: int = RESULT_TEXT_MAX) -> str:
-    """``text`` cut to ``limit`` UTF-8 bytes with a marker saying how much was dropped."""
+    """``text`` (made :func:`valid_text`) cut to ``limit`` UTF-8 bytes with a marker saying how
+    much was dropped."""
+    text = valid_text(text)
     raw = text.encode()
     if len(raw) <= limit:
         return text
@@ -78,7 +103,9 @@ def bound_text(text: str, limit: int = RESULT_TEXT_MAX) -> str:
 
 
 def bound_arguments(arguments: Any) -> tuple[Any, bool]:
-    """Arguments as recorded: unchanged when their JSON fits the bound, else a JSON prefix string."""
+    """Arguments as recorded (made :func:`valid_unicode`): unchanged when their JSON fits the
+    bound, else a JSON prefix string."""
+    arguments = valid_unicode(arguments)
     try:
         text = json.dumps(arguments, ensure_ascii=False, default=str)
     except (TypeError, ValueError):

@@ -47,6 +47,8 @@ from servers.common.recorder import (
     bound_arguments,
     bound_text,
     read_trajectory,
+    valid_text,
+    valid_unicode,
 )
 from substrate.errors import SubstrateError
 
@@ -481,7 +483,7 @@ class AniServer(MCPServer):
             level=self.level,
             run_id=self.config.run_id,
             lab=self.lab.name,
-            tool=name[:200],
+            tool=valid_text(name)[:200],
             arguments=args,
             arguments_truncated=truncated,
             kind=kind,
@@ -489,7 +491,7 @@ class AniServer(MCPServer):
             tool_error=error is not None,
             result=None if error is not None or result is None else bound_text(_text_of(result)),
             error=None if error is None else bound_text(error),
-            rejected=note.rejected[:50],
+            rejected=valid_unicode(note.rejected[:50]),
             refused=refusal,  # type: ignore[arg-type]
             started_at=started_at,
             ended_at=time.time(),

@@ -6,7 +6,9 @@ the top of each file says what every template is for. :data:`TEMPLATES` fixes, p
 templates it must define and the placeholders each may use: a missing or unknown template, or a
 placeholder a template may not use, is refused when the file is loaded, naming the file and the
 template. ``--agent-opt prompts=DIR`` reads the files present in another directory instead (same
-names, same rules; a file missing there is the packaged one), e.g. to study the effect of wording.
+names, same rules; a file missing there is the packaged one), e.g. to study the effect of wording;
+a directory that does not exist, holds none of these files or holds a ``.yaml`` file of another
+name (a typo would otherwise silently run the packaged prompts) is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import yaml
 
 from harness.errors import AnibenchError
 
-__all__ = ["TEMPLATES", "Prompts", "load"]
+__all__ = ["TEMPLATES", "Prompts", "check_directory", "load"]
 
 #: File (without ``.yaml``) -> template name -> the placeholders it may use.
 TEMPLATES: dict[str, dict[str, frozenset[str]]] = {
@@ -89,8 +91,31 @@ def _check(file: str, path: str, data: object) -> Prompts:
             allowed = ", ".join(f"{{{p}}}" for p in sorted(spec[name])) or "none"
             raise AnibenchError(f"prompts {path}: template {name!r} uses {', '.join(f'{{{b}}}' for b in bad)}; "
                                 f"it may use: {allowed}")
+        try:  # a conversion or format spec that fails on text ({error:d}) would fail mid-run
+            text.format(**{p: "x" for p in spec[name]})
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            raise AnibenchError(f"prompts {path}: template {name!r} cannot be filled in: {e}") from None
         out[name] = text
     return out
+
+
+@cache
+def check_directory(directory: str) -> None:
+    """Refuse a prompt directory that cannot be what was meant (see the module docstring).
+
+    Raises:
+        AnibenchError: no such directory; a ``.yaml`` file in it that is not a prompt file; none
+            of the prompt files in it.
+    """
+    d = Path(directory)
+    known = ", ".join(f"{f}.yaml" for f in TEMPLATES)
+    if not d.is_dir():
+        raise AnibenchError(f"prompts directory {directory} does not exist (or is not a directory)")
+    names = {p.name for p in d.iterdir()}
+    if unknown := sorted(n for n in names if n.endswith((".yaml", ".yml")) and n.removesuffix(".yaml") not in TEMPLATES):
+        raise AnibenchError(f"prompts directory {directory}: {', '.join(unknown)} is not a prompt file; known: {known}")
+    if not names & {f"{f}.yaml" for f in TEMPLATES}:
+        raise AnibenchError(f"prompts directory {directory} holds none of the prompt files ({known})")
 
 
 @cache
@@ -103,11 +128,13 @@ def load(file: str, directory: str | None = None) -> Prompts:
             in this package.
 
     Raises:
-        AnibenchError: unknown file, unreadable or invalid YAML, or templates that break the
-            rules of :data:`TEMPLATES`.
+        AnibenchError: unknown file, a directory refused by :func:`check_directory`, unreadable or
+            invalid YAML, or templates that break the rules of :data:`TEMPLATES`.
     """
     if file not in TEMPLATES:
         raise AnibenchError(f"no prompt file {file!r}; known: {', '.join(TEMPLATES)}")
+    if directory is not None:
+        check_directory(directory)
     name = f"{file}.yaml"
     try:
         if directory is None or not (Path(directory) / name).exists():
