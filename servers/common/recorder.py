@@ -61,6 +61,9 @@ class CallRecord(BaseModel):
     error: str | None = Field(default=None, description="Error text the client received.")
     rejected: list[str] = Field(default_factory=list, description="Device rejections the tool reported (bounded).")
     refused: Refusal | None = Field(default=None, description="Refused unexecuted: budget spent or episode ended.")
+    cancelled: bool = Field(default=False, description="The client cancelled the call (MCP notifications/cancelled, a "
+                            "client timeout) or went away while it ran; `error` says what was stopped. The client got "
+                            "no result (MCP: a cancelled request is not answered).")
     started_at: float = Field(description="Epoch seconds when the server received the call.")
     ended_at: float = Field(description="Epoch seconds when the server answered.")
     duration_s: float = Field(description="Server-side wall time (monotonic clock), seconds.")
