@@ -316,6 +316,20 @@ async def test_cancellation_kills_the_command_and_is_recorded(lab: Lab, tmp_path
     assert rec["cancelled"] and rec["is_error"] and "process group on r1 was killed" in rec["error"], json.dumps(rec)
 
 
+async def test_a1_cancellation_kills_what_runs_and_runs_nothing_more(lab: Lab, tmp_path: Path) -> None:
+    traj = tmp_path / "t.jsonl"
+    async with RawStdio.start("A1", lab.name, "--trajectory", str(traj)) as c:
+        rid = await c.call("tools/call", {"name": "execute_validation", "arguments": {"commands": {
+            "r3": ["ping -c 10 -i 1 -W 1 fd00::1", "ping -c 9 -i 1 -W 1 fd00::1"]}}})  # fmt: skip
+        await until(lambda: running_in(lab, "r3", "ping -c 10"), "the first probe runs")
+        await c.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+        await until(lambda: not running_in(lab, "r3", "ping -c 10"), "the probe is killed")
+        assert not (await c.tool("get_topology", {})).get("isError")  # served on; the second probe never started
+        assert not running_in(lab, "r3", "ping -c 9")
+    rec = read_trajectory(traj)[0]
+    assert rec["tool"] == "execute_validation" and rec["cancelled"] and rec["is_error"], json.dumps(rec)[:1500]
+
+
 async def test_stdio_server_exits_when_the_client_goes_away(lab: Lab, tmp_path: Path) -> None:
     traj = tmp_path / "t.jsonl"
     mark = f"/tmp/gone-{uuid.uuid4().hex[:8]}"

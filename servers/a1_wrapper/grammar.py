@@ -323,6 +323,12 @@ class Grammar:
                 if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in raw):
                     problems.append(Problem(device, i, text, "contains control characters; send one command per line"))
                     continue
+                odd = sorted({c for c in raw if ord(c) > 127})
+                if odd:  # before splitting: Python would split on Unicode spaces and drop them
+                    shown = ", ".join(f"U+{ord(c):04X}" for c in odd[:6])
+                    problems.append(Problem(device, i, text, f"characters not allowed in {words[0]} commands: {shown} "
+                                                             "(ASCII only: each command is run as an argument list)"))  # fmt: skip
+                    continue
                 words = raw.split()
                 cmd = self._kernel(device, i, " ".join(words), words, self.config_forms, problems)
                 if cmd is not None:

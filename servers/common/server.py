@@ -528,6 +528,11 @@ class AniServer(MCPServer):
                 return result
             except ToolError as e:
                 error = self.fitter.fit_error(str(e), request_id=request_id)
+                if note.cancel.is_set():  # the tool stopped because the call was cancelled
+                    cancelled = True
+                    error = (f"cancelled after {time.monotonic() - t0:.1f} s (the client cancelled the request or went "
+                             f"away; it gets no answer): {note.cancel_report or 'the tool stopped what it ran'}. "
+                             f"The tool ended with: {error}")  # fmt: skip
                 raise ToolError(error) from None
         except ToolError:
             raise
