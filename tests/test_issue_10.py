@@ -217,10 +217,11 @@ async def round_trip(lab: Lab) -> None:
             err, res = await apply(c, {n: cfg})
             dev = res["devices"][n]
             assert not err and res["summary"].startswith("no change: all "), (n, res["summary"])
-            assert dev["applied"] == [] and dev["rejected"] == [] and dev["unchanged"], n
+            assert dev["applied"] == [] and dev["rejected"] == [] and dev["unchanged"], (n, res["summary"])
     for n in routers:
-        assert capture(lab, n).same_as(before[n]), n
-        assert flaps(lab, n) == adjacencies[n], n
+        now = capture(lab, n)
+        assert now.same_as(before[n]), (n, before[n].diff(now))
+        assert flaps(lab, n) == adjacencies[n], (n, lab.vtysh(n, "show isis neighbor detail").stdout)
 
 
 async def test_running_config_applies_back_as_a_no_op_line3(lab: Lab) -> None:
@@ -229,6 +230,39 @@ async def test_running_config_applies_back_as_a_no_op_line3(lab: Lab) -> None:
 
 async def test_running_config_applies_back_as_a_no_op_brownfield(brownfield: Lab) -> None:
     await round_trip(brownfield)
+
+
+RICH = [  # what an operator might have configured: every part must come back as it was
+    "router bgp 65001", "bgp router-id 10.0.0.1", "no bgp ebgp-requires-policy", "neighbor fd00::2 remote-as 65002",
+    "address-family ipv6 unicast", "neighbor fd00::2 activate", "network fd99:1::/64", "exit-address-family", "exit",
+    "ipv6 prefix-list PL6 seq 5 permit fd99::/32 le 64", "ip prefix-list PL4 seq 5 permit 10.9.0.0/16 le 24",
+    "access-list ACL4 seq 5 permit 10.9.0.0/16", "ipv6 access-list ACL6 seq 5 deny fd99:2::/64",
+    "route-map RM-Zürich permit 10", "match ipv6 address prefix-list PL6", "set metric 50", "description tenant ✓", "exit",
+    "ipv6 route fd99:1::/64 blackhole", "ip route 10.9.1.0/24 blackhole",
+    "interface eth1", "description uplink – r2 ✓", "isis metric 30", "exit",
+    "router isis CORE", "redistribute ipv6 static level-2", "exit",
+    "ip -6 route add fd99:3::/64 table 200 encap seg6 mode encap.red segs fcbb:bb00:2:e000:: dev eth1",
+    "ip -6 route add fcbb:bb00:1:e007::/64 encap seg6local action End.DT6 table 200 count dev sr0",
+    "ip -4 route add unreachable 0.0.0.0/0 table 200 metric 4278198272",
+    "ip -6 rule add priority 1200 iif eth2 lookup 200", "ip -4 rule add priority 1201 fwmark 0x10/0xff lookup 200",
+    "nft add table inet anibench_rt", "nft add chain inet anibench_rt forward_t { type filter hook forward priority filter ; policy accept ; }",
+    "nft add chain inet anibench_rt t1", "nft add set inet anibench_rt nets { type ipv6_addr ; flags interval ; }",
+    "nft add element inet anibench_rt nets { fd99:4::/64, fd99:5::/64 }",
+    "nft add rule inet anibench_rt forward_t oifname eth2 jump t1",
+    "nft add rule inet anibench_rt t1 ip6 saddr @nets tcp dport { 22, 80 } counter drop",
+    "nft add rule inet anibench_rt t1 ct state established,related accept",
+    "nft add table ip anibench_nat", "nft add chain ip anibench_nat pre { type nat hook prerouting priority dstnat ; }",
+    "nft add rule ip anibench_nat pre iifname eth2 ip daddr 198.51.100.9 dnat to 10.9.1.2",
+]
+
+
+async def test_a_richer_configuration_applies_back_as_a_no_op(tmp_path: Path) -> None:
+    with Lab.create(Topology.from_spec("line:2"), unique_name("t-i10rc")) as lab:
+        lab.start_daemon("r1", "bgpd", load_config=False)
+        async with connect(a1(lab)) as c:
+            err, res = await apply(c, {"r1": RICH})
+            assert not err and res["devices"]["r1"]["rejected"] == [], res["summary"]
+        await round_trip(lab)
 
 
 async def test_a_restated_header_must_match_the_device(lab: Lab) -> None:

@@ -414,7 +414,7 @@ def test_running_config_rendering() -> None:
                  "nft add chain inet f fwd { type filter hook forward priority filter ; policy accept ; }\n",
                  "nft add chain inet f t1\n", "nft add set inet f s6 { type ipv6_addr ; flags interval ; }\n",
                  "nft add element inet f s6 { fd00::/64, fd01::/64 }\n", "nft add rule inet f fwd oifname eth3 jump t1\n",
-                 "nft add rule inet f fwd ip6 daddr fd10::/64 tcp dport { 22 , 80 } counter drop\n"):  # fmt: skip
+                 "nft add rule inet f fwd ip6 daddr fd10::/64 tcp dport { 22, 80 } counter drop\n"):  # fmt: skip
         assert frag in text, frag
     # every line of it is an accepted apply_config command (or a comment)
     Grammar.load().parse_config("r1", text.splitlines(), is_router=True)
@@ -510,3 +510,31 @@ def test_argument_policy(args: dict, want: dict, problems: list[str]) -> None:
 
     got, why = normalize(args, SCHEMA)
     assert (got, why) == (want, problems)
+
+
+# -- A1: a line's outcome from FRR's answer and the read-back ----------------------------------------
+
+
+@pytest.mark.parametrize(("line", "status", "output", "changed", "was", "now", "down", "outcome", "why"), [
+    ("lsp-gen-interval 2", "accepted", "", True, False, True, [], "applied", ""),
+    ("lsp-gen-interval 2", "accepted", "", False, True, True, [], "unchanged", "already in the running configuration"),
+    ("isis hello-multiplier 3", "accepted", "", False, False, False, [], "unchanged", "did not change"),  # a default value
+    ("description x", "accepted", "", False, False, False, ["isisd"], "rejected", "isisd is not running"),
+    ("no net 49.0001.00", "accepted", "", False, False, False, [], "rejected", "nothing to remove"),
+    ("no net 49.0001.00", "accepted", "", True, False, False, [], "applied", ""),
+    ("no ipv6 route fd99::/64 blackhole", "accepted", "% Refusing to remove a non-existent route", False, False, False, [],
+     "rejected", "(FRR: % Refusing to remove a non-existent route)"),
+    ("no bgp ebgp-requires-policy", "accepted", "", False, True, True, [], "unchanged", "already"),  # a setting shown as 'no'
+    ("bogus", "refused", "% Unknown command: bogus", False, False, False, [], "rejected", "% Unknown command: bogus"),
+    ("no access-list X permit any", "refused", "", False, False, False, [], "rejected", "without a message"),
+    ("set metric 5", "accepted", "% warning of some kind", False, False, False, [], "rejected", "FRR answered"),
+    ("set metric 5", "accepted", "% warning of some kind", True, False, True, [], "applied", "FRR: % warning"),
+])  # fmt: skip
+def test_frr_line_outcomes(line: str, status: str, output: str, changed: bool, was: bool, now: bool, down: list[str],
+                           outcome: str, why: str) -> None:  # fmt: skip
+    from servers.a1_wrapper.apply import DeviceRun
+    from servers.a1_wrapper.grammar import Command
+
+    c = Command(text=line, negated=line.startswith("no "))
+    got = DeviceRun._frr_outcome(c, Answer(line, status, "r1(config)# ", output), changed=changed, was=was, now=now, down=down)
+    assert got[0] == outcome and why in got[1], got

@@ -195,18 +195,22 @@ class DeviceRun:
         self.frr = after
         changed = after != before
         was, now = _lines_of(before), _lines_of(after)
+        # daemons this router runs that did not answer the read-back: vtysh skips a daemon that is
+        # down without a word when the line also belongs to other daemons
+        down = sorted(set(self.lab.state(self.device).daemons) - set(after))
         for c, a in zip(seg, answers, strict=True):
             status[c.index] = a
             key = (c.ctx, c.text)
             said = a.output if a.status != "not_run" else f"% {a.output}"
             shown = f"{a.prompt or self.device + '(config)# '}{c.text}" + (f"\n{said}" if said else "")
-            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now)
+            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down)
             if outcome == "rejected" and a.status == "accepted":
                 shown += f"\n% (anibench) {why}"
             self._add(c, outcome, why, shown)
 
     @staticmethod
-    def _frr_outcome(c: Command, a: Answer, *, changed: bool, was: bool, now: bool) -> tuple[Outcome, str]:
+    def _frr_outcome(c: Command, a: Answer, *, changed: bool, was: bool, now: bool,  # noqa: PLR0911
+                     down: list[str] = ()) -> tuple[Outcome, str]:  # type: ignore[assignment]  # fmt: skip
         if a.status == "refused":
             return "rejected", a.message or "FRR refused it without a message (vtysh exit status 1)"
         if a.status == "not_run":
@@ -223,12 +227,18 @@ class DeviceRun:
             if changed:
                 return "applied", warning
             return "rejected", ("changed nothing: FRR accepted it, but the running configuration did not change -- "
-                                "there was nothing to remove" + (f" (FRR: {warning})" if warning else ""))  # fmt: skip
+                                "there was nothing to remove" + (f" (FRR: {warning})" if warning else "")
+                                + (f"; {', '.join(down)} not running on this router" if down else ""))  # fmt: skip
         if warning:
             if changed and now:
                 return "applied", f"FRR: {warning}"
             return "rejected", f"FRR answered '{warning}' and the line is not in the running configuration"
-        return ("applied", "") if changed else ("unchanged", "accepted; the running configuration did not change")
+        if changed:
+            return "applied", ""
+        if down:
+            return "rejected", (f"changed nothing: FRR accepted it, but the running configuration did not change, and "
+                                f"{', '.join(down)} {'is' if len(down) == 1 else 'are'} not running on this router")  # fmt: skip
+        return "unchanged", "accepted; the running configuration did not change"
 
     # -- kernel ------------------------------------------------------------------------------
 

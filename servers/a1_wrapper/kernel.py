@@ -109,11 +109,25 @@ def canonical_rule(words: list[str]) -> str:
 
 
 def canonical_nft_rule(text: str) -> str:
-    """An nftables rule's text with quotes, counter values and spacing normalised, so that a rule
-    as ``nft list`` prints it and as an A1 command compares equal."""
-    text = re.sub(r"counter packets \d+ bytes \d+", "counter", text.replace('"', ""))
-    text = re.sub(r"\s*([{},])\s*", r" \1 ", text)
-    return " ".join(text.split())
+    """An nftables rule's text with quotes, counter values and spacing normalised (braces and the
+    commas inside them set apart), so that a rule as ``nft list`` prints it and as an A1 command
+    compares equal."""
+    text = _stateless(text).replace('"', "")
+    out: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch in "{}":
+            depth += 1 if ch == "{" else -1
+            out.append(f" {ch} ")
+        elif ch == "," and depth > 0:
+            out.append(" , ")
+        else:
+            out.append(ch)
+    return " ".join("".join(out).split())
+
+
+def _stateless(text: str) -> str:
+    return re.sub(r"counter packets \d+ bytes \d+", "counter", text)
 
 
 # -- the nftables ruleset ----------------------------------------------------------------------
@@ -235,7 +249,7 @@ def ruleset_commands(text: str) -> list[str]:
                 out.append(f"nft add element {t.family} {t.name} {s.name} {{ {', '.join(s.elements)} }}")
     for t in tables:
         for c in t.chains:
-            out += [f"nft add rule {t.family} {t.name} {c.name} {_unquote(canonical_nft_rule(r))}" for r in c.rules]
+            out += [f"nft add rule {t.family} {t.name} {c.name} {_unquote(_stateless(r))}" for r in c.rules]
         out += [f"! nft table {t.family} {t.name}: {line}" for line in t.other]
     return out
 
