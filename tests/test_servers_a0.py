@@ -248,6 +248,10 @@ async def test_http_transport_token_and_rebinding_protection(lab: Lab) -> None:
             r = await h.post(url, json={}, headers={"Authorization": "Bearer s3cret", "Host": "attacker.example"})
             assert r.status_code in (403, 421)
             assert (await h.post(url, json={}, headers={"Authorization": "Bearer wrong"})).status_code == 401
+            # a body that is not JSON gets the JSON-RPC parse error (stdio: tests/test_issue_10.py)
+            r = await h.post(url, content=b"not json", headers={"Authorization": "Bearer s3cret", "Content-Type":
+                             "application/json", "Accept": "application/json, text/event-stream"})  # fmt: skip
+            assert r.status_code == 400 and r.json()["error"]["code"] == -32700
         for mode in MODES:
             async with httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"}) as hc:
                 async with connect(streamable_http_client(url, http_client=hc), mode) as c:

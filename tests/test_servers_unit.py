@@ -517,8 +517,10 @@ def test_argument_policy(args: dict, want: dict, problems: list[str]) -> None:
 
 @pytest.mark.parametrize(("line", "status", "output", "changed", "was", "now", "down", "outcome", "why"), [
     ("lsp-gen-interval 2", "accepted", "", True, False, True, [], "applied", ""),
+    # the segment changed, but not this line's doing: it is not in the configuration and nothing in its mode moved
+    ("metric-style wide", "accepted", "", True, False, False, [], "unchanged", "default value"),
     ("lsp-gen-interval 2", "accepted", "", False, True, True, [], "unchanged", "already in the running configuration"),
-    ("isis hello-multiplier 3", "accepted", "", False, False, False, [], "unchanged", "did not change"),  # a default value
+    ("isis hello-multiplier 3", "accepted", "", False, False, False, [], "unchanged", "changed nothing"),  # a default value
     ("description x", "accepted", "", False, False, False, ["isisd"], "rejected", "isisd is not running"),
     ("no net 49.0001.00", "accepted", "", False, False, False, [], "rejected", "nothing to remove"),
     ("no net 49.0001.00", "accepted", "", True, False, False, [], "applied", ""),
@@ -538,3 +540,7 @@ def test_frr_line_outcomes(line: str, status: str, output: str, changed: bool, w
     c = Command(text=line, negated=line.startswith("no "))
     got = DeviceRun._frr_outcome(c, Answer(line, status, "r1(config)# ", output), changed=changed, was=was, now=now, down=down)
     assert got[0] == outcome and why in got[1], got
+    # stored in another form (an abbreviation, a replaced value): something moved in its mode
+    if outcome == "unchanged" and changed and not was:
+        again = DeviceRun._frr_outcome(c, Answer(line, status, "", output), changed=True, was=False, now=False, touched=True)
+        assert again[0] == "applied"

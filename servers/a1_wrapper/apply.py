@@ -195,6 +195,10 @@ class DeviceRun:
         self.frr = after
         changed = after != before
         was, now = _lines_of(before), _lines_of(after)
+        # changes no line of the segment accounts for word for word (FRR stores a line in another
+        # form, or a line replaced a value): a line whose mode they are in may have made them
+        explained = {(c.ctx, c.text[3:] if c.negated else c.text) for c in seg}
+        unexplained = {e for e in (now ^ was) if e not in explained}
         # daemons this router runs that did not answer the read-back: vtysh skips a daemon that is
         # down without a word when the line also belongs to other daemons
         down = sorted(set(self.lab.state(self.device).daemons) - set(after))
@@ -203,14 +207,20 @@ class DeviceRun:
             key = (c.ctx, c.text)
             said = a.output if a.status != "not_run" else f"% {a.output}"
             shown = f"{a.prompt or self.device + '(config)# '}{c.text}" + (f"\n{said}" if said else "")
-            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down)
+            touched = any(ctx == c.ctx or ctx[: len(c.ctx) + 1] == (*c.ctx, c.text) for ctx, _ in unexplained)
+            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down,
+                                             touched=touched)  # fmt: skip
             if outcome == "rejected" and a.status == "accepted":
                 shown += f"\n% (anibench) {why}"
             self._add(c, outcome, why, shown)
 
     @staticmethod
     def _frr_outcome(c: Command, a: Answer, *, changed: bool, was: bool, now: bool,  # noqa: PLR0911
-                     down: list[str] = ()) -> tuple[Outcome, str]:  # type: ignore[assignment]  # fmt: skip
+                     down: list[str] | tuple[str, ...] = (), touched: bool = False) -> tuple[Outcome, str]:  # fmt: skip
+        """A line's outcome from FRR's answer and the read-back around its segment: ``changed``
+        (the daemons' configurations differ), ``was``/``now`` (the line, in its mode, is in the
+        running configuration before/after), ``touched`` (the segment changed something in the
+        line's mode that no line accounts for word for word), ``down`` (daemons not answering)."""
         if a.status == "refused":
             return "rejected", a.message or "FRR refused it without a message (vtysh exit status 1)"
         if a.status == "not_run":
@@ -233,12 +243,12 @@ class DeviceRun:
             if changed and now:
                 return "applied", f"FRR: {warning}"
             return "rejected", f"FRR answered '{warning}' and the line is not in the running configuration"
-        if changed:
+        if now or (changed and touched):
             return "applied", ""
         if down:
             return "rejected", (f"changed nothing: FRR accepted it, but the running configuration did not change, and "
                                 f"{', '.join(down)} {'is' if len(down) == 1 else 'are'} not running on this router")  # fmt: skip
-        return "unchanged", "accepted; the running configuration did not change"
+        return "unchanged", "accepted; it changed nothing (a default value, or already so)"
 
     # -- kernel ------------------------------------------------------------------------------
 
