@@ -515,9 +515,7 @@ class AniServer(MCPServer):
                         raise ToolError(str(cause)) from None
                     raise
                 if note.cancel.is_set():  # cancelled while the tool ran: the client gets no answer (MCP)
-                    cancelled = True
-                    error = (f"cancelled after {time.monotonic() - t0:.1f} s (the client cancelled the request or went "
-                             f"away; it gets no answer): {note.cancel_report or 'the tool stopped what it ran'}")  # fmt: skip
+                    cancelled, error = True, _cancelled(t0, note)
                     return result
                 if isinstance(result, CallToolResult):
                     # bounded as it travels: one JSON-RPC message (servers.common.paging)
@@ -529,18 +527,12 @@ class AniServer(MCPServer):
             except ToolError as e:
                 error = self.fitter.fit_error(str(e), request_id=request_id)
                 if note.cancel.is_set():  # the tool stopped because the call was cancelled
-                    cancelled = True
-                    error = (f"cancelled after {time.monotonic() - t0:.1f} s (the client cancelled the request or went "
-                             f"away; it gets no answer): {note.cancel_report or 'the tool stopped what it ran'}. "
-                             f"The tool ended with: {error}")  # fmt: skip
+                    cancelled, error = True, _cancelled(t0, note, f"The tool ended with: {error}")
                 raise ToolError(error) from None
         except ToolError:
             raise
         except BaseException as e:  # cancelled by the client (notifications/cancelled, timeout) or shutdown
-            cancelled = True
-            what = note.cancel_report or "the call was stopped before it finished; part of it may have run"
-            error = (f"cancelled after {time.monotonic() - t0:.1f} s ({type(e).__name__}: the client cancelled the "
-                     f"request or went away): {what}")  # fmt: skip
+            cancelled, error = True, _cancelled(t0, note, f"({type(e).__name__}; part of the call may have run)")
             raise
         finally:
             _CALL.reset(token)
@@ -596,7 +588,7 @@ class AniServer(MCPServer):
             arguments_truncated=truncated,
             kind=kind,
             is_error=error is not None or bool(note.rejected),
-            tool_error=error is not None,
+            tool_error=error is not None and not cancelled,  # a cancelled call is not answered at all
             result=None if error is not None or result is None else bound_text(_text_of(result)),
             error=None if error is None else bound_text(error),
             rejected=note.rejected[:50],
@@ -657,6 +649,13 @@ def _text_of(result: Any) -> str:
     if not content:
         return ""
     return "\n".join(getattr(c, "text", "") or f"<{getattr(c, 'type', 'content')}>" for c in content)
+
+
+def _cancelled(t0: float, note: CallNote, tail: str = "") -> str:
+    """The recorded error of a cancelled call: when, and what the tool says it stopped."""
+    what = note.cancel_report or "the tool stopped what it ran"
+    return (f"cancelled after {time.monotonic() - t0:.1f} s (the client cancelled the request or went away; it gets no "
+            f"answer): {what}" + (f". {tail}" if tail else ""))  # fmt: skip
 
 
 def _protocol_error(exc: Exception) -> JSONRPCError:
