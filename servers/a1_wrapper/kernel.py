@@ -1,10 +1,11 @@
 """A1's kernel commands (``ip route|rule|sr``, ``nft``): running one with a truthful outcome, and
 the nftables ruleset written as the A1 commands that re-create it.
 
-Outcome of one kernel command (:func:`run_kernel`), decided from the tool's exit status and a
-read-back of the state the command acts on, taken in the same process run just before and
-after it (a digest of ``ip route show table all`` without routing-protocol routes, ``ip rule
-show``, ``ip sr tunsrc show`` or ``nft -s list ruleset``):
+Outcome of one kernel command (``servers.a1_wrapper.apply.DeviceRun``), decided from the tool's
+exit status and, where that does not tell (:func:`exit_status_tells`), a read-back of the state
+the command acts on, taken in the same process run just before and after it (a digest of ``ip
+route show table all`` without routing-protocol routes, ``ip rule show``, ``ip sr tunsrc show``
+or ``nft -s list ruleset``):
 
 - ``rejected``: the tool failed (its message), or it succeeded but a delete (``del``,
   ``delete``, ``destroy``, ``flush``) changed nothing -- there was nothing to remove;
@@ -73,6 +74,14 @@ def family_of(argv: list[str]) -> int:
     if "-4" in argv:
         return 4
     return 6 if any(":" in w for w in argv[3:]) else 4
+
+
+def exit_status_tells(argv: list[str]) -> bool:
+    """The exit status alone says whether an ``ip route|rule`` command changed the kernel: ``add``
+    and ``append`` create exactly one object or fail (File exists ...), ``del`` removes exactly
+    one or fails (No such process ...). Other verbs (replace, change, flush) and nft and sr
+    commands may succeed without changing anything, so they run between two read-backs."""
+    return kind_of(argv) in ("route", "rule") and verb_of(argv) in ("add", "append", "del", "delete")
 
 
 def split_marker(stderr: str) -> tuple[str, str | None]:

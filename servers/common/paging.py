@@ -199,6 +199,15 @@ def _replace(value: Any, path: tuple[Any, ...], new: str) -> Any:
     return out_list
 
 
+#: Room the marker takes (characters); a string is cut only where that makes it shorter.
+_MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13))
+
+
+def _cut(s: str, k: int) -> bool:
+    """``s`` is cut when ``k`` characters are kept of it (only if that shortens it)."""
+    return len(s) > k + _MARKER_ROOM
+
+
 def _text_of_structured(structured: Any, wrapped: bool) -> str:
     """The text content MCPServer derives from a structured result (JSON, indent 2)."""
     shown = structured.get("result") if wrapped and isinstance(structured, dict) else structured
@@ -234,7 +243,7 @@ class Fitter:
             def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
                 data: Any = structured
                 for p, s in leaves:
-                    if len(s) > k:
+                    if _cut(s, k):
                         data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s)))
                 text = _text_of_structured(data, wrapped)
                 return result.model_copy(update={"structured_content": data,
@@ -247,7 +256,7 @@ class Fitter:
             def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
                 new = list(blocks)
                 for (i,), s in leaves:
-                    if len(s) > k:
+                    if _cut(s, k):
                         new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s)))
                 return result.model_copy(update={"content": new})
 
@@ -257,7 +266,7 @@ class Fitter:
         if k < 0:
             return self._whole(result, wrapped, request_id)
         for p, s in leaves:
-            if len(s) > k:
+            if _cut(s, k):
                 self.store.put(ids[p], s)
         return build(k, ids)
 

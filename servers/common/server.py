@@ -8,10 +8,15 @@ A level is an :class:`AniServer` plus its tools, registered with :meth:`AniServe
 
 1. the call gets the next sequence number; it counts as a step whatever happens next;
 2. after ``submit`` (episode ended) or past the step budget the call is refused unexecuted;
-3. unknown tools, unexpected or invalid arguments become errors that list what is expected;
+3. unknown tools, unexpected or invalid arguments become errors that list what is expected; the
+   argument policy (:mod:`servers.common.args`) applies first, the same for every tool;
 4. the tool runs; a ``substrate`` error becomes a ``ToolError`` with a message for the agent; a
-   crash is logged on the server and answered with a generic error (the server never dies);
-5. one :class:`~servers.common.recorder.CallRecord` line is appended (and fsync'd) to the
+   crash is logged on the server and answered with a generic error (the server never dies); if
+   the client cancels the call (or goes away), the call's cancel event is set at once, so the
+   commands it runs are killed (:meth:`AniServer._run_cancellable`);
+5. the result (or error text) is bounded to one JSON-RPC message, long texts cut with a handle
+   that ``read_output`` pages through (:mod:`servers.common.paging`);
+6. one :class:`~servers.common.recorder.CallRecord` line is appended (and fsync'd) to the
    trajectory, including for refused, failed and cancelled calls.
 """
 
