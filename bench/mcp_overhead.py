@@ -5,7 +5,7 @@ work it wraps, measured in the same run, interleaved.
 Calls:
 - ``get_topology`` (A1): cheap, pure Python; raw = the tool function called directly;
 - a show command: A1 ``execute_validation {"r1": "show version"}`` against the raw
-  ``Lab.exec(r1, ["vtysh"], input="show version")`` it performs;
+  ``Lab.exec(r1, ["vtysh", "-E", "-c", "show version"])`` it performs;
 - a shell command: A0 ``run_shell(r1, "true")`` against the raw confined ``Lab.exec``.
 
 Paths: the SDK client in-process (initialize handshake and 2026-07-28 modes), the same with the
@@ -62,7 +62,7 @@ def row(path: str, call: str, srv: list[float], raw: list[float]) -> str:
 async def bench(lab: Lab, n: int) -> None:
     print(f"lab {lab.name}; {n} calls per row after 10 warm-up calls; times in ms")
     print(f"{'path':<26} {'call':<22} {'p50':>8} {'p95':>8} {'raw p50':>8} {'raw p95':>8} {'overhead':>9}")
-    show_raw = lambda: lab.exec("r1", ["vtysh"], input="show version\n", timeout_s=15)  # noqa: E731
+    show_raw = lambda: lab.exec("r1", ["vtysh", "-E", "-c", "show version"], timeout_s=15)  # noqa: E731
     shell_raw = lambda: lab.exec("r1", ["bash", "-c", "true"], confined=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="anibench-bench-", dir=str(Path.home())) as tmp:
         for label, traj, mode in (("in-process legacy", None, "legacy"), ("in-process 2026-07-28", None, "auto"),

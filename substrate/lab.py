@@ -326,6 +326,7 @@ class Lab:
         input: str | bytes | None = None,
         confined: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        cancel: threading.Event | None = None,
     ) -> ExecResult:
         """Run ``argv`` inside ``node`` (its network, mount, PID, UTS and IPC namespaces).
 
@@ -337,6 +338,8 @@ class Lab:
             confined: drop the capabilities that could reach outside the node (mount, module
                 loading, ptrace, raw I/O, ...); used for agent-supplied commands (A0).
             max_output: cap per stream, in bytes.
+            cancel: when set while the command runs, its process group is killed at once
+                (result ``cancelled``); used for calls an MCP client cancels.
 
         Raises:
             NodeNotFoundError: unknown node. ExecError: the node is not running.
@@ -346,7 +349,8 @@ class Lab:
             raise ExecError("empty command")
         prefix = self._backend.exec_prefix(self, st, confined=confined)
         return self._backend.run(
-            self, node, [*prefix, *argv], argv=list(argv), timeout_s=timeout_s, input=input, max_output=max_output
+            self, node, [*prefix, *argv], argv=list(argv), timeout_s=timeout_s, input=input, max_output=max_output,
+            cancel=cancel,
         )
 
     def sh(self, node: str, script: str, **kw: Any) -> ExecResult:

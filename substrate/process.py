@@ -11,6 +11,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -37,6 +38,8 @@ class ExecResult:
         duration_s: wall-clock seconds from start to exit.
         timed_out: the deadline was reached and the process group was killed.
         truncated: some output was dropped.
+        cancelled: the caller's cancel event was set and the process group was killed
+            (returncode -9).
     """
 
     node: str
@@ -47,6 +50,7 @@ class ExecResult:
     duration_s: float
     timed_out: bool = False
     truncated: bool = False
+    cancelled: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -72,9 +76,13 @@ def run_bounded(
     env: dict[str, str] | None = None,
     node: str = "",
     shown_argv: list[str] | None = None,
+    cancel: threading.Event | None = None,
 ) -> ExecResult:
     """Run ``argv`` until it exits or ``timeout_s`` passes; capture at most ``max_output`` bytes
     of each stream (the rest is read and dropped, so the child never blocks on a full pipe).
+
+    ``cancel``: when this event is set while the command runs (checked every 50 ms), the
+    command's process group is killed at once (SIGKILL) and the result says ``cancelled``.
 
     Raises:
         FileNotFoundError / PermissionError: the program cannot be started.
@@ -104,6 +112,7 @@ def run_bounded(
     sel.register(proc.stderr, selectors.EVENT_READ, 2)
     deadline = t0 + timeout_s
     timed_out = False
+    cancelled = False
     try:
         exited_at: float | None = None
         while sel.get_map():
@@ -111,6 +120,9 @@ def run_bounded(
             remaining = deadline - now
             if remaining <= 0:
                 timed_out = exited_at is None
+                break
+            if cancel is not None and cancel.is_set() and exited_at is None:
+                cancelled = True
                 break
             if exited_at is not None and now - exited_at > _BACKGROUND_GRACE_S:
                 break  # the command exited; a background child still holds the pipes
@@ -127,13 +139,20 @@ def run_bounded(
                 dropped[key.data] += max(0, len(chunk) - max(room, 0))
             if exited_at is None and not events and proc.poll() is not None:
                 exited_at = time.monotonic()
-        if not timed_out:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+        if not timed_out and not cancelled:
+            while True:  # wait for the exit, still honouring the deadline and the cancel event
+                try:
+                    proc.wait(timeout=min(_POLL_S, max(0.0, deadline - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        break
+                    if cancel is not None and cancel.is_set():
+                        cancelled = True
+                        break
     finally:
-        if timed_out:
+        if timed_out or cancelled:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -156,4 +175,5 @@ def run_bounded(
         duration_s=time.monotonic() - t0,
         timed_out=timed_out,
         truncated=bool(dropped[1] or dropped[2]),
+        cancelled=cancelled,
     )

@@ -77,3 +77,73 @@ def http_server(level: str, lab: str, *extra: str) -> Iterator[str]:
 
 def as_json(r: CallToolResult) -> Any:
     return json.loads(text(r))
+
+
+class RawStdio:
+    """A bare JSON-RPC client of ``harness serve`` over stdio, as simple clients are written: one
+    message per line, read with asyncio's ``StreamReader.readline`` at its DEFAULT limit (64 KiB),
+    so a longer line fails here as it does in such clients. Also sends what the SDK client would
+    not: cancellations at a chosen moment, lines that are not JSON.
+
+    Use ``async with RawStdio.start(level, lab, *extra) as c``.
+    """
+
+    def __init__(self, proc: Any):
+        self.proc = proc
+        self.next_id = 0
+        self.lines: list[bytes] = []  # every line received, for size checks
+
+    @classmethod
+    @asynccontextmanager
+    async def start(cls, level: str, lab: str, *extra: str) -> AsyncIterator[RawStdio]:
+        import asyncio
+
+        proc = await asyncio.create_subprocess_exec(
+            *HARNESS, "serve", "--ani", level, "--lab", lab, *extra, cwd=str(REPO),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        c = cls(proc)
+        try:
+            await c.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                           "clientInfo": {"name": "raw-stdio-test", "version": "0"}})  # fmt: skip
+            await c.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            yield c
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    async def send(self, message: dict[str, Any] | str) -> None:
+        line = message if isinstance(message, str) else json.dumps(message)
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def recv(self) -> dict[str, Any]:
+        """The next message (raises ValueError past the 64 KiB line limit, like such clients)."""
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise EOFError("the server closed stdout")
+        self.lines.append(line)
+        return json.loads(line)
+
+    async def call(self, method: str, params: dict[str, Any]) -> int:
+        """Send a request; return its id (read the answer with :meth:`answer`)."""
+        self.next_id += 1
+        await self.send({"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params})
+        return self.next_id
+
+    async def answer(self, rid: int) -> dict[str, Any]:
+        """The response to request ``rid`` (notifications in between are skipped)."""
+        while True:
+            msg = await self.recv()
+            if msg.get("id") == rid and ("result" in msg or "error" in msg):
+                return msg
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.answer(await self.call(method, params))
+
+    async def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """tools/call; the CallToolResult as a dict."""
+        msg = await self.request("tools/call", {"name": name, "arguments": arguments})
+        assert "result" in msg, msg
+        return msg["result"]

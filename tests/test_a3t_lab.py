@@ -100,7 +100,7 @@ async def test_tools_annotations_and_catalog(lab: Lab, mode: str) -> None:
     async with connect(server(lab), mode) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
         assert set(tools) == {"list_service_classes", "list_services", "get_service", "plan_change_set", "apply_change_set",
-                              "get_change", "submit"}  # fmt: skip
+                              "get_change", "read_output", "submit"}  # fmt: skip
         hints = {n: (t.annotations.read_only_hint, t.annotations.destructive_hint, t.annotations.idempotent_hint)  # type: ignore[union-attr]
                  for n, t in tools.items()}  # fmt: skip
         assert hints["apply_change_set"] == (False, True, True) and hints["plan_change_set"] == (True, False, True)

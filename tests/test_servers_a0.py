@@ -4,6 +4,7 @@ protocol modes, over stdio (``harness serve``) and over streamable HTTP."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import threading
@@ -45,7 +46,7 @@ def server(lab: Lab, tmp_path: Path | None = None, **kw: object):  # noqa: ANN20
 async def test_tools_schemas_and_annotations(lab: Lab, mode: str) -> None:
     async with connect(server(lab), mode) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
-    assert set(tools) == {"list_devices", "run_shell", "submit"}
+    assert set(tools) == {"list_devices", "run_shell", "read_output", "submit"}
     rs = tools["run_shell"]
     assert rs.input_schema["required"] == ["device", "command"]
     assert rs.input_schema["properties"]["timeout_s"]["anyOf"][0]["maximum"] == 120
@@ -71,7 +72,8 @@ async def test_calls_and_errors(lab: Lab, mode: str, tmp_path: Path) -> None:
         out = data(await c.call_tool("run_shell", {"device": "h1", "command": "echo err >&2; exit 3"}))
         assert (out["exit_status"], out["stderr"]) == (3, "err\n")
         big = data(await c.call_tool("run_shell", {"device": "r1", "command": "head -c 100000 /dev/zero | tr '\\0' x"}))
-        assert big["truncated"] and "more bytes not shown" in big["stdout"] and len(big["stdout"]) < 4300
+        assert big["truncated"] and "bytes dropped: over the server's capture limit of 4096 bytes" in big["stdout"]
+        assert len(big["stdout"]) < 4300
         cases = [
             ({"device": "r9", "command": "true"}, "unknown device 'r9'; devices: r1, r2, r3, h1, h3"),
             ({"device": "r1"}, "bad arguments for run_shell: command: Field required"),
@@ -86,7 +88,7 @@ async def test_calls_and_errors(lab: Lab, mode: str, tmp_path: Path) -> None:
             r = await c.call_tool("run_shell", args)
             assert r.is_error and msg in text(r), (args, text(r))
         r = await c.call_tool("format_disk", {})
-        assert r.is_error and "unknown tool 'format_disk'; tools: submit, list_devices, run_shell" in text(r)
+        assert r.is_error and "unknown tool 'format_disk'; tools: submit, read_output, list_devices, run_shell" in text(r)
     recs = records(tmp_path / "trajectory.jsonl")
     assert [r["seq"] for r in recs] == list(range(1, 14))
     assert [r["tool"] for r in recs[:5]] == ["list_devices", "run_shell", "run_shell", "run_shell", "run_shell"]
@@ -113,7 +115,7 @@ async def test_budget_and_submit(lab: Lab, tmp_path: Path) -> None:
         assert r.is_error and "the episode has ended: submit was called (call 3)" in text(r)
         r = await c.call_tool("list_devices", {})
         assert r.is_error and "the episode has ended" in text(r)
-        assert len((await c.list_tools()).tools) == 3  # listing tools is not a step
+        assert len((await c.list_tools()).tools) == 4  # listing tools is not a step
     assert lab.exec("r1", ["ls", "/tmp/after-submit"]).returncode != 0  # refused calls never ran
     recs = records(tmp_path / "trajectory.jsonl")
     assert [(r["seq"], r["kind"], r["is_error"], r["refused"]) for r in recs] == [
@@ -227,7 +229,7 @@ def _accept_once(listener: socket.socket, accepted: list[object]) -> None:
 async def test_stdio_harness_serve(lab: Lab, mode: str, tmp_path: Path) -> None:
     traj = tmp_path / "t.jsonl"
     async with connect(stdio("A0", lab.name, "--trajectory", str(traj), "--budget-steps", "5"), mode) as c:
-        assert {t.name for t in (await c.list_tools()).tools} == {"list_devices", "run_shell", "submit"}
+        assert {t.name for t in (await c.list_tools()).tools} == {"list_devices", "run_shell", "read_output", "submit"}
         out = data(await c.call_tool("run_shell", {"device": "r3", "command": "hostname"}))
         assert out["stdout"] == "r3\n"
         r = await c.call_tool("run_shell", {"device": "nope", "command": "true"})
@@ -246,6 +248,10 @@ async def test_http_transport_token_and_rebinding_protection(lab: Lab) -> None:
             r = await h.post(url, json={}, headers={"Authorization": "Bearer s3cret", "Host": "attacker.example"})
             assert r.status_code in (403, 421)
             assert (await h.post(url, json={}, headers={"Authorization": "Bearer wrong"})).status_code == 401
+            # a body that is not JSON gets the JSON-RPC parse error (stdio: tests/test_issue_10.py)
+            r = await h.post(url, content=b"not json", headers={"Authorization": "Bearer s3cret", "Content-Type":
+                             "application/json", "Accept": "application/json, text/event-stream"})  # fmt: skip
+            assert r.status_code == 400 and r.json()["error"]["code"] == -32700
         for mode in MODES:
             async with httpx2.AsyncClient(headers={"Authorization": "Bearer s3cret"}) as hc:
                 async with connect(streamable_http_client(url, http_client=hc), mode) as c:
@@ -253,10 +259,26 @@ async def test_http_transport_token_and_rebinding_protection(lab: Lab) -> None:
                     assert out["stdout"] == "r2\n"
 
 
-async def test_oversized_results_become_errors(lab: Lab) -> None:
+async def test_oversized_results_are_cut_and_paged(lab: Lab, tmp_path: Path) -> None:
     # backslashes are escaped in the structured copy and twice in the text copy: 192 KiB of them
-    # serialize to about 1.1 MiB, past the bound under the 1 MiB SSE event limit of HTTP clients
-    async with connect(server(lab, options={"max_output_bytes": 192 * 1024})) as c:
-        r = await c.call_tool("run_shell", {"device": "r1", "command": "head -c 196608 /dev/zero | tr '\\0' '\\\\'"})
-        assert r.is_error and "over the server's bound" in text(r) and "ask for less" in text(r)
-        assert not (await c.call_tool("run_shell", {"device": "r1", "command": "true"})).is_error
+    # would make a message of about 1.1 MiB; it is cut to the bound, the rest read with read_output
+    s = server(lab, tmp_path, max_message_bytes=8192)
+    async with connect(s) as c:
+        r = data(await c.call_tool("run_shell", {"device": "r1", "command": "head -c 196608 /dev/zero | tr '\\0' '\\\\'"}))
+        m = re.search(r'read_output\(output_id="(out-\d+)", offset=(\d+)\)', r["stdout"][-200:])
+        assert m and not r["truncated"] and "more characters" in r["stdout"]
+        oid, off = m.group(1), int(m.group(2))
+        got = r["stdout"][:off]
+        while off is not None:
+            page = data(await c.call_tool("read_output", {"output_id": oid, "offset": off}))
+            got += page["text"]
+            off = page["next_offset"]
+        assert got == "\\" * 196608
+        page = data(await c.call_tool("read_output", {"output_id": oid, "offset": 10, "max_chars": 5}))
+        assert page == {"output_id": oid, "offset": 10, "text": "\\" * 5, "next_offset": 15, "total_chars": 196608}
+        for args, frag in [({"output_id": "out-999"}, "unknown output id 'out-999'"),
+                           ({"output_id": oid, "offset": 10**7}, "past the end"),
+                           ({"output_id": oid, "offset": -1}, "offset")]:  # fmt: skip
+            r = await c.call_tool("read_output", args)
+            assert r.is_error and frag in text(r), text(r)
+    assert all(rec["kind"] == "read" for rec in records(tmp_path / "trajectory.jsonl")[1:])

@@ -48,18 +48,20 @@ def unchanged(lab: Lab, before: dict) -> bool:
 async def test_tools_schemas_and_annotations(lab: Lab, mode: str) -> None:
     async with connect(server(lab), mode) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
-    assert set(tools) == {"get_topology", "get_running_config", "apply_config", "execute_validation", "rollback", "wait", "submit"}
+    assert set(tools) == {"get_topology", "get_running_config", "apply_config", "execute_validation", "rollback", "wait",
+                          "read_output", "submit"}  # fmt: skip
     hints = {n: (t.annotations.read_only_hint, t.annotations.destructive_hint, t.annotations.idempotent_hint)  # type: ignore[union-attr]
              for n, t in tools.items()}  # fmt: skip
     assert hints == {
         "get_topology": (True, False, True), "get_running_config": (True, False, True),
         "apply_config": (False, True, False), "execute_validation": (True, False, True),
         "rollback": (False, True, True), "wait": (True, False, True), "submit": (False, False, False),
+        "read_output": (True, False, True),
     }  # fmt: skip
     cmds = tools["apply_config"].input_schema["properties"]["commands"]
     assert cmds["type"] == "object" and {s.get("type") for s in cmds["additionalProperties"]["anyOf"]} == {"string", "array"}
     assert tools["wait"].input_schema["properties"]["seconds"]["maximum"] == 60
-    assert "snapshot" in (tools["apply_config"].description or "") and "NetConfArena" in (tools["apply_config"].description or "")
+    assert "snapshot" in (tools["apply_config"].description or "") and "unchanged" in (tools["apply_config"].description or "")
 
 
 async def test_topology_and_running_config(lab: Lab) -> None:
@@ -95,17 +97,21 @@ async def test_apply_config_echo_snapshot_and_rollback(lab: Lab, mode: str, tmp_
     async with connect(s, mode) as c:
         reply = data(await c.call_tool("apply_config", {"commands": commands}))
         # partly applied: not an error, and the summary (first in the text) names what was refused
-        assert reply["summary"].startswith("PARTLY APPLIED: 2 command(s) REJECTED and not applied (r1: spf-interval 1 10: "
-                                           "% Unknown command: spf-interval 1 10; h1: ip -6 route add fd00:96::/64")
-        assert reply["summary"].endswith("the other 7 command(s) were applied")
+        assert reply["summary"] == (
+            "PARTLY APPLIED: 2 of 8 command(s) REJECTED and not applied (r1: spf-interval 1 10: % Unknown command: "
+            "spf-interval 1 10; h1: ip -6 route add fd00:96::/64 dev eth1: RTNETLINK answers: File exists); the other 6 "
+            "accepted: 5 changed the device, 1 already in effect (no change)")
         res = reply["devices"]
         r1, h1 = res["r1"], res["h1"]
         assert r1["echo"].startswith("r1# configure terminal\nr1(config)# router isis CORE\nr1(config-router)# lsp-gen-interval 2\n")
-        assert "r1(config-router)# spf-interval 1 10\n% Unknown command: spf-interval 1 10" in r1["echo"]
+        assert "r1(config-router)# spf-interval 1 10\n% Unknown command: spf-interval 1 10\nr1(config-router)# exit\n" in r1["echo"]
         assert "r1(kernel)# nft add table inet anibench_t" in r1["echo"]
         assert r1["rejected"] == [{"command": "spf-interval 1 10", "message": "% Unknown command: spf-interval 1 10"}]
-        assert r1["accepted"] == 6 and r1["snapshot_id"].startswith("r1@")
-        assert h1["accepted"] == 1 and "File exists" in h1["rejected"][0]["message"]
+        assert r1["applied"] == ["lsp-gen-interval 2", "ipv6 route fd00:97::/64 fd00::3", commands["r1"].splitlines()[5],
+                                 "nft add table inet anibench_t"]  # fmt: skip
+        assert r1["unchanged"] == ["router isis CORE"] and r1["snapshot_id"].startswith("r1@")
+        # the same route twice: the kernel refuses the second (a route with that prefix and metric exists)
+        assert h1["applied"] == ["ip -6 route add fd00:96::/64 dev eth1"] and "File exists" in h1["rejected"][0]["message"]
         # out of band: the device really changed
         assert "ipv6 route fd00:97::/64 fd00::3" in lab.vtysh("r1", "show running-config").stdout
         assert "encap seg6" in lab.exec("r1", ["ip", "-6", "route", "show", "table", "100"]).stdout
@@ -133,8 +139,8 @@ async def test_apply_config_echo_snapshot_and_rollback(lab: Lab, mode: str, tmp_
     # a partly applied call is no MCP error (tool_error), but it is an error action (is_error), with the refusals
     assert (first["tool"], first["kind"], first["is_error"], first["tool_error"]) == ("apply_config", "config", True, False)
     assert "PARTLY APPLIED" in first["result"] and "% Unknown command: spf-interval" in first["result"]
-    assert "r1: spf-interval 1 10: % Unknown command: spf-interval 1 10" in first["rejected"]
-    assert len(first["rejected"]) == 2 and any(x.startswith("h1: ") and "File exists" in x for x in first["rejected"])
+    assert first["rejected"][0] == "r1: spf-interval 1 10: % Unknown command: spf-interval 1 10"
+    assert len(first["rejected"]) == 2 and first["rejected"][1].startswith("h1: ") and "File exists" in first["rejected"][1]
     assert first["arguments"] == {"commands": commands}
     assert [r["kind"] for r in recs[1:4]] == ["config"] * 3 and not any(r["is_error"] for r in recs[1:4])
 
@@ -149,13 +155,15 @@ async def test_apply_config_error_flag_is_truthful_and_matches_the_record(lab: L
         r = await c.call_tool("apply_config", {"commands": delete})
         assert r.is_error and r.structured_content is None
         head, body = text(r).split("\n", 1)
-        assert head == "nothing was applied: the device(s) refused every command; fix the rejected commands below and apply again"
+        assert head.startswith("NOTHING APPLIED: 1 of 1 command(s) REJECTED (r1: nft delete table inet tenant_fw: Error: ")
+        assert head.endswith("). Fix the rejected commands and send them again") and json.loads(body)["summary"] == head
         got = json.loads(body)["devices"]["r1"]
-        assert got["accepted"] == 0 and got["echo"].startswith("r1(kernel)# nft delete table inet tenant_fw\n")
+        assert got["applied"] == [] and got["echo"].startswith("r1(kernel)# nft delete table inet tenant_fw\n")
         assert got["rejected"][0]["command"] == "nft delete table inet tenant_fw" and "No such file" in got["rejected"][0]["message"]
         # create it, then the same delete is accepted: not an error
         add = data(await c.call_tool("apply_config", {"commands": {"r1": ["nft add table inet tenant_fw"]}}))
-        assert add["summary"] == "applied: all 1 command(s)" and add["devices"]["r1"]["accepted"] == 1
+        assert add["summary"] == "applied: all 1 command(s) accepted; 1 changed the device"
+        assert add["devices"]["r1"]["applied"] == ["nft add table inet tenant_fw"]
         assert "tenant_fw" in lab.exec("r1", ["nft", "list", "tables"]).stdout
         gone = data(await c.call_tool("apply_config", {"commands": delete}))
         assert gone["devices"]["r1"]["rejected"] == [] and "tenant_fw" not in lab.exec("r1", ["nft", "list", "tables"]).stdout
@@ -164,7 +172,7 @@ async def test_apply_config_error_flag_is_truthful_and_matches_the_record(lab: L
         assert r.is_error and set(json.loads(text(r).split("\n", 1)[1])["devices"]) == {"r1", "r2"}
     recs = records(tmp_path / "trajectory.jsonl")
     assert [(x["is_error"], x["tool_error"]) for x in recs] == [(True, True), (False, False), (False, False), (True, True)]
-    assert "nothing was applied" in recs[0]["error"] and any("r1: nft delete table inet tenant_fw" in x for x in recs[0]["rejected"])
+    assert "NOTHING APPLIED" in recs[0]["error"] and any("r1: nft delete table inet tenant_fw" in x for x in recs[0]["rejected"])
     assert recs[3]["rejected"] and all(x.startswith(("r1: ", "r2: ")) for x in recs[3]["rejected"])
 
 
@@ -177,8 +185,8 @@ async def test_disallowed_commands_apply_nothing(lab: Lab, tmp_path: Path) -> No
             "h3": "ip -6 route add fd00:95::/64 dev eth1 && reboot\nipv6 route fd00::/64 eth1",
         }})  # fmt: skip
         msg = text(r)
-        assert r.is_error and msg.startswith("nothing was applied: these commands are not allowed")
-        for frag in ("r2 command 3 'router isis CORE; reboot': characters not allowed", "r2 command 4 'write memory'",
+        assert r.is_error and msg.startswith("NOTHING APPLIED: these commands are not allowed")
+        for frag in ("r2 command 3 'router isis CORE; reboot': not an allowed", "r2 command 4 'write memory'",
                      "h3 command 1", "h3 command 2 'ipv6 route fd00::/64 eth1': h3 is a host and runs no FRR",
                      "allowed ip forms"):  # fmt: skip
             assert frag in msg, frag
@@ -187,7 +195,7 @@ async def test_disallowed_commands_apply_nothing(lab: Lab, tmp_path: Path) -> No
             ({"commands": {}}, "commands must map device names to commands"),
             ({"commands": {"r1": [1, 2]}}, "Input should be a valid string"),
             ({"commands": {"r1": "x" * 600}}, "longer than 512 characters"),
-            ({"commands": {"r1": ["interface eth1"] * 201}}, "too many commands (201)"),
+            ({"commands": {"r1": ["interface eth1"] * 501}}, "too many commands (501)"),
             ({"commands": {"zz": "x", "r1": "y"}}, "unknown device 'zz'"),
             ({}, "commands: Field required"),
         ]:
@@ -247,7 +255,7 @@ async def test_execute_validation(lab: Lab, tmp_path: Path) -> None:
         assert "h1# ping -i 0.2 -W 1 -c 2 fd00:1:3::2" in h1 and "0% packet loss" in h1 and "fd00:1:3::2" in h1
         # a probe past its deadline is killed and reported; it was the only command: the call fails
         r = await c.call_tool("execute_validation", {"commands": {"r1": "traceroute -w 5 -q 3 -m 30 fd00:1:3::99"}})
-        assert r.is_error and text(r).startswith("nothing was run: the device(s) refused every command\n")
+        assert r.is_error and text(r).startswith("NOTHING RUN: 1 of 1 command(s) REJECTED (r1: traceroute")
         res = json.loads(text(r).split("\n", 1)[1])
         assert "% timed out" in res["devices"]["r1"]["output"]
         assert res["devices"]["r1"]["rejected"][0]["message"] == "timed out after 1 s"
@@ -295,7 +303,7 @@ async def test_stdio_harness_serve_with_blocklist(lab: Lab, mode: str, tmp_path:
     traj = tmp_path / "t.jsonl"
     before = states(lab, "r2")
     async with connect(stdio("A1", lab.name, "--trajectory", str(traj), "--blocklist", "--budget-steps", "10"), mode) as c:
-        assert len((await c.list_tools()).tools) == 7
+        assert len((await c.list_tools()).tools) == 8
         assert data(await c.call_tool("get_topology", {}))["nodes"][1]["name"] == "r2"
         r = await c.call_tool("apply_config", {"commands": {"r2": "no router isis CORE"}})
         assert r.is_error and "blocklist" in text(r) and "removes the IS-IS underlay" in text(r)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -12,8 +13,9 @@ from tests.conftest import REPO
 from tests.servers_support import HARNESS
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HARNESS, *args], capture_output=True, text=True, cwd=REPO, timeout=60, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **env} if env else None)  # fmt: skip
 
 
 def test_mcp_config_claude_desktop_block_has_absolute_paths_and_path(tmp_path: Path) -> None:
@@ -61,6 +63,28 @@ def test_serving_beyond_loopback_needs_a_token(line3) -> None:  # noqa: ANN001
     # refused before anything binds: a lab must not be reachable from other machines unguarded
     r = run("serve", "--ani", "A1", "--lab", line3.name, "--transport", "http", "--host", "0.0.0.0", "--port", "0")
     assert r.returncode == 1 and "give a bearer token (--token)" in r.stderr, r.stderr
+
+
+def test_empty_tokens_are_refused_at_start() -> None:
+    """Issue 17 / issue 11 item 9: an empty bearer token would guard nothing."""
+    for args, env in ((("serve", "--ani", "A0", "--lab", "x", "--transport", "http", "--token", ""), None),
+                      (("serve", "--ani", "A0", "--lab", "x", "--transport", "http", "--token", "  "), None),
+                      (("mcp-config", "--ani", "A0", "--lab", "x", "--transport", "http", "--token", ""), None),
+                      (("serve", "--ani", "A0", "--lab", "x", "--transport", "http"), {"ANIBENCH_MCP_TOKEN": " "})):  # fmt: skip
+        r = run(*args, env=env)
+        assert r.returncode == 2 and "is empty: give a real token" in r.stderr and r.stdout == "", (args, r.stderr)
+    from servers.common import ServerConfig
+
+    with pytest.raises(ValueError, match="bearer token is empty"):
+        ServerConfig(lab="x", bearer_token="")
+
+
+def test_mcp_config_passes_the_message_bound() -> None:
+    r = run("mcp-config", "--ani", "A1", "--lab", "x", "--max-message-bytes", "32768")
+    args = json.loads(r.stdout)["mcpServers"]["anibench-a1"]["args"]
+    assert args[-2:] == ["--max-message-bytes", "32768"]
+    r = run("serve", "--ani", "A1", "--lab", "x", "--max-message-bytes", "100")
+    assert r.returncode == 2 and "--max-message-bytes" in r.stderr
 
 
 def test_ports_are_range_checked() -> None:
@@ -153,7 +177,7 @@ def test_default_devices_are_the_routers(line3) -> None:  # noqa: ANN001
     assert "--devices" not in json.loads(r.stdout)["mcpServers"]["anibench-a1"]["args"]
     r = run("serve", "--ani", "A1", "--lab", line3.name, "--devices", " , ")
     assert r.returncode == 2 and "--devices needs node names, or 'all'" in r.stderr
-    assert "'all' = every node" in " ".join(run("serve", "--help").stdout.split())
+    assert "'all' = every node" in " ".join(w for w in run("serve", "--help").stdout.split() if w != "│")
 
 
 def test_blocklist_is_refused_on_levels_without_one() -> None:

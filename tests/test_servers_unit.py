@@ -11,9 +11,10 @@ import pytest
 from servers.a0_shell.classify import classify_shell, shell_rejected
 from servers.a1_wrapper.grammar import Grammar, GrammarError, apply_filter, nft_words, with_probe_defaults
 from servers.a1_wrapper.patterns import PatternError, compile_pattern, describe_failure, match
-from servers.a1_wrapper.vtysh import parse_transcript
+from servers.a1_wrapper.vtysh import Answer, run_lines, split_echo
 from servers.common.recorder import CallRecord, TrajectoryRecorder, bound_arguments, bound_text, read_trajectory
 from servers.common.server import Episode
+from substrate.process import ExecResult
 from servers.registry import levels, normalize_level
 
 
@@ -81,16 +82,21 @@ def test_frr_modes_walk_up_and_enter(g: Grammar) -> None:
 
 
 def test_frr_refusals_say_what_to_fix(g: Grammar) -> None:
-    assert "leave out 'configure terminal' and 'end'" in bad(g, ["configure terminal"])
-    assert "leave out" in bad(g, ["end"])
+    # the frame of a pasted configuration is accepted and only returns to the top level
+    assert [c.family for c in ok(g, ["configure terminal", "router isis CORE", "end", "conf t", "end"])] == \
+        ["structure", "frr", "structure", "structure", "structure"]  # fmt: skip
+    assert "not an allowed FRR configuration command in global" in bad(g, ["router isis CORE", "end", "net 49.0001.00"])
     assert "execute_validation" in bad(g, ["do show run"])
     assert "execute_validation" in bad(g, ["show running-config"])
     assert "would leave configuration mode" in bad(g, ["exit"])
-    for meta in (";", "|", "&", "$", "`", ">", "<", "\\", "'", '"'):
-        assert "characters not allowed" in bad(g, [f"router isis CORE{meta} reboot"]), meta
+    # FRR lines go to vtysh as arguments, never to a shell: what FRR takes as text is accepted
+    for meta in (";", "&", "$", "`", ">", "<", "\\", "'", '"'):
+        (cmd,) = ok(g, [f"router isis CORE{meta}x"])
+        assert cmd.text == f"router isis CORE{meta}x", meta
+    assert "output filter" in bad(g, ["router isis CORE | reboot"])
     assert "control characters" in bad(g, ["router isis CORE\x1b[2J"])
-    assert "outside what A1 manages" in bad(g, ["write memory"])
-    assert "outside what A1 manages" in bad(g, ["start-shell bash"])
+    assert "not an allowed FRR configuration command" in bad(g, ["write memory"])
+    assert "not an allowed FRR configuration command" in bad(g, ["start-shell bash"])
     assert "incomplete" in bad(g, ["interface"])
     assert "is a host and runs no FRR" in bad(g, ["ipv6 route fd00::/64 eth1"], router=False)
     # every problem of a call is listed at once
@@ -149,7 +155,7 @@ def test_kernel_refusals(g: Grammar) -> None:
     assert "allowed ip forms" in bad(g, ["ip netns exec other bash"])
     assert "allowed ip forms" in bad(g, ["ip -n anibench-x-r2 route add fd00::/64 dev eth1"])
     assert "allowed ip forms" in bad(g, ["ip -batch /etc/passwd"])
-    assert "allowed ip forms" in bad(g, ["ip -6 route add fd00::/64 dev eth1 table 255"])  # the local table
+    assert "allowed ip forms" in bad(g, ["ip -6 route add fd00::/64 dev eth1 table 0"])  # "unspecified", not a table
     assert "characters not allowed in ip" in bad(g, ["ip -6 route add fd00::/64 dev eth1;reboot"])
     assert "allowed nft forms" in bad(g, ["nft -f /etc/passwd"])
     assert "allowed nft forms" in bad(g, ["nft add rule inet f c meta l4proto tcp log accept"])
@@ -220,37 +226,53 @@ def test_helpers() -> None:
     assert apply_filter(text, None) == text
 
 
-# -- vtysh transcripts ------------------------------------------------------------------------------
+# -- vtysh: per-line answers without a terminal ---------------------------------------------------
 
-TRANSCRIPT = """
-Hello, this is FRRouting (version 8.4.4).
-Copyright 1996-2005 Kunihiro Ishiguro, et al.
-
-r1# configure terminal
-r1(config)# router isis CORE
-r1(config-router)# net 49.bogus
-% Failed to edit configuration.
-
-YANG error(s):
- Unsatisfied pattern
-r1(config-router)# lsp-gen-interval 2
-r1(config-router)# end
-r1# 
-"""
+LONG = "ipv6 prefix-list PL-LONG-NAME-" + "X" * 200 + " seq 5 permit fd99:1234:5678:9abc::/64 le 128"
 
 
-def test_parse_transcript() -> None:
-    sent = ["configure terminal", "router isis CORE", "net 49.bogus", "lsp-gen-interval 2", "end"]
-    results, shown = parse_transcript(sent, TRANSCRIPT)
-    assert [r.rejected for r in results] == [False, False, True, False, False]
-    assert results[2].message.startswith("% Failed to edit configuration. YANG error(s):")
-    assert results[1].prompt == "r1(config)# "
-    assert shown.startswith("r1# configure terminal\n") and shown.endswith("r1(config-router)# end\n")
-    assert "Hello" not in shown
-    # vtysh died after two lines: the rest is unanswered and counted as rejected
-    results, _ = parse_transcript(sent, "r1# configure terminal\nr1(config)# router isis CORE\n")
-    assert [r.answered for r in results] == [True, True, False, False, False]
-    assert results[3].rejected and "ended" in results[3].message
+def test_split_echo_is_exact_whatever_the_line_length() -> None:
+    sent = ["configure terminal", LONG, "router isis CORE", "net 49.bogus"]
+    out = (f"r1# configure terminal\nr1(config)# {LONG}\nr1(config)# router isis CORE\n"
+           "r1(config-router)# net 49.bogus\n% Failed to edit configuration.\n\nYANG error(s):\n Unsatisfied pattern\n")  # fmt: skip
+    echoes = split_echo(sent, out)
+    assert [p for p, _ in echoes] == ["r1# ", "r1(config)# ", "r1(config)# ", "r1(config-router)# "]
+    assert echoes[3][1].startswith("% Failed to edit configuration.") and echoes[1][1] == ""
+    # an answer that merely contains a later command is not its echo
+    assert len(split_echo(["a b", "c"], "r1# a b\n% no c here\nc\n")) == 1
+
+
+class FakeVtysh:
+    """Stands in for vtysh -E -c ... (the FRR behaviour measured on 8.4): echo each command,
+    stop at the first command in ``refuse`` with exit status 1."""
+
+    def __init__(self, refuse: dict[str, str]):
+        self.refuse, self.calls = refuse, []
+
+    def __call__(self, argv: list[str]) -> ExecResult:
+        sent = argv[3::2]
+        self.calls.append(sent)
+        out = []
+        for c in sent:
+            out.append(f"r1(config)# {c}")
+            if c in self.refuse:
+                out.append(self.refuse[c])
+                return ExecResult("r1", argv, 1, "\n".join(out) + "\n", "", 0.0)
+        return ExecResult("r1", argv, 0, "\n".join(out) + "\n", "", 0.0)
+
+
+def test_run_lines_continues_after_a_refusal_in_the_same_mode() -> None:
+    fake = FakeVtysh({"bad one": "% Unknown command: bad one", "silent": ""})
+    lines = ["a", "bad one", "b", "silent", "c"]
+    answers = run_lines(fake, lines, preamble=lambda i, _: ["configure terminal", "router isis CORE"])
+    assert [a.status for a in answers] == ["accepted", "refused", "accepted", "refused", "accepted"]
+    assert answers[1].message == "% Unknown command: bad one" and answers[3].message == ""
+    assert len(fake.calls) == 3 and fake.calls[1][:2] == ["configure terminal", "router isis CORE"]
+    # a line whose mode cannot be entered is not run, and the session ends before nothing else
+    fake = FakeVtysh({"router bgp 65001": "bgpd is not running"})
+    answers = run_lines(fake, ["x"], preamble=lambda i, _: ["configure terminal", "router bgp 65001"])
+    assert answers[0].status == "not_run" and "bgpd is not running" in answers[0].output
+    assert isinstance(answers[0], Answer)
 
 
 # -- A0 classification --------------------------------------------------------------------------------
@@ -376,19 +398,152 @@ def test_registry() -> None:
         normalize_level("A7")
 
 
-def test_running_config_rendering_and_bounds() -> None:
-    from servers.a1_wrapper.server import _bound, render_state
+def test_running_config_rendering() -> None:
+    from servers.a1_wrapper.server import render_state
     from substrate.devstate import DeviceState, LinkState
 
+    nft = ("table inet f {\n\tchain fwd {\n\t\ttype filter hook forward priority filter; policy accept;\n"
+           '\t\toifname "eth3" jump t1\n\t\tip6 daddr fd10::/64 tcp dport { 22, 80 } counter packets 3 bytes 240 drop\n'
+           "\t}\n\tchain t1 {\n\t}\n\tset s6 {\n\t\ttype ipv6_addr\n\t\tflags interval\n\t\telements = { fd00::/64,\n"
+           "\t\t\t     fd01::/64 }\n\t}\n}")  # fmt: skip
     st = DeviceState(node="r1", routes6=["fd00:9::/64 table 100 encap seg6 mode encap segs fcbb:bb00:2:e000:: dev eth1"],
                      rules6=["priority 100 from fd00:1:1::/64 lookup 100"], addresses=["fd00::1/128 dev lo"],
                      links={"lo": LinkState(up=True, mtu=65536), "eth1": LinkState(kind="veth", up=False, mtu=1500)},
-                     nft="table inet f {\n}", tunsrc="fd00::1", frr_config="frr version 8.4.4\nrouter isis CORE\nexit\n")  # fmt: skip
+                     nft=nft, tunsrc="fd00::1", frr_config="frr version 8.4.4\nrouter isis CORE\nexit\n")  # fmt: skip
     text = render_state(st, is_router=True)
     for frag in ("router isis CORE", "ip -6 route add fd00:9::/64 table 100 encap seg6", "ip -6 rule add priority 100",
-                 "ip sr tunsrc set fd00::1", "table inet f {", "eth1: veth DOWN mtu 1500", "lo: up mtu 65536; fd00::1/128"):  # fmt: skip
+                 "ip sr tunsrc set fd00::1", "eth1: veth DOWN mtu 1500", "lo: up mtu 65536; fd00::1/128",
+                 "nft add table inet f\n",
+                 "nft add chain inet f fwd { type filter hook forward priority filter ; policy accept ; }\n",
+                 "nft add chain inet f t1\n", "nft add set inet f s6 { type ipv6_addr ; flags interval ; }\n",
+                 "nft add element inet f s6 { fd00::/64, fd01::/64 }\n", "nft add rule inet f fwd oifname eth3 jump t1\n",
+                 "nft add rule inet f fwd ip6 daddr fd10::/64 tcp dport { 22, 80 } counter drop\n"):  # fmt: skip
         assert frag in text, frag
-    out = _bound({"a": "x" * 10_000, "b": "y" * 100, "c": "z" * 50_000}, per=20_000, total=24_000, hint="ask for less")
-    assert out["b"] == "y" * 100
-    assert "more bytes not shown" in out["a"] and out["a"].endswith("[ask for less]\n")
-    assert sum(len(v) for v in out.values()) < 24_000 + 600
+    # every line of it is an accepted apply_config command (or a comment)
+    Grammar.load().parse_config("r1", text.splitlines(), is_router=True)
+
+
+# -- bounded results and the paging handle (servers.common.paging) ------------------------------------
+
+
+def test_fitter_cuts_the_longest_strings_and_pages_keep_the_bound() -> None:
+    import anyio
+    from mcp_types import CallToolResult, TextContent
+
+    from servers.common.paging import Fitter, OutputStore, complete, message_bytes
+
+    store = OutputStore()
+    fit = Fitter(store, 8192)
+    big = {"a": "x" * 20_000, "b": 'q"\\é\x01' * 3000, "c": "short", "n": 5}
+    res = CallToolResult(content=[TextContent(type="text", text=json.dumps(big))], structured_content=big)
+    out = fit.fit_result(res, request_id=12345)
+    assert message_bytes(out, 12345) <= 8192 and out.structured_content["c"] == "short" and out.structured_content["n"] == 5
+    assert json.loads(out.content[0].text) == out.structured_content  # the text is the structured copy's JSON
+
+    async def page(oid: str, off: int) -> dict:
+        from servers.common.server import OutputPage
+
+        def make(full: str, a: int, b: int) -> OutputPage:
+            return OutputPage(output_id=oid, offset=a, text=full[a:b], next_offset=b if b < len(full) else None,
+                              total_chars=len(full))  # fmt: skip
+
+        p = fit.page(oid, off, None, make)
+        r = CallToolResult(content=[TextContent(type="text", text=p.model_dump_json(indent=2))], structured_content=p.model_dump())
+        assert message_bytes(r) <= 8192
+        return p.model_dump()
+
+    assert anyio.run(complete, out.structured_content, page) == big
+    # small results pass untouched; error texts are cut with a marker of their own
+    small = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
+    assert fit.fit_result(small) is small
+    err = fit.fit_error("e" * 50_000)
+    assert len(err) < 8192 and "read_output(output_id=" in err
+    # a result of many small strings that no cut can bound: kept whole, answered with how to read it
+    many = {f"k{i}": "v" * 60 for i in range(500)}
+    whole = fit.fit_result(CallToolResult(content=[TextContent(type="text", text="x")], structured_content=many))
+    assert whole.is_error and "the call completed" in whole.content[0].text and "read_output" in whole.content[0].text
+
+
+def test_output_store_drops_the_oldest_past_its_bound() -> None:
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from servers.common.paging import OutputStore
+
+    st = OutputStore(max_bytes=100)
+    a, b = st.reserve(), st.reserve()
+    st.put(a, "x" * 80)
+    st.put(b, "y" * 80)
+    assert st.get(b) == "y" * 80
+    with pytest.raises(ToolError, match="no longer kept"):
+        st.get(a)
+    with pytest.raises(ToolError, match="unknown output id"):
+        st.get("out-99")
+
+
+# -- the argument policy (servers.common.args) ---------------------------------------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "seconds": {"type": "number"},
+        "timeout_s": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        "device": {"type": "string"},
+        "commands": {"type": "object", "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}},
+        "ops": {"type": "array", "items": {"$ref": "#/$defs/Op"}},
+    },
+    "$defs": {"Op": {"type": "object", "properties": {"spec": {"type": "object", "properties": {"vlan": {"type": "integer"}}}}}},
+}
+
+
+@pytest.mark.parametrize(("args", "want", "problems"), [
+    ({"seconds": True}, {"seconds": True}, ["seconds: true is a boolean, not a number"]),
+    ({"timeout_s": False}, {"timeout_s": False}, ["timeout_s: false is a boolean, not a number"]),
+    ({"seconds": "30"}, {"seconds": 30}, []),
+    ({"seconds": "2.5"}, {"seconds": 2.5}, []),
+    ({"seconds": "NaN"}, {"seconds": "NaN"}, []),  # left for validation, which names the type
+    ({"seconds": "true"}, {"seconds": "true"}, []),
+    ({"device": "5"}, {"device": "5"}, []),
+    ({"commands": '{"r1": "x"}'}, {"commands": {"r1": "x"}}, []),
+    ({"commands": {"r1": '["a"]'}}, {"commands": {"r1": '["a"]'}}, []),  # a string is allowed there: kept
+    ({"ops": '[{"spec": {"vlan": "7"}}]'}, {"ops": [{"spec": {"vlan": 7}}]}, []),  # at every depth
+    ({"ops": [{"spec": '{"vlan": true}'}]}, {"ops": [{"spec": {"vlan": True}}]}, ["ops[0].spec.vlan: true is a boolean, not a number"]),
+])  # fmt: skip
+def test_argument_policy(args: dict, want: dict, problems: list[str]) -> None:
+    from servers.common.args import normalize
+
+    got, why = normalize(args, SCHEMA)
+    assert (got, why) == (want, problems)
+
+
+# -- A1: a line's outcome from FRR's answer and the read-back ----------------------------------------
+
+
+@pytest.mark.parametrize(("line", "status", "output", "changed", "was", "now", "down", "outcome", "why"), [
+    ("lsp-gen-interval 2", "accepted", "", True, False, True, [], "applied", ""),
+    # the segment changed, but not this line's doing: it is not in the configuration and nothing in its mode moved
+    ("metric-style wide", "accepted", "", True, False, False, [], "unchanged", "default value"),
+    ("lsp-gen-interval 2", "accepted", "", False, True, True, [], "unchanged", "already in the running configuration"),
+    ("isis hello-multiplier 3", "accepted", "", False, False, False, [], "unchanged", "changed nothing"),  # a default value
+    ("description x", "accepted", "", False, False, False, ["isisd"], "rejected", "isisd is not running"),
+    ("no net 49.0001.00", "accepted", "", False, False, False, [], "rejected", "nothing to remove"),
+    ("no net 49.0001.00", "accepted", "", True, False, False, [], "applied", ""),
+    ("no ipv6 route fd99::/64 blackhole", "accepted", "% Refusing to remove a non-existent route", False, False, False, [],
+     "rejected", "(FRR: % Refusing to remove a non-existent route)"),
+    ("no bgp ebgp-requires-policy", "accepted", "", False, True, True, [], "unchanged", "already"),  # a setting shown as 'no'
+    ("bogus", "refused", "% Unknown command: bogus", False, False, False, [], "rejected", "% Unknown command: bogus"),
+    ("no access-list X permit any", "refused", "", False, False, False, [], "rejected", "without a message"),
+    ("set metric 5", "accepted", "% warning of some kind", False, False, False, [], "rejected", "FRR answered"),
+    ("set metric 5", "accepted", "% warning of some kind", True, False, True, [], "applied", "FRR: % warning"),
+])  # fmt: skip
+def test_frr_line_outcomes(line: str, status: str, output: str, changed: bool, was: bool, now: bool, down: list[str],
+                           outcome: str, why: str) -> None:  # fmt: skip
+    from servers.a1_wrapper.apply import DeviceRun
+    from servers.a1_wrapper.grammar import Command
+
+    c = Command(text=line, negated=line.startswith("no "))
+    got = DeviceRun._frr_outcome(c, Answer(line, status, "r1(config)# ", output), changed=changed, was=was, now=now, down=down)
+    assert got[0] == outcome and why in got[1], got
+    # stored in another form (an abbreviation, a replaced value): something moved in its mode
+    if outcome == "unchanged" and changed and not was:
+        again = DeviceRun._frr_outcome(c, Answer(line, status, "", output), changed=True, was=False, now=False, touched=True)
+        assert again[0] == "applied"

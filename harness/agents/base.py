@@ -133,6 +133,21 @@ class ToolSession:
         data = r.structured_content if isinstance(r.structured_content, dict) else None
         return Reply(ok=not r.is_error, text=text, data=data)
 
+    async def call_full(self, name: str, arguments: dict[str, Any] | None = None) -> Reply:
+        """Call, then read the rest of every text the server cut to bound the message (one
+        ``read_output`` call -- one step -- per page; servers.common.paging)."""
+        from servers.common.paging import complete
+
+        r = await self.call(name, arguments)
+        if r.data is None:
+            return r
+
+        async def page(output_id: str, offset: int) -> dict[str, Any] | None:
+            return (await self.call("read_output", {"output_id": output_id, "offset": offset})).data
+
+        r.data = await complete(r.data, page)
+        return r
+
     async def call_json(self, name: str, arguments: dict[str, Any] | None = None) -> tuple[Reply, Any]:
         """Call and parse the reply's structured content or JSON text (None if neither)."""
         r = await self.call(name, arguments)

@@ -345,7 +345,7 @@ class ScriptedAgent:
         facts: dict[str, PeFacts] = {}
         cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main"]
         if a1:
-            r = await tools.call("execute_validation", {"commands": {pe: cmds for pe in pes}})
+            r = await tools.call_full("execute_validation", {"commands": {pe: cmds for pe in pes}})
             if not r.ok or r.data is None:
                 raise ValueError(f"reading the PEs failed: {r.text[:300]}")
             for pe in pes:
@@ -353,7 +353,7 @@ class ScriptedAgent:
                 facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1])
         else:
             for pe in pes:
-                r = await tools.call("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
+                r = await tools.call_full("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
                 if not r.ok or r.data is None:
                     raise ValueError(f"reading {pe} failed: {r.text[:300]}")
                 a, _, b = r.data["stdout"].partition("@@")

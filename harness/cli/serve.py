@@ -39,6 +39,10 @@ BlocklistOpt = Annotated[bool, typer.Option("--blocklist", help="A1 ablation: ad
 DevicesOpt = Annotated[str | None, typer.Option(
     "--devices", help="Comma-separated devices the agent may act on; 'all' = every node, customer and external "
     "hosts included [default: the routers (P and PE), as in campaigns].")]
+MaxMessageOpt = Annotated[int | None, typer.Option(
+    "--max-message-bytes", min=4096, help="Bound on one JSON-RPC message the server sends, in bytes (a result's text, its "
+    "structured copy and their escaping); longer texts are cut with a marker that the read_output tool continues from "
+    "[default: 61440, under asyncio's 64 KiB stdio line limit].")]
 OptionOpt = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Level option KEY=VALUE (VALUE parsed as JSON when it can be).")
 ]
@@ -72,6 +76,12 @@ def _level(ani: str, blocklist: bool = False) -> str:
     return level
 
 
+def _token(token: str | None) -> None:
+    """Refuse an empty bearer token at start (an empty header value would protect nothing)."""
+    if token is not None and not token.strip():
+        fail("--token (or ANIBENCH_MCP_TOKEN) is empty: give a real token, or leave it out", code=2)
+
+
 def _devices(value: str | None) -> list[str] | str | None:
     """``--devices`` as ServerConfig takes it: None (the routers), ``"all"`` or a list of names."""
     if value is None:
@@ -99,10 +109,12 @@ def serve(
     devices: DevicesOpt = None,
     option: OptionOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Label copied into every trajectory line.")] = None,
+    max_message_bytes: MaxMessageOpt = None,
 ) -> None:
     """Run the MCP server of one ANI level over a deployed lab (stdio by default; --transport http)."""
     if transport not in ("stdio", "http"):
         fail(f"unknown transport {transport!r}; use stdio or http", code=2)
+    _token(token)
     level = _level(ani, blocklist)
     from servers.common import ServerConfig, ServerSetupError, run_server
     from servers.registry import get_builder
@@ -112,6 +124,7 @@ def serve(
             lab=lab, budget_steps=budget_steps, trajectory=trajectory.resolve() if trajectory else None,
             blocklist=blocklist, devices=_devices(devices),
             bearer_token=token if transport == "http" else None, run_id=run_id, options=_options(option),
+            **({"max_message_bytes": max_message_bytes} if max_message_bytes is not None else {}),
         )  # fmt: skip
         server = get_builder(level)(config)
     except ServerSetupError as e:
@@ -158,6 +171,7 @@ def mcp_config(
     blocklist: BlocklistOpt = False,
     devices: DevicesOpt = None,
     sudo: Annotated[bool, typer.Option("--sudo", help="Start the server with `sudo -n` (the client does not run as root).")] = False,
+    max_message_bytes: MaxMessageOpt = None,
 ) -> None:
     """Print the configuration block that attaches an MCP client to an ANI server (absolute paths).
 
@@ -165,6 +179,7 @@ def mcp_config(
     For --transport http the block points at a server you start yourself with `harness serve
     --transport http` (Claude Desktop attaches remote servers through its Connectors UI instead).
     """
+    _token(token)
     level = _level(ani, blocklist)
     _devices(devices)  # refuse an empty list here, not when the client starts the server
     if client not in ("claude-desktop", "claude-code"):
@@ -188,10 +203,11 @@ def mcp_config(
             entry["headers"] = {"Authorization": f"Bearer {token}"}
         serve_args = ["serve", "--ani", level, "--lab", lab, "--transport", "http", "--host", host, "--port", str(port)]
         err.print("start the server first: " + shlex.join(_server_command(sudo) + serve_args + _common_args(
-            trajectory, budget_steps, blocklist, devices)) + (" --token ..." if token else ""), highlight=False, soft_wrap=True)  # fmt: skip
+            trajectory, budget_steps, blocklist, devices, max_message_bytes)) + (" --token ..." if token else ""),
+            highlight=False, soft_wrap=True)  # fmt: skip
     else:
         cmd = _server_command(sudo) + ["serve", "--ani", level, "--lab", lab] + _common_args(
-            trajectory, budget_steps, blocklist, devices)  # fmt: skip
+            trajectory, budget_steps, blocklist, devices, max_message_bytes)  # fmt: skip
         env = {"PATH": SERVER_PATH}
         if os.environ.get("ANIBENCH_STATE_ROOT"):
             env["ANIBENCH_STATE_ROOT"] = os.environ["ANIBENCH_STATE_ROOT"]
@@ -206,7 +222,8 @@ def mcp_config(
     sys.stdout.write(json.dumps(block, indent=2) + "\n")
 
 
-def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, devices: str | None) -> list[str]:
+def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, devices: str | None,
+                 max_message_bytes: int | None = None) -> list[str]:  # fmt: skip
     args: list[str] = []
     if trajectory is not None:
         args += ["--trajectory", str(trajectory.resolve())]
@@ -216,4 +233,6 @@ def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, d
         args.append("--blocklist")
     if devices:
         args += ["--devices", devices]
+    if max_message_bytes is not None:
+        args += ["--max-message-bytes", str(max_message_bytes)]
     return args

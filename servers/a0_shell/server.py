@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servers.a0_shell.classify import classify_shell, shell_rejected
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected
-from servers.common.server import MAX_RESULT_BYTES
+from servers.common.server import cancel_event, note_cancelled
+from substrate.process import TRUNCATION_MARK
 
 LEVEL = "A0"
 INSTRUCTIONS = (
@@ -33,7 +34,10 @@ class A0Options(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_output_bytes: int = Field(default=64 * 1024, ge=1024, le=192 * 1024, description="Cap per stream (stdout, stderr).")
+    max_output_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+        description="Output kept per stream (stdout, stderr), bytes; the rest is dropped with a marker. What is kept but "
+        "does not fit one message is cut and paged with read_output (ServerConfig.max_message_bytes).")  # fmt: skip
     default_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Deadline when the agent gives none.")
     max_timeout_s: float = Field(default=120.0, gt=0, le=600, description="Largest deadline an agent may ask for.")
 
@@ -58,10 +62,23 @@ class ShellResult(BaseModel):
 
     device: str
     exit_status: int = Field(description="Exit status of bash (negative: killed by that signal).")
-    stdout: str = Field(description="Standard output (capped; a marker says how much was dropped).")
-    stderr: str = Field(description="Standard error (capped likewise).")
-    truncated: bool = Field(description="Some output was dropped by the cap.")
+    stdout: str = Field(description="Standard output. When too long for one message it is cut, ending with a marker "
+                        "that names the output id and offset read_output continues from.")
+    stderr: str = Field(description="Standard error (cut and paged likewise).")
+    truncated: bool = Field(description="Output beyond the server's capture limit (max_output_bytes per stream) was "
+                            "dropped and cannot be read (a marker in the stream says how much); cut-but-kept output "
+                            "is not 'truncated'.")
     duration_s: float
+
+
+def _kept(text: str, limit: int) -> str:
+    """A stream with the capture marker saying plainly that the dropped bytes are gone."""
+    head, sep, tail = text.partition(TRUNCATION_MARK.split("{", 1)[0])
+    if not sep:
+        return text
+    dropped = tail.split(" ", 1)[0]
+    return (f"{head}\n[... {dropped} more bytes dropped: over the server's capture limit of {limit} bytes per stream; "
+            "they were not kept and cannot be read ...]\n")
 
 
 def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
@@ -75,8 +92,6 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
     except ValidationError as e:
         raise ServerSetupError(f"bad A0 options: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}; "
                                f"known options: {', '.join(A0Options.model_fields)}") from None  # fmt: skip
-    if 4 * opts.max_output_bytes + 4096 > MAX_RESULT_BYTES:
-        raise ServerSetupError("max_output_bytes is too large for one MCP result")
     server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
     lab_ = server.lab
 
@@ -104,16 +119,17 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
         command: Annotated[str, Field(min_length=1, max_length=65536, description="A bash command line, run with bash -c in the device.")],
         timeout_s: Annotated[
             float | None,
-            Field(gt=0, le=opts.max_timeout_s, description=f"Deadline in seconds (default {opts.default_timeout_s:g}, at most {opts.max_timeout_s:g}); the command is killed when it passes."),
+            Field(gt=0, le=opts.max_timeout_s, description=f"Deadline in seconds, a JSON number (default {opts.default_timeout_s:g}, at most {opts.max_timeout_s:g}; \"30\" is read as 30, true is refused); the command is killed when it passes."),
         ] = None,
     ) -> ShellResult:
         """Run a shell command as root inside one device and return its exit status and output.
 
         The command runs with `bash -c` in the device's own namespaces, with no terminal and stdin
-        closed; each call is a fresh shell (no state carries over but files). Output is capped at
-        the server's limit per stream, with a marker saying how many bytes were dropped. Errors:
-        unknown device (the message lists the devices); deadline passed (the command was killed;
-        the partial output is in the message). Source of the level: draft section 5.1 (A0).
+        closed; each call is a fresh shell (no state carries over but files). Output too long for
+        one message is cut: the stream ends with a marker naming an output id and offset, and
+        read_output returns the rest. Cancelling the call (MCP notifications/cancelled) kills the
+        command. Errors: unknown device (the message lists the devices); deadline passed (the
+        command was killed; the partial output is in the message).
         """  # fmt: skip
         name = server.device(device)
         if "\x00" in command:
@@ -121,7 +137,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
 
             raise ToolError("the command contains a NUL character, which no shell command can hold; remove it")
         deadline = timeout_s if timeout_s is not None else opts.default_timeout_s
-        r = lab_.exec(name, ["bash", "-c", command], timeout_s=deadline, confined=True, max_output=opts.max_output_bytes)
+        r = lab_.exec(name, ["bash", "-c", command], timeout_s=deadline, confined=True, max_output=opts.max_output_bytes,
+                      cancel=cancel_event())  # fmt: skip
+        if r.cancelled:
+            note_cancelled(f"the command's process group on {name} was killed after {r.duration_s:.1f} s "
+                           f"(output so far: {(r.stdout + r.stderr)[-300:]!r})")  # fmt: skip
         if r.timed_out:
             from mcp.server.mcpserver.exceptions import ToolError
 
@@ -136,8 +156,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
         if why:
             note_rejected(why)
         return ShellResult(
-            device=name, exit_status=r.returncode, stdout=r.stdout, stderr=r.stderr, truncated=r.truncated,
-            duration_s=round(r.duration_s, 4),
+            device=name, exit_status=r.returncode, stdout=_kept(r.stdout, opts.max_output_bytes),
+            stderr=_kept(r.stderr, opts.max_output_bytes), truncated=r.truncated, duration_s=round(r.duration_s, 4),
         )  # fmt: skip
 
     return server

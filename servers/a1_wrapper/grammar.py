@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -40,7 +41,7 @@ from servers.a1_wrapper.patterns import MatchResult, Seq, TooComplex, compile_pa
 
 #: Bounds on one call.
 MAX_LINE = 512
-MAX_COMMANDS_PER_DEVICE = 200
+MAX_COMMANDS_PER_DEVICE = 500
 #: `ip` first words that only iproute2 has (FRR's `ip ...` configuration commands are
 #: `ip route PREFIX`, `ip address PREFIX`, `ip prefix-list`, `ip router isis`, `ip forwarding`).
 _IP_KERNEL_OBJECTS = frozenset({
@@ -59,13 +60,27 @@ PROBE_DEFAULTS = {
 
 @dataclass
 class Command:
-    """One accepted command, ready to run."""
+    """One accepted command, ready to run.
+
+    ``family``: ``frr`` (a configuration line for vtysh), ``restate`` (a line of the running
+    configuration outside what A1 manages, accepted only as a restatement of the device's
+    current line: never sent), ``structure`` (``end`` / ``configure terminal``: apply_config
+    enters and leaves configuration mode itself; never sent), ``comment``, the kernel families
+    ``ip`` / ``nft`` (argv), and for validation ``show`` / ``probe`` / ``ipread`` / ``nftread``.
+    """
 
     text: str = field(metadata={"doc": "The command as the agent wrote it (whitespace normalised)."})
-    family: str = "frr"  # frr | ip | nft | show | probe | ipread | nftread | comment
+    family: str = "frr"
     argv: list[str] | None = None  # kernel, probe and read-only forms
     mode: str | None = None  # FRR mode the line is applied in
     filter: tuple[str, str] | None = None  # validation output filter: (include|exclude|begin, text)
+    #: FRR lines: the mode-entering lines in force when this line runs, outermost first (what
+    #: must be sent again to reach its mode in a new vtysh session), and their indices in the plan
+    ctx: tuple[str, ...] = ()
+    ctx_index: tuple[int, ...] = ()
+    negated: bool = False  # an FRR `no ...` line
+    navigation: bool = False  # an FRR `exit` / `exit-address-family` / `quit` line
+    index: int = -1  # position in the device's command list
 
 
 @dataclass
@@ -105,6 +120,8 @@ class FrrCommand:
     enters: str | None = None
     exits: bool = False
     no: bool = True
+    example: str | None = None  # a line of this form; FRR 8.4 must parse it (tests/test_a1_grammar_frr.py)
+    no_example: str | None = None  # its `no` form, when not "no " + example
 
 
 @dataclass
@@ -112,6 +129,18 @@ class FrrMode:
     name: str
     title: str
     commands: list[FrrCommand]
+    #: lines that reach this mode from the top level (for the FRR dry-run test)
+    context: list[str] = field(default_factory=list)
+    #: FRR commands of this mode that A1 does not offer: leading keywords -> why
+    excluded: dict[str, str] = field(default_factory=dict)
+
+    def exclusion(self, words: list[str]) -> tuple[str, str] | None:
+        """(keywords, reason) of the exclusion covering a line's leading words, if any."""
+        for key, why in self.excluded.items():
+            kw = key.split()
+            if [w.lower() for w in words[: len(kw)]] == kw:
+                return key, why
+        return None
 
     def keywords(self) -> list[str]:
         out: list[str] = []
@@ -164,6 +193,35 @@ def _charset(body: str) -> re.Pattern[str]:
     return re.compile(f"[{body}]*")
 
 
+#: Unicode categories refused in FRR text: controls (C0, DEL, C1), surrogates (no UTF-8 form),
+#: line and paragraph separators (they end a line in some readers). Everything else FRR stores
+#: as UTF-8 bytes (descriptions, names), so A1 passes it on.
+_FRR_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+
+
+def frr_text_problem(raw: str) -> str | None:
+    """Why a line may not go to vtysh, or None. What FRR 8.4's vtysh accepts as configuration
+    text is accepted (any UTF-8: ``description Zürich–PoP ✓``); refused are the characters
+    above (a tab is whitespace), a final ``?`` (vtysh answers it with help and configures
+    nothing) and ``|`` followed by a space or the end (vtysh reads it as an output filter)."""
+    bad = sorted({c for c in raw if c != "\t" and unicodedata.category(c) in _FRR_REFUSED_CATEGORIES})
+    if bad:
+        shown = ", ".join(f"U+{ord(c):04X}" for c in bad[:6])
+        return f"contains control characters ({shown}); send one command per line"
+    text = raw.strip(" \t")
+    if text.endswith("?"):
+        return "ends with '?': vtysh answers a final '?' with help and configures nothing (put the '?' elsewhere)"
+    if re.search(r"\|([ \t]|$)", text):
+        return "contains '|' followed by a space or the end of the line: vtysh reads that as an output filter"
+    return None
+
+
+def frr_words(raw: str) -> list[str]:
+    """A line's words as FRR splits them: on spaces and tabs only (a no-break space or other
+    Unicode space is part of a word)."""
+    return [w for w in re.split(r"[ \t]+", raw.strip(" \t")) if w]
+
+
 def _bad_chars(text: str, charset: re.Pattern[str]) -> str:
     bad = sorted({c for c in text if not charset.fullmatch(c)})
     return "".join(repr(c)[1:-1] if c.isprintable() else f"\\x{ord(c):02x}" for c in bad)
@@ -183,7 +241,6 @@ class Grammar:
     def __init__(self, allowlist: dict[str, Any], blocklist: dict[str, Any] | None = None):
         macros = allowlist.get("macros", {})
         cs = {k: _charset(v) for k, v in allowlist["charsets"].items()}
-        self.frr_charset = cs["frr"]
         self.modes: dict[str, FrrMode] = {}
         for name, m in allowlist["frr"]["modes"].items():
             cmds = []
@@ -191,9 +248,14 @@ class Grammar:
                 spec = {"pattern": c} if isinstance(c, str) else dict(c)
                 cmds.append(FrrCommand(
                     pattern=compile_pattern(spec["pattern"], macros), text=spec["pattern"], enters=spec.get("enters"),
-                    exits=bool(spec.get("exits", False)), no=bool(spec.get("no", True)),
+                    exits=bool(spec.get("exits", False)), no=bool(spec.get("negatable", True)), example=spec.get("example"),
+                    no_example=spec.get("no_example"),
                 ))  # fmt: skip
-            self.modes[name] = FrrMode(name, m.get("title", name), cmds)
+            self.modes[name] = FrrMode(name, m.get("title", name), cmds, context=list(m.get("context", [])),
+                                       excluded={" ".join(k.lower().split()): v for k, v in (m.get("excluded") or {}).items()})  # fmt: skip
+        #: top-level lines of the running configuration outside what A1 manages, accepted only
+        #: as restatements of the device's current line
+        self.restatable = [compile_pattern(p, macros) for p in allowlist["frr"].get("restatable", [])]
         for mode in self.modes.values():
             for c in mode.commands:
                 if c.enters and c.enters not in self.modes:
@@ -237,39 +299,53 @@ class Grammar:
         """
         problems: list[Problem] = []
         out: list[Command] = []
-        if len(lines) > MAX_COMMANDS_PER_DEVICE:
-            raise GrammarError([Problem(device, MAX_COMMANDS_PER_DEVICE, "", f"too many commands ({len(lines)}); "
+        counted = sum(1 for raw in lines if not (isinstance(raw, str) and _is_comment(raw)))
+        if counted > MAX_COMMANDS_PER_DEVICE:
+            raise GrammarError([Problem(device, MAX_COMMANDS_PER_DEVICE, "", f"too many commands ({counted}); "
                                         f"send at most {MAX_COMMANDS_PER_DEVICE} per device per call")])  # fmt: skip
-        stack = ["config"]
+        stack = _Stack()
         for i, raw in enumerate(lines):
-            text = " ".join(raw.split()) if isinstance(raw, str) else ""
             if not isinstance(raw, str):
                 problems.append(Problem(device, i, repr(raw)[:60], "not a string"))
                 continue
-            if not text or text.startswith("!"):
-                out.append(Command(text=text, family="comment"))
+            if _is_comment(raw):
+                out.append(Command(text=raw.strip(" \t"), family="comment", index=i))
                 continue
+            words = frr_words(raw)
+            text = " ".join(words)
             if len(raw) > MAX_LINE:
                 problems.append(Problem(device, i, text, f"longer than {MAX_LINE} characters"))
                 continue
-            if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in raw):
-                problems.append(Problem(device, i, text, "contains control characters; send one command per line"))
-                continue
-            words = text.split()
             if words[0] == "nft" or _is_kernel_ip(words):
                 # a kernel command ends the current vtysh session: FRR lines after it start again
                 # at the top configuration level
-                stack[:] = ["config"]
-                cmd = self._kernel(device, i, text, words, self.config_forms, problems)
+                stack.reset()
+                if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in raw):
+                    problems.append(Problem(device, i, text, "contains control characters; send one command per line"))
+                    continue
+                odd = sorted({c for c in raw if ord(c) > 127})
+                if odd:  # before splitting: Python would split on Unicode spaces and drop them
+                    shown = ", ".join(f"U+{ord(c):04X}" for c in odd[:6])
+                    problems.append(Problem(device, i, text, f"characters not allowed in {words[0]} commands: {shown} "
+                                                             "(ASCII only: each command is run as an argument list)"))  # fmt: skip
+                    continue
+                words = raw.split()
+                cmd = self._kernel(device, i, " ".join(words), words, self.config_forms, problems)
                 if cmd is not None:
+                    cmd.index = i
                     out.append(cmd)
                 continue
             if not is_router:
                 problems.append(Problem(device, i, text, f"{device} is a host and runs no FRR; only the ip and nft forms "
                                                          "apply to it", help=self.config_forms["ip"].help()))  # fmt: skip
                 continue
+            why = frr_text_problem(raw)
+            if why:
+                problems.append(Problem(device, i, text, why))
+                continue
             cmd = self._frr_line(device, i, text, words, stack, problems)
             if cmd is not None:
+                cmd.index = i
                 out.append(cmd)
         if problems:
             raise GrammarError(problems)
@@ -314,31 +390,24 @@ class Grammar:
                 return "blocked: too complex to check against the blocklist"
         return None
 
-    def _frr_line(self, device: str, i: int, text: str, words: list[str], stack: list[str],
+    def _frr_line(self, device: str, i: int, text: str, words: list[str], stack: _Stack,
                   problems: list[Problem]) -> Command | None:  # fmt: skip
-        bad = _bad_chars(text, self.frr_charset)
-        if bad:
-            problems.append(Problem(device, i, text, f"characters not allowed in FRR configuration lines: {bad} "
-                                                     "(shell metacharacters and quotes are refused)"))  # fmt: skip
-            return None
         w0 = words[0].lower()
-        if w0 in ("end", "configure", "conf", "config"):
-            problems.append(Problem(device, i, text, "leave out 'configure terminal' and 'end': apply_config enters and "
-                                                     "leaves configuration mode by itself"))  # fmt: skip
-            return None
-        if w0 == "do" or w0 == "show":
+        if w0 == "end" and len(words) == 1 or (len(words) <= 2 and "configure".startswith(w0) and len(w0) >= 4
+                                                and (len(words) == 1 or "terminal".startswith(words[1].lower()))):  # fmt: skip
+            # the frame of a pasted configuration (and show running-config's last line): apply_config
+            # enters and leaves configuration mode itself, so these only return to the top level
+            stack.reset()
+            return Command(text=text, family="structure")
+        if w0 in ("do", "show"):
             problems.append(Problem(device, i, text, "show commands are not configuration; run them with execute_validation"))
             return None
-        if w0 in ("write", "copy", "wr", "reload", "clear", "debug", "terminal", "start-shell", "line", "password",
-                  "enable", "hostname", "log", "service", "agentx", "username", "banner", "frr"):  # fmt: skip
-            problems.append(Problem(device, i, text, f"'{words[0]}' is outside what A1 manages (configuration of "
-                                                     f"interfaces, IS-IS, BGP, static routes, prefix lists, route maps, "
-                                                     f"SRv6 locators)"))  # fmt: skip
-            return None
         if words == ["exit"] or words == ["quit"]:
-            if len(stack) > 1:
-                left = stack.pop()
-                return Command(text=text, family="frr", mode=left)
+            if stack.depth > 1:
+                left = stack.names[-1]
+                ctx = stack.ctx()
+                stack.pop()
+                return Command(text=text, family="frr", mode=left, ctx=ctx[0], ctx_index=ctx[1], navigation=True)
             problems.append(Problem(device, i, text, "'exit' at the top configuration level would leave configuration "
                                                      "mode; apply_config leaves it by itself at the end"))  # fmt: skip
             return None
@@ -346,8 +415,8 @@ class Grammar:
         body = words[1:] if negate else words
         best: tuple[MatchResult, str] | None = None
         try:
-            for depth in range(len(stack) - 1, -1, -1):
-                mode = self.modes[stack[depth]]
+            for depth in range(stack.depth - 1, -1, -1):
+                mode = self.modes[stack.names[depth]]
                 for c in mode.commands:
                     r = match(c.pattern, body)
                     ok = r.ok or (negate and c.no and bool(body) and r.prefix_ok and r.furthest >= 1)
@@ -358,18 +427,31 @@ class Grammar:
                         if blocked:
                             problems.append(Problem(device, i, text, blocked))
                             return None
-                        del stack[depth + 1 :]
-                        if not negate and c.exits and len(stack) > 1:
+                        stack.truncate(depth + 1)
+                        ctx = stack.ctx()
+                        cmd = Command(text=text, family="frr", mode=mode.name, ctx=ctx[0], ctx_index=ctx[1],
+                                      negated=negate, navigation=c.exits and not negate)  # fmt: skip
+                        if not negate and c.exits and stack.depth > 1:
                             stack.pop()
                         elif not negate and c.enters:
-                            stack.append(c.enters)
-                        return Command(text=text, family="frr", mode=mode.name)
+                            stack.push(c.enters, text, i)
+                        return cmd
                     if r.furthest >= 1 and (best is None or r.furthest > best[0].furthest):
                         best = (r, mode.title)
+                excluded = mode.exclusion(body)
+                if excluded is not None:
+                    restated = self._restatable(body if not negate else words, depth)
+                    if restated:
+                        stack.truncate(1)
+                        return Command(text=text, family="restate", mode="config")
+                    problems.append(Problem(device, i, text, f"'{excluded[0]}' is outside what A1 manages: {excluded[1]}"
+                                            + (" (a line show running-config prints is accepted as it is, unchanged)"
+                                               if self._restatable(body, 0, any_depth=True) else "")))  # fmt: skip
+                    return None
         except TooComplex as e:
             problems.append(Problem(device, i, text, str(e)))
             return None
-        here = self.modes[stack[-1]]
+        here = self.modes[stack.names[-1]]
         top = self.modes["config"]
         detail = ""
         if best is not None:
@@ -381,6 +463,15 @@ class Grammar:
         problems.append(Problem(device, i, text, f"not an allowed FRR configuration command in {here.title} mode{detail}",
                                 help=allowed))  # fmt: skip
         return None
+
+    def _restatable(self, words: list[str], depth: int, any_depth: bool = False) -> bool:
+        """The line is one of the top-level lines A1 accepts only as a restatement."""
+        if depth != 0 and not any_depth:
+            return False
+        try:
+            return any(match(p, words).ok for p in self.restatable)
+        except TooComplex:
+            return False
 
     # -- validation ------------------------------------------------------------------------------
 
@@ -395,17 +486,17 @@ class Grammar:
         if len(lines) > MAX_COMMANDS_PER_DEVICE:
             raise GrammarError([Problem(device, MAX_COMMANDS_PER_DEVICE, "", f"too many commands ({len(lines)}); "
                                         f"send at most {MAX_COMMANDS_PER_DEVICE} per device per call")])  # fmt: skip
-        for i, raw in enumerate(lines):
+        for i, raw in enumerate(lines):  # noqa: PLR1702
             if not isinstance(raw, str):
                 problems.append(Problem(device, i, repr(raw)[:60], "not a string"))
                 continue
-            text = " ".join(raw.split())
+            text = " ".join(frr_words(raw))
             if not text:
                 continue
             if len(raw) > MAX_LINE:
                 problems.append(Problem(device, i, text, f"longer than {MAX_LINE} characters"))
                 continue
-            if any(ord(c) < 32 and c not in " \t" or ord(c) == 127 for c in raw):
+            if any(c != "\t" and unicodedata.category(c) in _FRR_REFUSED_CATEGORIES for c in raw):
                 problems.append(Problem(device, i, text, "contains control characters; send one command per line"))
                 continue
             flt = None
@@ -417,9 +508,6 @@ class Grammar:
                 if len(fw) != 2 or fw[0] not in _FILTERS or "|" in fw[1]:
                     problems.append(Problem(device, i, text, "after '|' only one filter is allowed: "
                                                              "| include TEXT, | exclude TEXT or | begin TEXT"))  # fmt: skip
-                    continue
-                if _bad_chars(fw[1], self.frr_charset):
-                    problems.append(Problem(device, i, text, f"filter text may not contain {_bad_chars(fw[1], self.frr_charset)}"))
                     continue
                 flt = (_FILTERS[fw[0]], fw[1].strip())
             words = cmd_text.split()
@@ -439,10 +527,11 @@ class Grammar:
                     problems.append(Problem(device, i, text, f"{device} is a host and runs no FRR: use ping, traceroute, "
                                                              "ip ... show or nft list there"))  # fmt: skip
                     continue
-                bad = _bad_chars(cmd_text, self.frr_charset)
-                if bad:
-                    problems.append(Problem(device, i, text, f"characters not allowed in show commands: {bad}"))
+                why = frr_text_problem(cmd_text)
+                if why:
+                    problems.append(Problem(device, i, text, why))
                     continue
+                words = frr_words(cmd_text)
                 words[0] = "show"
                 out.append(Command(text=text, family="show", argv=None, filter=flt, mode=None))
                 out[-1].argv = words
@@ -457,6 +546,42 @@ class Grammar:
         if problems:
             raise GrammarError(problems)
         return out
+
+
+class _Stack:
+    """FRR's mode stack while checking lines: mode names, and for each entered mode the line
+    (and its index) that entered it."""
+
+    def __init__(self) -> None:
+        self.names = ["config"]
+        self.lines: list[tuple[str, int]] = []
+
+    @property
+    def depth(self) -> int:
+        return len(self.names)
+
+    def reset(self) -> None:
+        self.truncate(1)
+
+    def truncate(self, depth: int) -> None:
+        del self.names[depth:]
+        del self.lines[depth - 1 :]
+
+    def push(self, mode: str, line: str, index: int) -> None:
+        self.names.append(mode)
+        self.lines.append((line, index))
+
+    def pop(self) -> None:
+        self.truncate(self.depth - 1)
+
+    def ctx(self) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        return tuple(t for t, _ in self.lines), tuple(k for _, k in self.lines)
+
+
+def _is_comment(raw: str) -> bool:
+    """An empty line, or a comment: FRR ignores lines whose first character is '!' or '#'."""
+    text = raw.strip(" \t")
+    return not text or text[0] in "!#"
 
 
 def _is_kernel_ip(words: list[str]) -> bool:

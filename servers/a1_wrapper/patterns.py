@@ -70,8 +70,9 @@ def _int(w: str) -> bool:
 
 
 def _table(w: str) -> bool:
-    # 255 (local) and 0 (unspec) are the kernel's own; an agent never needs to write them
-    return w in ("main", "default") or (_uint(w, 1) and int(w) not in (253, 254, 255)) or w in ("253", "254")
+    # 0 is "unspecified" in the kernel's API, not a table; local (255), main (254) and default
+    # (253) are the kernel's own tables and appear in its default rules
+    return w in ("main", "default", "local") or _uint(w, 1)
 
 
 def _seglist(w: str) -> bool:
@@ -118,9 +119,11 @@ TYPES: dict[str, tuple[Callable[[str], bool], str]] = {
     "ifname": (lambda w: bool(_IFNAME.fullmatch(w)), "an interface name, e.g. eth1"),
     "name": (lambda w: bool(_NAME.fullmatch(w)), "a name (letters, digits, _ and -; up to 32)"),
     "word": (lambda w: bool(_WORD.fullmatch(w)), "a word"),
+    # FRR's WORD token: any characters but spaces (FRR stores names as UTF-8 bytes)
+    "frrword": (lambda w: 0 < len(w) <= 256 and " " not in w and "\t" not in w, "a name (any characters but spaces)"),
     "uint": (_uint, "a non-negative integer"),
     "int": (_int, "an integer"),
-    "table": (_table, "a routing table number (1-4294967295, not 255) or main"),
+    "table": (_table, "a routing table number (1-4294967295) or main, default, local"),
     "seglist": (_seglist, "a comma-separated list of IPv6 SIDs, e.g. fcbb:bb00:2:3:e000::"),
     "portspec": (_portspec, "a port or port range, e.g. 22 or 1000-2000"),
     "mark": (_mark, "a mark, e.g. 0x10 or 16/0xff"),

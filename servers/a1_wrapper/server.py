@@ -5,17 +5,20 @@ get_topology and rollback.
 
 - ``apply_config`` checks every command against the allowlist grammar first (all-or-nothing),
   takes the devices' configuration locks, snapshots each device (``substrate.devstate``), then
-  applies: FRR lines through one vtysh session per batch in configuration mode (entered and left
-  automatically) with the router's own per-command echo; ``ip``/``nft`` forms as argument lists.
-  Rejected commands do not stop the batch (as when configuration is pasted into a router); they
-  are reported per command.
-- One rule decides whether a call that ran is an error (:func:`settle`): when the devices refused
-  every command of the call (nothing was applied, or nothing was run), the result is an MCP error
-  (``isError``; the trajectory's ``tool_error``) whose text still carries the per-device echo and
-  rejections; when some commands took effect, the result is not an error and its ``summary`` (its
-  first field) names the rejected ones. In both cases the refusals are noted, so the trajectory's
-  ``is_error`` marks the call as an error action (NetConfArena III-D: an action "rejected by the
-  device" counts, whether or not other lines of it were accepted).
+  applies (:mod:`servers.a1_wrapper.apply`): FRR lines through vtysh with FRR's own answer per
+  line (:mod:`servers.a1_wrapper.vtysh`, no terminal), ``ip``/``nft`` forms as argument lists
+  (:mod:`servers.a1_wrapper.kernel`). Each command is reported applied, unchanged (already so)
+  or rejected with why, from the device's answer and, where the answer does not say, a read-back.
+  Rejected commands do not stop the batch (as when configuration is pasted into a router).
+- One rule decides whether a call that ran is an error (:func:`settle`): when something was
+  refused and nothing took effect, the result is an MCP error (``isError``; the trajectory's
+  ``tool_error``) whose text is the summary sentence and the result with the per-device echo and
+  rejections; otherwise the result is not an error and its ``summary`` (its first field) names
+  the rejected commands. In both cases the refusals are noted, so the trajectory's ``is_error``
+  marks the call as an error action (NetConfArena III-D: an action "rejected by the device"
+  counts, whether or not other lines of it were accepted).
+- ``get_running_config`` prints each device's configuration as the commands that re-create it;
+  applied back, it is accepted and changes nothing.
 - ``execute_validation`` runs read-only forms only: FRR ``show`` commands, ping and traceroute
   from the device (bounded), read-only ``ip`` and ``nft`` forms.
 - ``rollback(device, snapshot_id)`` restores a snapshot (``substrate.devstate.restore``), taking
@@ -23,9 +26,10 @@ get_topology and rollback.
 - With ``ServerConfig.blocklist`` a blocklist of destructive commands applies on top of the
   allowlist (the draft's "ad-hoc measures ... treated as ablations within a level").
 
-No agent text ever reaches a shell: FRR lines go to vtysh's stdin, everything else is an argv.
+No agent text ever reaches a shell: FRR lines are vtysh arguments, everything else an argv.
 """
 
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -35,13 +39,15 @@ import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, apply_filter
-from servers.a1_wrapper.vtysh import parse_transcript
+from servers.a1_wrapper.apply import DeviceApply, DeviceRun, Rejection, config_lines
+from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, Problem, apply_filter
+from servers.a1_wrapper.kernel import ruleset_commands
+from servers.a1_wrapper.vtysh import run_lines
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from servers.common.server import cancel_event, note_cancelled
 from substrate import addressing as addr
 from substrate.devstate import DeviceState, capture, restore
 from substrate.frr import ISIS_TAG
-from substrate.process import TRUNCATION_MARK
 from substrate.topology import Role
 
 LEVEL = "A1"
@@ -68,9 +74,9 @@ class A1Options(BaseModel):
     probe_timeout_s: float = Field(default=40.0, gt=0, le=120, description="Deadline of one ping/traceroute.")
     lock_timeout_s: float = Field(default=5.0, ge=0, le=120, description="Bound on the wait for device config locks.")
     max_wait_s: float = Field(default=60.0, gt=0, le=600, description="Largest pause wait() grants.")
-    max_output_bytes: int = Field(default=32 * 1024, ge=1024, le=256 * 1024, description="Cap on one command's output.")
-    device_max_bytes: int = Field(default=96 * 1024, ge=4096, le=256 * 1024, description="Cap on one device's text in a result.")
-    total_max_bytes: int = Field(default=320 * 1024, ge=8192, le=400 * 1024, description="Cap on all text of one result.")
+    max_output_bytes: int = Field(default=1024 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                  description="Output kept of one command, bytes (the rest is dropped with a marker). What "
+                                  "is kept but does not fit one message is cut and paged with read_output.")  # fmt: skip
     snapshots_per_device: int = Field(default=50, ge=1, le=1000, description="Snapshots kept per device (oldest dropped).")
     allowlist_path: str | None = Field(default=None, description="Alternative allowlist file (YAML).")
     blocklist_path: str | None = Field(default=None, description="Alternative blocklist file, used when the blocklist is on.")
@@ -102,47 +108,53 @@ class TopologyInfo(BaseModel):
     underlay: str = Field(description="How the provider underlay is built.")
 
 
-class Rejection(BaseModel):
-    command: str
-    message: str
-
-
-def settle(result: BaseModel, done: int, refused: list[str], *, nothing: str) -> None:
+def settle(result: BaseModel, summary: str, changed: int, refused: list[str]) -> None:
     """The one rule of A1 for a call that ran: refusals are noted (the trajectory's ``is_error``:
-    an error action, NetConfArena III-D), and the call is an MCP error iff devices refused
-    something and nothing of it took effect (``done == 0``).
+    an error action, NetConfArena III-D), and the call is an MCP error iff something was refused
+    and nothing took effect (``changed == 0``).
 
-    Then a ``ToolError`` carries ``nothing`` (what did not happen) and the result's JSON, so the
-    client sees ``isError`` with the echo and rejections. Otherwise it returns: a partly applied
-    call succeeds (re-sending all of it would repeat what was applied) and its summary names the
-    refused commands.
+    Then a ``ToolError`` carries ``summary`` (the same sentence as the result's summary field)
+    and the result's JSON, so the client sees ``isError`` with the echo and rejections. Otherwise
+    it returns: a partly applied call succeeds (re-sending all of it would repeat what was
+    applied) and its summary names the refused commands.
     """
     if refused:
         note_rejected(*refused)
-    if refused and done == 0:
-        raise ToolError(f"{nothing}\n{result.model_dump_json(indent=1)}")
+    if refused and changed == 0:
+        raise ToolError(f"{summary}\n{result.model_dump_json(indent=1)}")
 
 
-def _summary(done: int, refused: list[str], verb: str) -> str:
+def summarize(total: int, changed: int, unchanged: int, refused: list[str], *, verb: str = "applied") -> str:
+    """One sentence that says what happened, consistent with the error flag of :func:`settle`
+    (an error exactly when the sentence begins with NOTHING).
+
+    ``verb`` ``applied`` (apply_config: ``changed`` commands changed the device, ``unchanged``
+    were already in effect) or ``run`` (execute_validation: ``changed`` commands ran).
+    """
+    shown = "; ".join(" ".join(r.split())[:200] for r in refused[:5]) + (f"; ... {len(refused) - 5} more" if len(refused) > 5 else "")
+    rest = total - len(refused)
+    if verb == "run":
+        if not refused:
+            return f"run: all {total} command(s)"
+        if changed == 0:
+            return f"NOTHING RUN: {len(refused)} of {total} command(s) REJECTED ({shown})"
+        return f"PARTLY RUN: {len(refused)} of {total} command(s) REJECTED ({shown}); the other {rest} ran"
+    effect = f"{changed} changed the device" + (f", {unchanged} already in effect (no change)" if unchanged else "")
     if not refused:
-        return f"{verb}: all {done} command(s)"
-    shown = "; ".join(r[:200] for r in refused[:5]) + (f"; ... {len(refused) - 5} more" if len(refused) > 5 else "")
-    return (f"PARTLY {verb.upper()}: {len(refused)} command(s) REJECTED and not {verb} ({shown}); "
-            f"the other {done} command(s) were {verb}")
-
-
-class DeviceApply(BaseModel):
-    """What apply_config did on one device."""
-
-    snapshot_id: str | None = Field(description="Snapshot of the device taken just before; give it to rollback to undo.")
-    echo: str = Field(description="The device's command-by-command echo (prompt, command, response).")
-    accepted: int = Field(description="Commands the device accepted.")
-    rejected: list[Rejection] = Field(description="Commands the device refused, with its message.")
-    error: str | None = Field(default=None, description="Set when the device could not be configured at all.")
+        if changed == 0:
+            return f"no change: all {total} command(s) accepted, all already in effect"
+        return f"applied: all {total} command(s) accepted; {effect}"
+    if changed == 0:
+        tail = f"; the other {rest} accepted but already in effect (no change)" if rest else ""
+        return (f"NOTHING APPLIED: {len(refused)} of {total} command(s) REJECTED ({shown}){tail}. "
+                "Fix the rejected commands and send them again")  # fmt: skip
+    return (f"PARTLY APPLIED: {len(refused)} of {total} command(s) REJECTED and not applied ({shown}); the other "
+            f"{rest} accepted: {effect}")  # fmt: skip
 
 
 class ApplyResult(BaseModel):
-    summary: str = Field(description="What was applied; when the devices refused some commands, which ones.")
+    summary: str = Field(description="What happened, in one sentence: applied (and how many changed the device or were "
+                                     "already in effect), or which commands were REJECTED and why.")  # fmt: skip
     devices: dict[str, DeviceApply]
 
 
@@ -174,38 +186,30 @@ class WaitResult(BaseModel):
 
 
 def _lines(value: object) -> list[str]:
-    """A device's commands: a newline-separated string (NetConfArena) or a list of lines."""
+    """A device's commands: a newline-separated string (NetConfArena) or a list of lines. Only
+    a line feed (or CR LF) separates commands: Unicode line separators inside a line are
+    characters of that line (and refused by the grammar), never a hidden second command."""
     if isinstance(value, str):
-        return value.splitlines()
+        return _split(value)
     if isinstance(value, list):
         out: list[str] = []
         for v in value:
-            out.extend(v.splitlines() if isinstance(v, str) else [v])  # non-strings rejected by the grammar
+            out.extend(_split(v) if isinstance(v, str) else [v])  # non-strings rejected by the grammar
         return out
     return [value]  # type: ignore[list-item]
 
 
-def _cap(text: str, limit: int) -> str:
-    raw = text.encode()
-    if len(raw) <= limit:
-        return text
-    return raw[:limit].decode(errors="ignore") + TRUNCATION_MARK.format(dropped=len(raw) - limit)
-
-
-def _bound(texts: dict[str, str], per: int, total: int, hint: str) -> dict[str, str]:
-    """Cap each text at ``per`` bytes and all of them together at ``total`` (an even share each),
-    adding the marker and ``hint`` where something was cut."""
-    out = {k: _cap(v, per) for k, v in texts.items()}
-    if out and sum(len(v.encode()) for v in out.values()) > total:
-        share = max(1024, total // len(out))
-        out = {k: _cap(v, share) for k, v in out.items()}
-    return {k: (v + f"[{hint}]\n" if v != texts[k] else v) for k, v in out.items()}
+def _split(text: str) -> list[str]:
+    lines = re.split(r"\r?\n", text)
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
 def render_state(state: DeviceState, is_router: bool) -> str:
     """A device's running configuration as text: FRR's running config, then the kernel state
     services use that FRR does not show (routes, rules, SRv6 source, nftables, interfaces,
-    sysctls), written as the A1 commands that re-create it."""
+    sysctls), written as the A1 commands that re-create it. Fed back to apply_config, it is
+    accepted and changes nothing (the header lines restate the device's own, the routes, rules
+    and nftables rules are already there); what A1 has no command for is a ``!`` comment."""
     n = state.node
     parts = []
     if is_router:
@@ -219,8 +223,8 @@ def render_state(state: DeviceState, is_router: bool) -> str:
     if state.tunsrc:
         body.append(f"ip sr tunsrc set {state.tunsrc}")
     parts.append("\n".join(body) if body else "! (no routes or rules outside FRR)")
-    parts.append("! nftables ruleset (nft list ruleset):")
-    parts.append(state.nft.strip() or "! (empty)")
+    parts.append("! nftables ruleset (nft list ruleset), as the commands that re-create it:")
+    parts.append("\n".join(ruleset_commands(state.nft)) or "! (empty)")
     parts.append("! interfaces (kernel):")
     by_if: dict[str, list[str]] = {}
     for a in state.addresses:
@@ -342,15 +346,13 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """The full configuration text of each device: FRR's running configuration, then the kernel
         state that services use and FRR does not show (SRv6 seg6/seg6local routes, policy rules,
         the SRv6 encapsulation source, the nftables ruleset, interfaces, sysctls), written as the
-        apply_config commands that re-create it. Output is bounded per device and per call; a marker
-        says what was cut. Source: NetConfArena III-C get_running_config."""
+        apply_config commands that re-create it: applied back, it is accepted and changes nothing. A text too
+        long for one message is cut with a marker that read_output continues from."""
         names = server.devices([devices] if isinstance(devices, str) else devices)
         if not names:
             raise ToolError(f"name at least one device; devices: {', '.join(server.device_names)}")
         states = lab_.map(lambda d: capture(lab_, d), names)
-        texts = {d: render_state(s, is_router(d)) for d, s in zip(names, states, strict=True)}
-        return _bound(texts, opts.device_max_bytes, opts.total_max_bytes,
-                      "ask for fewer devices, or read parts with execute_validation, e.g. show running-config isisd")  # fmt: skip
+        return {d: render_state(s, is_router(d)) for d, s in zip(names, states, strict=True)}
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=False, title="Apply configuration")
     def apply_config(
@@ -361,24 +363,22 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                               'fd00:99::/64 via fd00::3 dev eth1"]}.'),
         ],
     ) -> ApplyResult:  # fmt: skip
-        """Apply configuration commands to one or more devices and return each device's
-        command-by-command echo.
+        """Apply configuration commands to one or more devices and return what each command did.
 
-        Commands are FRR configuration lines (configuration mode is entered and left for you:
-        leave out 'configure terminal' and 'end'; 'exit' leaves a sub-mode) or the allowed kernel
-        forms: `ip [-6|-4] route|rule add|del|replace ...` (including SRv6 `encap seg6` and
-        `encap seg6local action End|End.DT6|End.DX4|...`), `ip sr tunsrc set`, and a bounded set
-        of `nft` table/chain/set/rule forms. Every command is checked first; if any is not
-        allowed, nothing is applied and the error lists each bad command with the allowed forms.
-        Before applying, the server takes each device's configuration lock and a snapshot
-        (returned as snapshot_id; see rollback). Commands a device refuses (e.g. '% Unknown
-        command') do not stop the rest, as when configuration is pasted into a router: they are
-        listed under rejected. When the devices refuse every command, nothing was applied and the
-        call fails (an error result whose text still has each device's echo and rejections); when
-        some are applied and some refused, the call succeeds and summary names the rejected
-        commands (only they need fixing and re-sending). A kernel command ends the current FRR session, so FRR lines after
-        it start at the top configuration level again. Sources: NetConfArena III-C apply_config;
-        draft 5.1 (A1: allowlist, snapshot, manual rollback).
+        Commands are FRR configuration lines (configuration mode is entered and left for you; 'exit'
+        leaves a sub-mode; 'configure terminal' and 'end' only return to the top level) or the allowed
+        kernel forms: `ip [-6|-4] route|rule add|del|replace ...` (including SRv6 `encap seg6` and `encap
+        seg6local action End|End.DT6|End.DX4|...`), `ip sr tunsrc set`, and a bounded set of `nft`
+        table/chain/set/rule forms. Every command is checked first; if any is not allowed, nothing is
+        applied and the error lists each bad command with the allowed forms. Before applying, the server
+        takes each device's configuration lock and a snapshot (snapshot_id; see rollback). Each command's
+        outcome comes from the device: applied (the configuration changed), unchanged (accepted, already
+        so: e.g. a device's own get_running_config text applied back), or rejected with why (refused by
+        FRR or the kernel, a 'no' line or delete that had nothing to remove, a daemon that is not running,
+        or not run). A refused command does not stop the rest, as when configuration is pasted into a
+        router. If something was rejected and nothing changed, the call fails (its text still has each
+        device's echo and rejections); otherwise it succeeds and summary names the rejected commands (only
+        they need fixing and re-sending). FRR lines after a kernel command start at the top level.
         """
         per_dev = commands_arg(commands)
         plans: dict[str, list[Command]] = {}
@@ -389,27 +389,36 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             except GrammarError as e:
                 problems.extend(e.problems)
         if problems:
-            raise ToolError("nothing was applied: these commands are not allowed\n" + str(GrammarError(problems)))
+            raise ToolError("NOTHING APPLIED: these commands are not allowed\n" + str(GrammarError(problems)))
         devices = list(plans)
+        cancel = cancel_event()
         with lab_.config_lock(devices, holder=holder, timeout_s=opts.lock_timeout_s):
-            states = lab_.map(lambda d: capture(lab_, d), devices)
-            sids = {d: snapshots.add(s) for d, s in zip(devices, states, strict=True)}
-            results = lab_.map(lambda d: _apply_device(lab_, d, plans[d], opts), devices)
+            states = dict(zip(devices, lab_.map(lambda d: capture(lab_, d), devices), strict=True))
+            restated = [Problem(d, c.index, c.text, "outside what A1 manages; accepted only as it is on the device, and "
+                                f"{d}'s running configuration has no such line")
+                        for d in devices for c in plans[d] if c.family == "restate"
+                        and ((), c.text) not in config_lines(states[d].frr_config)]  # fmt: skip
+            if restated:
+                raise ToolError("NOTHING APPLIED: these commands are not allowed\n" + str(GrammarError(restated)))
+            sids = {d: snapshots.add(states[d]) for d in devices}
+            results = lab_.map(lambda d: DeviceRun(lab_, d, states[d], opts, cancel).run(plans[d]), devices)
         out: dict[str, DeviceApply] = {}
         refused: list[str] = []
-        echoes = _bound({d: r.echo for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
-                        opts.total_max_bytes, "echo cut; read the result with get_running_config")  # fmt: skip
         for d, r in zip(devices, results, strict=True):
             r.snapshot_id = sids[d]
-            r.echo = echoes[d]
             out[d] = r
             refused += [f"{d}: {rej.command}: {rej.message}" for rej in r.rejected]
             if r.error:
                 refused.append(f"{d}: {r.error}")
-        done = sum(r.accepted for r in results)
-        res = ApplyResult(summary=_summary(done, refused, "applied"), devices=out)
-        settle(res, done, refused, nothing="nothing was applied: the device(s) refused every command; "
-                                           "fix the rejected commands below and apply again")
+        changed = sum(len(r.applied) for r in results)
+        unchanged = sum(len(r.unchanged) for r in results)
+        total = changed + unchanged + sum(len(r.rejected) for r in results)
+        if cancel is not None and cancel.is_set():
+            note_cancelled(f"apply_config stopped on {', '.join(devices)}: {changed} command(s) changed the device(s), "
+                           f"{len(refused)} not applied")  # fmt: skip
+        summary = summarize(total, changed, unchanged, refused)
+        res = ApplyResult(summary=summary, devices=out)
+        settle(res, summary, changed, refused)
         return res
 
     @server.ani_tool(kind="validation", read_only=True, idempotent=True, title="Execute validation commands")
@@ -440,22 +449,22 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             except GrammarError as e:
                 problems.extend(e.problems)
         if problems:
-            raise ToolError("nothing was run: these commands are not allowed\n" + str(GrammarError(problems)))
+            raise ToolError("NOTHING RUN: these commands are not allowed\n" + str(GrammarError(problems)))
         devices = list(plans)
-        results = lab_.map(lambda d: _validate_device(lab_, d, plans[d], opts), devices)
-        texts = _bound({d: r.output for d, r in zip(devices, results, strict=True)}, opts.device_max_bytes,
-                       opts.total_max_bytes, "output cut; narrow the command, e.g. with | include TEXT")  # fmt: skip
+        cancel = cancel_event()
+        results = lab_.map(lambda d: _validate_device(lab_, d, plans[d], opts, cancel), devices)
         out = {}
         refused: list[str] = []
         for d, r in zip(devices, results, strict=True):
-            r.output = texts[d]
             out[d] = r
             refused += [f"{d}: {rej.command}: {rej.message}" for rej in r.rejected]
         # commands run without refusal ("*": the device failed mid-way, nothing of it counts)
+        total = sum(sum(c.family != "comment" for c in plans[d]) for d in devices)
         done = sum(0 if any(x.command == "*" for x in out[d].rejected)
                    else max(0, sum(c.family != "comment" for c in plans[d]) - len(out[d].rejected)) for d in devices)
-        res = ValidationResult(summary=_summary(done, refused, "run"), devices=out)
-        settle(res, done, refused, nothing="nothing was run: the device(s) refused every command")
+        summary = summarize(total, done, 0, refused, verb="run")
+        res = ValidationResult(summary=summary, devices=out)
+        settle(res, summary, done, refused)
         return res
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Roll back to a snapshot")
@@ -481,13 +490,16 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             actions=[a[:300] for a in rep.actions[:100]] + ([f"... {len(rep.actions) - 100} more"] if len(rep.actions) > 100 else []),
             complete=not rep.residual, residual=[r[:500] for r in rep.residual[:50]],
         )  # fmt: skip
-        settle(res, int(rep.changed), [f"{name}: rollback incomplete: " + "; ".join(rep.residual[:5])] if rep.residual else [],
-               nothing=f"nothing was restored on {name}: the differences below remain")
+        residual = [f"{name}: rollback incomplete: " + "; ".join(rep.residual[:5])] if rep.residual else []
+        summary = (f"NOTHING RESTORED on {name}: the differences below remain" if residual and not rep.changed
+                   else f"restored {name} to {snapshot_id}" + (" (incomplete: see residual)" if residual else ""))  # fmt: skip
+        settle(res, summary, int(rep.changed), residual)
         return res
 
     @server.ani_tool(kind="wait", read_only=True, idempotent=True, title="Wait")
     async def wait(
-        seconds: Annotated[float, Field(ge=0, le=opts.max_wait_s, description=f"Seconds to pause (0-{opts.max_wait_s:g}).")],
+        seconds: Annotated[float, Field(ge=0, le=opts.max_wait_s, description=f"Seconds to pause (0-{opts.max_wait_s:g}), a "
+                                                                              "JSON number (\"5\" is read as 5; true is refused).")],
     ) -> WaitResult:
         """Pause to let protocols converge or state settle, then report that the time has passed.
         Source: NetConfArena III-C wait."""
@@ -513,76 +525,40 @@ def _groups(plan: list[Command]) -> list[tuple[str, list[Command]]]:
     return out
 
 
-def _apply_device(lab: Any, device: str, plan: list[Command], opts: A1Options) -> DeviceApply:
-    echo: list[str] = []
-    rejected: list[Rejection] = []
-    accepted = 0
-    try:
-        for family, cmds in _groups(plan):
-            if family == "frr":
-                sent = ["configure terminal", *[c.text for c in cmds], "end"]
-                r = lab.exec(device, ["vtysh"], input="\n".join(sent) + "\n", timeout_s=opts.vtysh_timeout_s,
-                             max_output=opts.max_output_bytes * 4)  # fmt: skip
-                results, shown = parse_transcript(sent, r.stdout)
-                echo.append(shown.rstrip("\n"))
-                if r.timed_out:
-                    echo.append(f"% timed out after {opts.vtysh_timeout_s:g} s: the FRR session was killed")
-                for lr in results[1:-1]:
-                    if lr.rejected:
-                        rejected.append(Rejection(command=lr.command, message=lr.message or "rejected"))
-                    else:
-                        accepted += 1
-                if results[0].rejected:  # could not even enter configuration mode
-                    rejected.append(Rejection(command="configure terminal", message=results[0].message or r.stderr.strip()[:300]))
-            else:
-                c = cmds[0]
-                assert c.argv is not None
-                r = lab.exec(device, c.argv, timeout_s=opts.exec_timeout_s, max_output=opts.max_output_bytes)
-                text = (r.stdout + r.stderr).rstrip("\n")
-                echo.append(f"{device}(kernel)# {c.text}" + (f"\n{text}" if text else ""))
-                if r.timed_out:
-                    echo.append(f"% timed out after {opts.exec_timeout_s:g} s")
-                    rejected.append(Rejection(command=c.text, message=f"timed out after {opts.exec_timeout_s:g} s"))
-                elif r.returncode != 0:
-                    echo.append(f"% exit status {r.returncode}")
-                    rejected.append(Rejection(command=c.text, message=(r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}")[:500]))
-                else:
-                    accepted += 1
-    except Exception as e:  # noqa: BLE001 - a device failure is data in this device's result
-        return DeviceApply(snapshot_id=None, echo="\n".join(echo), accepted=accepted, rejected=rejected,
-                           error=f"the device could not be configured: {e}")  # fmt: skip
-    return DeviceApply(snapshot_id=None, echo="\n".join(echo) + "\n", accepted=accepted, rejected=rejected)
-
-
-def _validate_device(lab: Any, device: str, plan: list[Command], opts: A1Options) -> DeviceValidation:
+def _validate_device(lab: Any, device: str, plan: list[Command], opts: A1Options,
+                     cancel: threading.Event | None = None) -> DeviceValidation:  # fmt: skip
     out: list[str] = []
     rejected: list[Rejection] = []
     try:
         for family, cmds in _groups(plan):
+            if cancel is not None and cancel.is_set():
+                out.append("% not run: the call was cancelled")
+                rejected.append(Rejection(command="*", message="cancelled"))
+                break
             if family == "show":
-                sent = [" ".join(c.argv or c.text.split()) for c in cmds]
-                r = lab.exec(device, ["vtysh"], input="\n".join(sent) + "\n", timeout_s=opts.vtysh_timeout_s,
-                             max_output=opts.max_output_bytes * 4)  # fmt: skip
-                results, _ = parse_transcript(sent, r.stdout)
-                for c, lr in zip(cmds, results, strict=True):
-                    body = apply_filter(_cap(lr.output, opts.max_output_bytes), c.filter)
-                    out.append(f"{lr.prompt or device + '# '}{c.text}\n{body}".rstrip("\n"))
-                    if lr.rejected:
-                        rejected.append(Rejection(command=c.text, message=lr.message or "rejected"))
-                if r.timed_out:
-                    out.append(f"% timed out after {opts.vtysh_timeout_s:g} s: the FRR session was killed")
+                answers = run_lines(
+                    lambda argv: lab.exec(device, argv, timeout_s=opts.vtysh_timeout_s, max_output=opts.max_output_bytes,
+                                          cancel=cancel),
+                    [" ".join(c.argv or c.text.split()) for c in cmds], cancel=cancel,
+                )  # fmt: skip
+                for c, a in zip(cmds, answers, strict=True):
+                    body = apply_filter(a.output + ("\n" if a.output else ""), c.filter)
+                    out.append(f"{a.prompt or device + '# '}{c.text}\n{body}".rstrip("\n"))
+                    if a.status != "accepted":
+                        rejected.append(Rejection(command=c.text, message=a.message or "refused without a message"))
                 continue
             c = cmds[0]
             assert c.argv is not None
             timeout = opts.probe_timeout_s if family == "probe" else opts.exec_timeout_s
             t0 = time.monotonic()
-            r = lab.exec(device, c.argv, timeout_s=timeout, max_output=opts.max_output_bytes)
+            r = lab.exec(device, c.argv, timeout_s=timeout, max_output=opts.max_output_bytes, cancel=cancel)
             body = apply_filter((r.stdout + r.stderr), c.filter).rstrip("\n")
             shown = " ".join(c.argv) if family == "probe" else c.text
             out.append(f"{device}# {shown}" + (f"\n{body}" if body else ""))
-            if r.timed_out:
-                out.append(f"% timed out after {time.monotonic() - t0:.0f} s")
-                rejected.append(Rejection(command=c.text, message=f"timed out after {timeout:g} s"))
+            if r.timed_out or r.cancelled:
+                out.append(f"% {'timed out' if r.timed_out else 'cancelled'} after {time.monotonic() - t0:.0f} s")
+                rejected.append(Rejection(command=c.text, message=f"timed out after {timeout:g} s" if r.timed_out
+                                          else "cancelled"))  # fmt: skip
             elif r.returncode != 0 and family != "probe":
                 out.append(f"% exit status {r.returncode}")
                 rejected.append(Rejection(command=c.text, message=(r.stderr.strip() or f"exit status {r.returncode}")[:500]))

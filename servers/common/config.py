@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from servers.common.paging import DEFAULT_MAX_MESSAGE_BYTES, MIN_MAX_MESSAGE_BYTES
+
 
 class ServerConfig(BaseModel):
     """Everything a level builder needs; the harness fills it from the run configuration.
@@ -46,7 +48,23 @@ class ServerConfig(BaseModel):
         description="Streamable-HTTP only: require `Authorization: Bearer <token>` on every request.",
     )
     run_id: str | None = Field(default=None, description="Free label copied into every trajectory line.")
+    max_message_bytes: int = Field(
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        ge=MIN_MAX_MESSAGE_BYTES,
+        le=64 * 1024 * 1024,
+        description="Bound on one JSON-RPC message the server sends (bytes of UTF-8 JSON: a result's text, its "
+        "structured copy and the escaping of both). A larger result has its longest texts cut, each with a marker "
+        "naming an output id and offset that the read_output tool continues from (servers.common.paging). The "
+        "default keeps messages under asyncio's default 64 KiB stdio line limit.",
+    )
     options: dict[str, Any] = Field(default_factory=dict, description="Level-specific options.")
+
+    @field_validator("bearer_token")
+    @classmethod
+    def _token_nonempty(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("the bearer token is empty: give a real token, or none")
+        return v
 
     @field_validator("devices")
     @classmethod

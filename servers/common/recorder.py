@@ -56,11 +56,15 @@ class CallRecord(BaseModel):
         description="The call was rejected by the server, the device or the environment: an error result, or a "
         "device that refused a command (e.g. FRR's '% Unknown command') although the tool itself succeeded."
     )
-    tool_error: bool = Field(description="The MCP result carried isError (what the client saw as a failure).")
+    tool_error: bool = Field(description="The MCP result carried isError (what the client saw as a failure); false for "
+                             "a cancelled call, which is not answered.")
     result: str | None = Field(default=None, description="Text of a successful result (bounded, with a marker).")
     error: str | None = Field(default=None, description="Error text the client received.")
     rejected: list[str] = Field(default_factory=list, description="Device rejections the tool reported (bounded).")
     refused: Refusal | None = Field(default=None, description="Refused unexecuted: budget spent or episode ended.")
+    cancelled: bool = Field(default=False, description="The client cancelled the call (MCP notifications/cancelled, a "
+                            "client timeout) or went away while it ran; `error` says what was stopped. The client got "
+                            "no result (MCP: a cancelled request is not answered).")
     started_at: float = Field(description="Epoch seconds when the server received the call.")
     ended_at: float = Field(description="Epoch seconds when the server answered.")
     duration_s: float = Field(description="Server-side wall time (monotonic clock), seconds.")

@@ -8,10 +8,15 @@ A level is an :class:`AniServer` plus its tools, registered with :meth:`AniServe
 
 1. the call gets the next sequence number; it counts as a step whatever happens next;
 2. after ``submit`` (episode ended) or past the step budget the call is refused unexecuted;
-3. unknown tools, unexpected or invalid arguments become errors that list what is expected;
+3. unknown tools, unexpected or invalid arguments become errors that list what is expected; the
+   argument policy (:mod:`servers.common.args`) applies first, the same for every tool;
 4. the tool runs; a ``substrate`` error becomes a ``ToolError`` with a message for the agent; a
-   crash is logged on the server and answered with a generic error (the server never dies);
-5. one :class:`~servers.common.recorder.CallRecord` line is appended (and fsync'd) to the
+   crash is logged on the server and answered with a generic error (the server never dies); if
+   the client cancels the call (or goes away), the call's cancel event is set at once, so the
+   commands it runs are killed (:meth:`AniServer._run_cancellable`);
+5. the result (or error text) is bounded to one JSON-RPC message, long texts cut with a handle
+   that ``read_output`` pages through (:mod:`servers.common.paging`);
+6. one :class:`~servers.common.recorder.CallRecord` line is appended (and fsync'd) to the
    trajectory, including for refused, failed and cancelled calls.
 """
 
@@ -29,15 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import anyio
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, ToolAnnotations
+from mcp.shared.message import SessionMessage
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, CallToolResult, ErrorData, JSONRPCError, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from servers.common.args import ARGUMENT_POLICY
+from servers.common.args import normalize as normalize_arguments
 from servers.common.config import ServerConfig
 from servers.common.errors import argument_error, describe_parameters, from_substrate, unknown_device
+from servers.common.paging import Fitter, OutputStore
 from servers.common.recorder import (
     KINDS,
     CallRecord,
@@ -57,9 +67,6 @@ log = logging.getLogger("anibench.servers")
 F = TypeVar("F", bound=Callable[..., Any])
 #: A call's kind: fixed, or computed from its arguments (A0 classifies shell commands).
 KindSpec = Kind | Callable[[dict[str, Any]], Kind]
-#: Safety net on one result (text content + structured copy): MCP clients over streamable HTTP
-#: cap one SSE event at 1 MiB, so every tool bounds its output well below this.
-MAX_RESULT_BYTES = 960 * 1024
 
 
 class ServerSetupError(Exception):
@@ -80,12 +87,32 @@ def _version() -> str:
 
 @dataclass
 class CallNote:
-    """What a running tool tells the recorder beyond its result (device rejections)."""
+    """What a running tool tells the recorder beyond its result (device rejections), and the
+    call's cancel event (set when the client cancels the call or goes away)."""
 
     rejected: list[str] = field(default_factory=list)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel_report: str | None = None
+    request_id: Any = None
 
 
 _CALL: ContextVar[CallNote | None] = ContextVar("anibench_call", default=None)
+
+
+def cancel_event() -> threading.Event | None:
+    """The current call's cancel event (None outside a call): pass it to ``Lab.exec(cancel=...)``
+    so a cancelled call kills its command, and check it between steps of a multi-step tool.
+    Works from sync tools (worker threads) too."""
+    note = _CALL.get()
+    return None if note is None else note.cancel
+
+
+def note_cancelled(report: str) -> None:
+    """Say what a cancelled call stopped (e.g. "the command's process group was killed after
+    2.0 s"); the trajectory records it as the call's error. Outside a call it does nothing."""
+    note = _CALL.get()
+    if note is not None:
+        note.cancel_report = report[:2000]
 
 
 def note_rejected(*messages: str) -> None:
@@ -213,6 +240,16 @@ class StaticTokenVerifier:
 # -- the server ----------------------------------------------------------------------------------
 
 
+class OutputPage(BaseModel):
+    """One page of a stored output (read_output)."""
+
+    output_id: str
+    offset: int = Field(description="Offset of the first character of text in the full output.")
+    text: str = Field(description="The characters from offset on (as many as fit in one message).")
+    next_offset: int | None = Field(description="Offset to read next; null when text reaches the end.")
+    total_chars: int = Field(description="Length of the full output, in characters.")
+
+
 class SubmitResult(BaseModel):
     """Answer of ``submit``."""
 
@@ -274,7 +311,9 @@ class AniServer(MCPServer):
         budget = f"a budget of {config.budget_steps} tool calls" if config.budget_steps else "no step budget"
         rules = (
             f" Episode rules: every tool call counts as a step ({budget}). Call submit when the task is done; "
-            "after submit (or when the budget is spent) every call is refused."
+            "after submit (or when the budget is spent) every call is refused. A result too large for one message "
+            "has its long texts cut, each ending with a marker naming an output id and offset: read_output returns "
+            f"the rest. {ARGUMENT_POLICY}"
         )
         super().__init__(
             name=f"anibench-{level.lower()}",
@@ -313,7 +352,11 @@ class AniServer(MCPServer):
                 raise ServerSetupError(f"cannot use trajectory file {config.trajectory}: {e}") from None
         self.episode = Episode(config.budget_steps, previous, trajectory=config.trajectory)
         self._kinds: dict[str, KindSpec] = {}
+        #: full texts of cut results, read back with read_output (servers.common.paging)
+        self.outputs = OutputStore()
+        self.fitter = Fitter(self.outputs, config.max_message_bytes)
         self._register_submit()
+        self._register_read_output()
 
     # -- registration ----------------------------------------------------------------------------
 
@@ -365,6 +408,31 @@ class AniServer(MCPServer):
             server.episode.submit(seq)
             return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget)
 
+    def _register_read_output(self) -> None:
+        fitter = self.fitter
+
+        @self.ani_tool(kind="read", read_only=True, idempotent=True, title="Read the rest of a cut output")
+        def read_output(
+            output_id: Annotated[str, Field(max_length=64, description='The output id a cut result names, e.g. "out-3".')],
+            offset: Annotated[int, Field(ge=0, description="Where to start, in characters of the full text (the "
+                                                           "offset the marker gives, or any other).")] = 0,
+            max_chars: Annotated[int | None, Field(ge=1, description="At most this many characters (default: as many "
+                                                                     "as fit in one message).")] = None,
+        ) -> OutputPage:
+            """Read a cut output from an offset. A result too large for one message has its long texts cut, each
+            ending with a marker '[... cut by anibench: N more characters; read them with
+            read_output(output_id="out-3", offset=K) ...]'. This returns the text from offset on, as much as fits
+            in one message; call again with next_offset until it is null. Offsets count characters (Unicode code
+            points) of the full text. Recent outputs are kept for the whole episode (the oldest are dropped past a
+            memory bound)."""
+            note = _CALL.get()
+
+            def make(full: str, start: int, end: int) -> OutputPage:
+                return OutputPage(output_id=output_id, offset=start, text=full[start:end],
+                                  next_offset=end if end < len(full) else None, total_chars=len(full))  # fmt: skip
+
+            return fitter.page(output_id, offset, max_chars, make, request_id=note.request_id if note else None)
+
     # -- device names --------------------------------------------------------------------------
 
     def device(self, name: object) -> str:
@@ -408,60 +476,70 @@ class AniServer(MCPServer):
         if not isinstance(arguments, dict):  # defensive: the protocol layer guarantees an object
             arguments = {}
         kind = self.kind_of(name, arguments)
-        note = CallNote()
+        request_id = _request_id_of(context)
+        note = CallNote(request_id=request_id)
         token = _CALL.set(note)
         seq_token = _current_seq.set(seq)
         result: Any = None
         error: str | None = None
+        cancelled = False
         try:
-            if refusal is not None:
-                raise ToolError(self.episode.refusal_message(refusal, seq))
-            tool = self._tool_manager.get_tool(name)
-            if tool is None:
-                tools = ", ".join(t.name for t in self._tool_manager.list_tools())
-                raise ToolError(f"unknown tool {name[:64]!r}; tools: {tools}")
-            allowed = set((tool.parameters or {}).get("properties", {}))
-            extra = [k for k in arguments if k not in allowed]
-            if extra:
-                raise ToolError(
-                    f"unexpected argument{'s' if len(extra) > 1 else ''} {', '.join(repr(k[:40]) for k in extra[:5])} "
-                    f"for {name}. Expected: {describe_parameters(tool.parameters)}."
-                )
             try:
-                result = await super().call_tool(name, arguments, context)
-            except UnexpectedToolError as e:
-                cause = e.__cause__
-                if isinstance(cause, SubstrateError):
-                    raise from_substrate(cause) from None
-                log.error("tool %s crashed on %s", name, json.dumps(arguments, default=str)[:500], exc_info=cause)
-                raise ToolError(
-                    f"internal error in {name} (logged on the server); the call may not have been carried out. "
-                    "Check the state before retrying."
-                ) from None
-            except ToolError as e:
-                cause = e.__cause__
-                if isinstance(cause, ValidationError):
-                    raise argument_error(name, cause, tool.parameters) from None
-                if isinstance(cause, ToolError):
-                    raise ToolError(str(cause)) from None
-                raise
-            if isinstance(result, CallToolResult):
-                # the serialized result is what travels (one SSE event over HTTP): text content and
-                # its structured copy, with JSON escaping applied twice to the text
-                size = len(result.model_dump_json(by_alias=True, exclude_none=True).encode())
-                if size > MAX_RESULT_BYTES:
+                if refusal is not None:
+                    raise ToolError(self.episode.refusal_message(refusal, seq))
+                tool = self._tool_manager.get_tool(name)
+                if tool is None:
+                    tools = ", ".join(t.name for t in self._tool_manager.list_tools())
+                    raise ToolError(f"unknown tool {name[:64]!r}; tools: {tools}")
+                schema = tool.parameters or {}
+                allowed = set(schema.get("properties", {}))
+                extra = [k for k in arguments if k not in allowed]
+                if extra:
                     raise ToolError(
-                        f"the result ({size} bytes) is over the server's bound of {MAX_RESULT_BYTES} bytes and was "
-                        "dropped; ask for less (fewer devices, a narrower command)"
+                        f"unexpected argument{'s' if len(extra) > 1 else ''} {', '.join(repr(k[:40]) for k in extra[:5])} "
+                        f"for {name}. Expected: {describe_parameters(schema)}."
                     )
-                if result.is_error:
-                    error = _text_of(result)
-            return result
-        except ToolError as e:
-            error = str(e)
+                normalized, problems = normalize_arguments(arguments, schema)
+                if problems:
+                    raise ToolError(f"bad arguments for {name}: {'; '.join(problems[:8])}. "
+                                    f"Expected: {describe_parameters(schema)}. {ARGUMENT_POLICY}")  # fmt: skip
+                try:
+                    result = await self._run_cancellable(name, normalized, context, note)
+                except UnexpectedToolError as e:
+                    cause = e.__cause__
+                    if isinstance(cause, SubstrateError):
+                        raise from_substrate(cause) from None
+                    log.error("tool %s crashed on %s", name, json.dumps(arguments, default=str)[:500], exc_info=cause)
+                    raise ToolError(
+                        f"internal error in {name} (logged on the server); the call may not have been carried out. "
+                        "Check the state before retrying."
+                    ) from None
+                except ToolError as e:
+                    cause = e.__cause__
+                    if isinstance(cause, ValidationError):
+                        raise argument_error(name, cause, schema) from None
+                    if isinstance(cause, ToolError):
+                        raise ToolError(str(cause)) from None
+                    raise
+                if note.cancel.is_set():  # cancelled while the tool ran: the client gets no answer (MCP)
+                    cancelled, error = True, _cancelled(t0, note)
+                    return result
+                if isinstance(result, CallToolResult):
+                    # bounded as it travels: one JSON-RPC message (servers.common.paging)
+                    result = self.fitter.fit_result(result, wrapped=bool(getattr(tool.fn_metadata, "wrap_output", False)),
+                                                    request_id=request_id)  # fmt: skip
+                    if result.is_error:
+                        error = _text_of(result)
+                return result
+            except ToolError as e:
+                error = self.fitter.fit_error(str(e), request_id=request_id)
+                if note.cancel.is_set():  # the tool stopped because the call was cancelled
+                    cancelled, error = True, _cancelled(t0, note, f"The tool ended with: {error}")
+                raise ToolError(error) from None
+        except ToolError:
             raise
-        except BaseException as e:  # cancellation by the client (timeout) or shutdown
-            error = f"cancelled after {time.monotonic() - t0:.1f} s ({type(e).__name__}); the command may still have run"
+        except BaseException as e:  # cancelled by the client (notifications/cancelled, timeout) or shutdown
+            cancelled, error = True, _cancelled(t0, note, f"({type(e).__name__}; part of the call may have run)")
             raise
         finally:
             _CALL.reset(token)
@@ -469,11 +547,40 @@ class AniServer(MCPServer):
             self.episode.after_call()
             self._record(
                 seq=seq, name=name, arguments=arguments, kind=kind, started_at=started_at, t0=t0,
-                result=result, error=error, note=note, refusal=refusal, context=context,
+                result=result, error=error, note=note, refusal=refusal, context=context, cancelled=cancelled,
             )  # fmt: skip
 
+    async def _run_cancellable(self, name: str, arguments: dict[str, Any], context: Any, note: CallNote) -> Any:
+        """Run the tool; when the call is cancelled (the SDK cancels the request's scope on
+        ``notifications/cancelled``, a client timeout or the client going away), set the call's
+        cancel event at once, so that a tool running in a worker thread stops its commands
+        (``Lab.exec(cancel=...)`` kills the command's process group) instead of running to the
+        end while nobody waits for it."""
+        done = False
+
+        async def watch() -> None:
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                if not done:
+                    note.cancel.set()
+                raise
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                try:
+                    return await super().call_tool(name, arguments, context)
+                finally:
+                    done = True
+                    tg.cancel_scope.cancel()
+        except BaseExceptionGroup as eg:  # the task group wraps what the tool raised: raise it as it was
+            inner = [e for e in eg.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())] or list(eg.exceptions)
+            raise inner[0] from inner[0].__cause__
+
     def _record(self, *, seq: int, name: str, arguments: dict[str, Any], kind: Kind, started_at: float, t0: float,
-                result: Any, error: str | None, note: CallNote, refusal: str | None, context: Any) -> None:  # fmt: skip
+                result: Any, error: str | None, note: CallNote, refusal: str | None, context: Any,
+                cancelled: bool = False) -> None:  # fmt: skip
         if self.recorder is None:
             return
         args, truncated = bound_arguments(arguments)
@@ -488,11 +595,12 @@ class AniServer(MCPServer):
             arguments_truncated=truncated,
             kind=kind,
             is_error=error is not None or bool(note.rejected),
-            tool_error=error is not None,
+            tool_error=error is not None and not cancelled,  # a cancelled call is not answered at all
             result=None if error is not None or result is None else bound_text(_text_of(result)),
             error=None if error is None else bound_text(error),
             rejected=valid_unicode(note.rejected[:50]),
             refused=refusal,  # type: ignore[arg-type]
+            cancelled=cancelled,
             started_at=started_at,
             ended_at=time.time(),
             duration_s=time.monotonic() - t0,
@@ -503,6 +611,36 @@ class AniServer(MCPServer):
             self.recorder.append(rec)
         except (OSError, ValueError) as e:  # a full disk must not kill the episode; say it loudly
             log.error("trajectory %s: cannot record call %d: %s", self.recorder.path, seq, e)
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio until the client goes away (stdin closes).
+
+        As the SDK's, plus: a line that is not a JSON-RPC message is answered with the JSON-RPC
+        error (-32700 parse error for text that is not JSON, -32600 invalid request for JSON that
+        is not a message; JSON-RPC 2.0 section 5.1) instead of silence. When stdin closes the
+        SDK cancels the calls in flight; their cancel events stop the commands they run
+        (:meth:`_run_cancellable`), so the server exits promptly.
+        """
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            send, receive = anyio.create_memory_object_stream[Any](0)
+
+            async def pump() -> None:
+                async with send:
+                    async for item in read_stream:
+                        if isinstance(item, Exception):
+                            try:
+                                await write_stream.send(SessionMessage(_protocol_error(item)))
+                            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                                return
+                            continue
+                        await send.send(item)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pump)
+                await self._lowlevel_server.run(receive, write_stream, self._lowlevel_server.create_initialization_options())
+                tg.cancel_scope.cancel()
 
     def close(self) -> None:
         """Close the trajectory file."""
@@ -518,6 +656,44 @@ def _text_of(result: Any) -> str:
     if not content:
         return ""
     return "\n".join(getattr(c, "text", "") or f"<{getattr(c, 'type', 'content')}>" for c in content)
+
+
+def _cancelled(t0: float, note: CallNote, tail: str = "") -> str:
+    """The recorded error of a cancelled call: when, and what the tool says it stopped."""
+    what = note.cancel_report or "the tool stopped what it ran"
+    return (f"cancelled after {time.monotonic() - t0:.1f} s (the client cancelled the request or went away; it gets no "
+            f"answer): {what}" + (f". {tail}" if tail else ""))  # fmt: skip
+
+
+def _protocol_error(exc: Exception) -> JSONRPCError:
+    """The JSON-RPC error answering an inbound line the transport could not read as a message:
+    parse error (-32700) when it is not JSON, invalid request (-32600) when it is JSON but not a
+    JSON-RPC message (with the message's id when it has a usable one)."""
+    errors: list[dict[str, Any]] = []
+    if isinstance(exc, ValidationError):
+        try:
+            errors = list(exc.errors())  # type: ignore[arg-type]
+        except Exception:  # noqa: BLE001
+            errors = []
+    if not errors or any(e.get("type") == "json_invalid" for e in errors):
+        return JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(
+            code=PARSE_ERROR, message="Parse error: the line is not valid JSON (one JSON-RPC message per line, UTF-8)"))
+    rid = None
+    for e in errors:
+        value = e.get("input")
+        if isinstance(value, dict) and isinstance(value.get("id"), str | int) and not isinstance(value.get("id"), bool):
+            rid = value["id"]
+            break
+    return JSONRPCError(jsonrpc="2.0", id=rid, error=ErrorData(
+        code=INVALID_REQUEST, message="Invalid Request: the JSON is not a JSON-RPC 2.0 request, notification or response"))
+
+
+def _request_id_of(context: Any) -> Any:
+    """The JSON-RPC id of the request being served (None when unknown, e.g. a direct call)."""
+    try:
+        return context.request_context.request_id
+    except Exception:  # noqa: BLE001 - no request context
+        return None
 
 
 def _client_of(context: Any) -> tuple[ClientInfo | None, str | None]:
