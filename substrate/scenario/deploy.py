@@ -7,8 +7,10 @@ what failed (draft section 6: "every pre-existing service passes its invariants 
 The scenario and the baseline device state of every node are kept in the lab's directory.
 
 Reset: back to that baseline without redeploying. Faults are cleared, processes an agent left
-running in a node are killed, stopped processes resumed, dead FRR daemons restarted, deleted links re-created, then every node whose state differs from
-the baseline is restored (only what differs), and the underlay is left converged.
+running in a node are killed, stopped processes resumed, dead FRR daemons restarted (all of a
+router's daemons when zebra died: :func:`substrate.faults.restart_daemons`), deleted links
+re-created, then every node whose state differs from the baseline is restored (only what
+differs), and the underlay is left converged.
 """
 
 from __future__ import annotations
@@ -268,7 +270,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     Raises:
         SubstrateError: the lab has no baseline, or a node is dead (redeploy).
     """
-    from substrate.faults import clear_all
+    from substrate.faults import clear_all, restart_daemons
 
     t0 = time.monotonic()
     stages: dict[str, float] = {}
@@ -288,9 +290,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
         lines = lab.sh(node, _REVIVE.format(daemons=" ".join(lab.state(node).daemons)), timeout_s=5).stdout.splitlines()
         dead = [ln[2:] for ln in lines if ln.startswith("D ")]
         strays = [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
-        for d in dead:
-            lab.start_daemon(node, d, load_config=False)
-        return [f"{node}:{d}" for d in dead], strays
+        started = restart_daemons(lab, node, dead, load_config=False) if dead else []  # after zebra: all of them
+        return [f"{node}:{d}" for d in started], strays
 
     for found, strays in lab.map(revive, lab.node_names()):
         restarted += found
