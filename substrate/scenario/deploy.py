@@ -10,7 +10,8 @@ Reset: back to that baseline without redeploying. Faults are cleared, processes 
 running in a node are killed, stopped processes resumed, dead FRR daemons restarted (all of a
 router's daemons when zebra died: :func:`substrate.faults.restart_daemons`), deleted links
 re-created, then every node whose state differs from the baseline is restored (only what
-differs), and the underlay is left converged.
+differs), the underlay is left converged, and transactions an ANI server left unfinished in the
+journal are closed (:func:`substrate.journal.close_unfinished`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from substrate.devstate import DeviceState, RestoreReport, capture, capture_many, restore
 from substrate.errors import SubstrateError
+from substrate.journal import close_unfinished
 from substrate.lab import Lab
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
@@ -316,6 +318,9 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     lab.wait_converged(timeout_s=converge_timeout_s)
     lap("converge")
     residual = {r.node: r.residual for r in reports if r.residual}
+    # transactions an ANI server left unfinished (it died): every device is at the baseline now
+    # and the processes it left in the nodes were killed above, so they are closed, not replayed
+    close_unfinished(lab, "lab reset: every device put back to its baseline")
     _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
                        restarted_daemons=restarted, killed_processes=killed, frr_files_restored=frr_files,
