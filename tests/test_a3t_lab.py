@@ -22,6 +22,7 @@ from servers.a3_intent.server import build_server
 from servers.common import ServerConfig
 from substrate import Lab
 from substrate.devstate import DeviceState, capture_many
+from substrate.journal import Journal
 from substrate.faults import Fault, FaultInjector
 from substrate.scenario import Scenario, build, load_manifest
 from substrate.scenario.deploy import deploy_scenario, load_baseline, reset
@@ -150,7 +151,7 @@ async def test_onboarding_create_end_to_end_and_idempotent(lab: Lab, sc: Scenari
         got = data(await c.call_tool("get_change", {"change_id": "c1"}))
         assert got["status"] == "applied" and got["submitted_ops"] == ops
         svc = data(await c.call_tool("get_service", {"id": "t3s3"}))
-        assert svc["device_state"] == {"in_sync": True, "missing": {}, "unreadable": []}
+        assert svc["device_state"] == {"in_sync": True, "differences": {}, "unreadable": []}
         assert svc["allocated"]["ce"] == "c8" and svc["spec"]["prefix4"] == "10.0.4.0/24" and len(svc["invariants"]) == 10
         assert any("/isolated/" in i and i.endswith("/4") for i in svc["invariants"])  # isolation over IPv4 too
         r = await c.call_tool("get_change", {"change_id": "c9"})
@@ -279,11 +280,26 @@ async def test_damage_to_another_tenant_is_rolled_back_with_evidence(lab: Lab, s
     assert Records(lab).state().version == 0
 
 
+def on_validation(monkeypatch: pytest.MonkeyPatch, act: Any) -> None:
+    """Run ``act()`` when active validation starts: the engine's second observation (the first is
+    the pre-check, before any device is touched)."""
+    real = txn_mod.observe
+    calls: list[int] = []
+
+    def hooked(lab_: Lab, invs: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            act()
+        return real(lab_, invs, **kw)
+
+    monkeypatch.setattr(txn_mod, "observe", hooked)
+
+
 async def test_a_crash_during_validation_still_rolls_back(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(*_a: Any, **_k: Any) -> Any:
+    def boom() -> Any:
         raise RuntimeError("observer exploded")
 
-    monkeypatch.setattr(txn_mod, "observe", boom)
+    on_validation(monkeypatch, boom)
     before = everything(lab)
     async with connect(server(lab)) as c:
         res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4")])
@@ -293,16 +309,7 @@ async def test_a_crash_during_validation_still_rolls_back(lab: Lab, monkeypatch:
 
 async def test_frozen_node_during_apply_rolls_back(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     inj = FaultInjector(lab, [Fault(id="f1", kind="freeze", step=1, duration_steps=1, target={"node": "r1"})])
-    real = txn_mod.observe
-    calls = []
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202 - the fault strikes after the devices were changed
-        calls.append(len(list(invs)))
-        if len(calls) == 1:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))  # the fault strikes after the devices were changed
     try:
         async with connect(server(lab)) as c:
             res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4")])
@@ -310,7 +317,9 @@ async def test_frozen_node_during_apply_rolls_back(lab: Lab, sc: Scenario, monke
         inj.clear()
     assert res["status"] == "rolled_back", res["message"]
     assert res["rollback"]["complete"] and "r1" in res["rollback"]["devices"]
+    # they held at the pre-check, fail after the apply, and still fail without the change: a fault
     assert any(f["id"].startswith("underlay/adjacency/r1:") and f["after_rollback"] == "still fails" for f in res["validation"]["failed"])
+    assert res["transient"] and "a fault began meanwhile" in res["message"]
     lab.wait_converged(timeout_s=60)
     assert at_baseline(lab) == [] and failing(lab, sc.invariants) == []
 
@@ -320,13 +329,7 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
     part is rolled back at once, the FRR part waits (reported) and the next apply finishes it."""
     inj = FaultInjector(lab, [Fault(id="f1", kind="freeze", step=1, duration_steps=1, target={"node": "r6"})])
     real = txn_mod.observe
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202
-        if not inj.events:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))
     opts = {"device_timeout_s": 2, "capture_timeout_s": 3}
     try:
         async with connect(server(lab, options=opts)) as c:
@@ -335,12 +338,16 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
         inj.clear()
     monkeypatch.setattr(txn_mod, "observe", real)
     assert res["status"] == "rollback_incomplete" and res["rollback"]["pending"] == ["r6"], res["message"]
-    assert "retried by the next apply_change_set" in res["rollback"]["residual"]["r6"][0]
-    assert [p.node for p in Records(lab).state().pending] == ["r6"]
-    async with connect(server(lab, options=opts)) as c:  # a no-op change set: the pending repair runs first
+    assert "not undone yet: " in res["rollback"]["residual"]["r6"][0] and "finished by the next apply_change_set" in res["message"]
+    assert res["transient"]
+    entry = Journal(lab, "a3t").get(res["change_id"])
+    assert entry is not None and entry.phase == "rolling_back"
+    async with connect(server(lab, options=opts)) as c:  # a no-op change set: the pending rollback is finished first
         again = await apply(c, [site_op("modify", "t3s1", pe="r2", pe_interface="eth4")])
-    assert again["status"] == "no_change" and again["warnings"][0] == f"completed the rollback of {res['change_id']} on r6"
-    assert Records(lab).state().pending == []
+        assert again["status"] == "no_change" and again["warnings"][0].startswith(f"completed the rollback of change {res['change_id']}")
+        got = data(await c.call_tool("get_change", {"change_id": res["change_id"]}))
+    assert got["status"] == "rolled_back" and got["rollback"]["complete"] and got["recovery"].startswith("completed the rollback")
+    assert Journal(lab, "a3t").get(res["change_id"]).phase == "rolled_back"  # type: ignore[union-attr]
     lab.wait_converged(timeout_s=60)
     assert at_baseline(lab) == [] and failing(lab, sc.invariants) == []
 
@@ -348,14 +355,7 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
 async def test_daemon_crash_during_apply_rolls_back(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     """isisd of the PE whose FRR configuration the change touches crashes after the change is applied."""
     inj = FaultInjector(lab, [Fault(id="f1", kind="daemon_crash", step=1, duration_steps=1, target={"node": "r6", "daemon": "isisd"})])
-    real = txn_mod.observe
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202
-        if not inj.events:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))
     try:
         async with connect(server(lab)) as c:
             res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4", prefix4="auto")])
@@ -427,8 +427,8 @@ async def test_changes_made_outside_a3t_are_seen(lab: Lab) -> None:
         # the site's state is removed on one device behind A3-T's back: get_service shows it
         lab.check([lab.exec("r1", ["ip", "-6", "route", "del", "fd10:0:0:4::/64", "table", "102"])])
         svc = data(await c.call_tool("get_service", {"id": "t3s3"}))
-        assert not svc["device_state"]["in_sync"] and list(svc["device_state"]["missing"]) == ["r1"]
-        assert "route missing: ip -6 route fd10:0:0:4::/64 table 102" in svc["device_state"]["missing"]["r1"][0]
+        assert not svc["device_state"]["in_sync"] and list(svc["device_state"]["differences"]) == ["r1"]
+        assert "route missing: ip -6 route fd10:0:0:4::/64 table 102" in svc["device_state"]["differences"]["r1"][0]
 
 
 async def test_records_shared_between_servers_and_dropped_by_reset(lab: Lab) -> None:
