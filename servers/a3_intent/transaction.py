@@ -19,7 +19,8 @@ classes only through the plan (:mod:`servers.a3_intent.planner`) and the records
    of a NETCONF ``<lock>``, RFC 6241 section 7.5; bounded wait, then an error naming the holder);
 4. reads, on each touched device, the items the change sets (routes, rules, addresses, links,
    nftables tables, sysctls, FRR lines: :func:`substrate.journal.snapshot`) and, meanwhile,
-   checks the pre-existing invariants in the validation scope (the *pre-check*);
+   checks the pre-existing invariants in the validation scope of the instances the change set
+   does not change (the *pre-check*);
 5. journals the transaction (phase ``applying``, fsync'd) -- nothing is touched before that;
 6. applies each device's :class:`~substrate.scenario.apply.ConfigDelta` (one tagged script per
    device, in parallel); journal phase ``validating``;
@@ -501,13 +502,17 @@ class Engine:
 
     def _snapshot(self, p: Plan, t: Timings) -> tuple[list[jr.DeviceRecord], list[Verdict], list[Invariant]]:
         """The device records (items with their values now) and, meanwhile, the pre-check: the
-        invariants in scope that exist before the change, unchanged, observed now.
+        invariants in scope that exist before the change, unchanged, of service instances the
+        change set does not change, observed now. (A changed instance's checks are the change's
+        own: they must pass after it, whatever they said before -- a moved site's reachability
+        fails before the move when the customer already re-cabled its CE.)
 
         Raises:
             TransactionError: a device did not answer (nothing was changed).
         """
         old = {i.id: i for i in p.old.invariants}
-        pre = [i for i in p.invariants if old.get(i.id) == i]
+        changed = set(p.changed_services)
+        pre = [i for i in p.invariants if old.get(i.id) == i and i.service not in changed]
         t0 = time.monotonic()
 
         def snap(n: str) -> jr.DeviceRecord | str:
