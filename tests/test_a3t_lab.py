@@ -8,7 +8,6 @@ and dropped by a lab reset, budget and trajectory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,51 +17,17 @@ import pytest
 from servers.a3_intent import planner as planner_mod
 from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
-from servers.a3_intent.server import build_server
-from servers.common import ServerConfig
 from substrate import Lab
 from substrate.devstate import DeviceState, capture_many
-from substrate.journal import Journal
 from substrate.faults import Fault, FaultInjector
-from substrate.scenario import Scenario, build, load_manifest
-from substrate.scenario.deploy import deploy_scenario, load_baseline, reset
+from substrate.journal import Journal
+from substrate.scenario import Scenario
+from substrate.scenario.deploy import load_baseline, reset
 from substrate.scenario.observer import observe
-from tests.conftest import REPO, unique_name
+from tests.a3t_support import bf, lab, on_validation, sc, server  # noqa: F401 - fixtures
 from tests.servers_support import MODES, connect, data, records, stdio, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
-SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
-
-
-@pytest.fixture(scope="module")
-def bf() -> Iterator[tuple[Lab, Scenario]]:
-    sc = build(load_manifest(SMALL))
-    lab = deploy_scenario(sc, unique_name("t-a3t"))
-    try:
-        yield lab, sc
-    finally:
-        lab.destroy()
-
-
-@pytest.fixture
-def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
-    """The module's lab, put back at its baseline after each test (and checked to be there)."""
-    lab_, _ = bf
-    yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
-
-
-@pytest.fixture
-def sc(bf: tuple[Lab, Scenario]) -> Scenario:
-    return bf[1]
-
-
-def server(lab: Lab, tmp_path: Path | None = None, **kw: Any):  # noqa: ANN201
-    """The A3-T server over ``lab``; every node (CEs included) is a device unless ``devices`` says otherwise."""
-    traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
-    kw.setdefault("devices", "all")
-    return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)
 
 
 def site_op(op: str, sid: str, **spec: Any) -> dict[str, Any]:
@@ -278,21 +243,6 @@ async def test_damage_to_another_tenant_is_rolled_back_with_evidence(lab: Lab, s
     assert res["rollback"]["complete"] and key in res["message"] and "this change set broke them" in res["message"]
     assert same(before, everything(lab)) == [] and failing(lab, sc.invariants) == []
     assert Records(lab).state().version == 0
-
-
-def on_validation(monkeypatch: pytest.MonkeyPatch, act: Any) -> None:
-    """Run ``act()`` when active validation starts: the engine's second observation (the first is
-    the pre-check, before any device is touched)."""
-    real = txn_mod.observe
-    calls: list[int] = []
-
-    def hooked(lab_: Lab, invs: Any, **kw: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 2:
-            act()
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", hooked)
 
 
 async def test_a_crash_during_validation_still_rolls_back(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,51 +24,21 @@ import pytest
 
 from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
-from servers.a3_intent.server import build_server
-from servers.common import ServerConfig
 from substrate import Lab
 from substrate import journal as jr
 from substrate.devstate import DeviceState, capture_many
 from substrate.faults import Fault, FaultInjector, draw_schedule
-from substrate.scenario import Scenario, build, load_manifest
-from substrate.scenario.deploy import deploy_scenario, load_baseline, reset
+from substrate.scenario import Scenario
+from substrate.scenario.deploy import reset
 from substrate.scenario.observer import observe
-from tests.conftest import REPO, unique_name
+from tests.a3t_support import SLOW_MACHINE, bf, lab, on_validation, sc, server  # noqa: F401 - fixtures
+from tests.conftest import REPO
 from tests.servers_support import HARNESS, connect, data, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
-SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
 #: Onboarding on the spare circuit r6:eth4 (CE c8), IPv4 too: touches r1, r2, r6 and c8.
 ONBOARD = [{"op": "create", "service_class": "tenant_site", "id": "t3s3",
             "spec": {"tenant": "t3", "pe": "r6", "pe_interface": "eth4", "prefix4": "auto"}}]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def bf() -> Iterator[tuple[Lab, Scenario]]:
-    sc = build(load_manifest(SMALL))
-    lab = deploy_scenario(sc, unique_name("t-a3r"))
-    try:
-        yield lab, sc
-    finally:
-        lab.destroy()
-
-
-@pytest.fixture
-def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
-    lab_, _ = bf
-    yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
-
-
-@pytest.fixture
-def sc(bf: tuple[Lab, Scenario]) -> Scenario:
-    return bf[1]
-
-
-def server(lab: Lab, **kw: Any):  # noqa: ANN201
-    kw.setdefault("devices", "all")
-    return build_server(ServerConfig(lab=lab.name, **kw), lab=lab)
 
 
 def everything(lab: Lab) -> dict[str, DeviceState]:
@@ -96,7 +66,8 @@ class Serve:
     sent and the process killed before it answers)."""
 
     def __init__(self, lab: Lab, *extra: str):
-        self.p = subprocess.Popen([*HARNESS, "serve", "--ani", "A3-T", "--lab", lab.name, "--devices", "all", *extra],
+        opts = [x for k, v in SLOW_MACHINE.items() if f"{k}=" not in " ".join(extra) for x in ("-o", f"{k}={v:g}")]
+        self.p = subprocess.Popen([*HARNESS, "serve", "--ani", "A3-T", "--lab", lab.name, "--devices", "all", *opts, *extra],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
         self.n = 0
         self.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -300,16 +271,7 @@ async def test_rollback_leaves_faults_cleared_meanwhile_alone(lab: Lab, sc: Scen
     baseline = everything(lab)
     lab.check([lab.exec("c8", ["nft", "-f", "-"], input=DROP_PINGS)])
     inj.on_step(1)
-    real = txn_mod.observe
-    calls: list[int] = []
-
-    def clearing(lab_: Lab, invs: Any, **kw: Any) -> Any:  # the second observation is the validation
-        calls.append(1)
-        if len(calls) == 2:
-            inj.clear()
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", clearing)
+    on_validation(monkeypatch, inj.clear)
     try:
         async with connect(server(lab)) as c:
             res = data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))
@@ -436,16 +398,7 @@ def blocked_until_cancelled(monkeypatch: pytest.MonkeyPatch, where: str) -> thre
 
     monkeypatch.setattr(txn_mod.Engine, "apply", apply)
     if where == "validation":
-        real = txn_mod.observe
-        calls: list[int] = []
-
-        def held(lab_: Lab, invs: Any, **kw: Any) -> Any:
-            calls.append(1)
-            if len(calls) == 2:
-                hold()
-            return real(lab_, invs, **kw)
-
-        monkeypatch.setattr(txn_mod, "observe", held)
+        on_validation(monkeypatch, hold)
     else:
         real_persist = jr.persist_frr
 
