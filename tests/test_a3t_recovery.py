@@ -491,6 +491,6 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
     rec, verdicts = await anyio.to_thread.run_sync(execute_run, lab, spec, v)
     applies = [json.loads(x) for x in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
     applies = [c for c in applies if c["tool"] == "apply_change_set"]
-    assert len(applies) == 2 and applies[0]["is_error"] and "Retry later" in applies[0]["error"], applies
-    assert '"status": "applied"' in applies[1]["result"]
+    assert len(applies) >= 2 and applies[0]["is_error"] and "Retry later" in applies[0]["error"], applies
+    assert '"status": "applied"' in applies[-1]["result"]
     assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
