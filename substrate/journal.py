@@ -485,7 +485,7 @@ def run_script(lab: Lab, entry: Entry, node: str, script: str, timeout_s: float)
     on success, else what went wrong (the command's error, no answer in time, or an FRR daemon
     that is not running: vtysh then drops its lines and still exits 0)."""
     try:
-        r = lab.exec(node, ["bash", "-c", script, entry.tag], timeout_s=timeout_s)
+        r = lab.exec(node, ["bash", "-c", f"{script}\nexit $?", entry.tag], timeout_s=timeout_s)
     except SubstrateError as e:
         return str(e)
     if r.timed_out:
@@ -637,15 +637,17 @@ def persist_frr(lab: Lab, entry: Entry, timeout_s: float = 10.0) -> list[str]:
         try:
             if lab.state(rec.node).role is Role.HOST or not changes:
                 return None
-            r = lab.exec(rec.node, ["cat", STARTUP_CONFIG], timeout_s=timeout_s)
+            # tagged like the device scripts, so that recovery kills a dead server's commands here too
+            # ('; exit $?': bash would exec a lone command in its own place, and the tag with it)
+            r = lab.exec(rec.node, ["bash", "-c", f"cat {STARTUP_CONFIG}; exit $?", entry.tag], timeout_s=timeout_s)
             if not r.ok:
                 return f"{rec.node}: cannot read {STARTUP_CONFIG}: {r.summary()}"
             new = edit_startup_config(r.stdout, changes)
             if new == r.stdout:
                 return None
             tmp = f"{STARTUP_CONFIG}.anibench"
-            w = lab.sh(rec.node, f"umask 027; cat > {tmp} && chown frr:frr {tmp} && mv -f {tmp} {STARTUP_CONFIG}",
-                       input=new, timeout_s=timeout_s)  # fmt: skip
+            w = lab.exec(rec.node, ["bash", "-c", f"umask 027; cat > {tmp} && chown frr:frr {tmp} && mv -f {tmp} {STARTUP_CONFIG}; "
+                                    "exit $?", entry.tag], input=new, timeout_s=timeout_s)  # fmt: skip
         except SubstrateError as e:
             return f"{rec.node}: {e}"
         return None if w.ok else f"{rec.node}: cannot write {STARTUP_CONFIG}: {w.summary()}"

@@ -386,7 +386,8 @@ class Engine:
             errors = jr.persist_frr(self.lab, e, timeout_s=self.opts.device_timeout_s)
             self.journal.mark(e, "committed", f"completed by recovery ({self.opts.holder})")
             note = (f"completed at {when} by {self.opts.holder}: {dead} had committed it (phase {was}) and stopped before "
-                    "finishing; the startup configuration was written" + (f" except: {'; '.join(errors)}" if errors else ""))  # fmt: skip
+                    "finishing" + (f"; its device commands still running were killed ({'; '.join(killed)})" if killed else "")
+                    + "; the startup configuration was written" + (f" except: {'; '.join(errors)}" if errors else ""))  # fmt: skip
             self._finish_record(e, status="applied", recovery=note)
             return f"change {e.txn}: {note}"
         if e.phase != "rolling_back":
