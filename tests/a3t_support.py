@@ -14,6 +14,7 @@ from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.server import build_server
 from servers.common import ServerConfig
 from substrate import Lab
+from substrate.devstate import DeviceState, capture
 from substrate.scenario import Scenario, build, load_manifest
 from substrate.scenario.deploy import deploy_scenario, reset
 from tests.conftest import REPO, unique_name
@@ -72,3 +73,9 @@ def on_validation(monkeypatch: pytest.MonkeyPatch, act: Callable[[], Any]) -> No
         return real(lab_, invs, **kw)
 
     monkeypatch.setattr(txn_mod, "observe", hooked)
+
+
+def everything(lab: Lab) -> dict[str, DeviceState]:
+    """Every node's full state (kernel and FRR), with a deadline fit for a loaded machine."""
+    names = lab.node_names()
+    return dict(zip(names, lab.map(lambda n: capture(lab, n, timeout_s=90.0), names), strict=True))

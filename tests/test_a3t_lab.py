@@ -18,13 +18,13 @@ from servers.a3_intent import planner as planner_mod
 from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
 from substrate import Lab
-from substrate.devstate import DeviceState, capture_many
+from substrate.devstate import DeviceState
 from substrate.faults import Fault, FaultInjector
 from substrate.journal import Journal
 from substrate.scenario import Scenario
 from substrate.scenario.deploy import load_baseline, reset
 from substrate.scenario.observer import observe
-from tests.a3t_support import bf, lab, on_validation, sc, server  # noqa: F401 - fixtures
+from tests.a3t_support import bf, everything, lab, on_validation, sc, server  # noqa: F401 - fixtures
 from tests.servers_support import MODES, connect, data, records, stdio, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
@@ -36,9 +36,6 @@ def site_op(op: str, sid: str, **spec: Any) -> dict[str, Any]:
         d["spec"] = spec
     return d
 
-
-def everything(lab: Lab) -> dict[str, DeviceState]:
-    return capture_many(lab)
 
 
 def same(a: dict[str, DeviceState], b: dict[str, DeviceState]) -> list[str]:

@@ -26,12 +26,12 @@ from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
 from substrate import Lab
 from substrate import journal as jr
-from substrate.devstate import DeviceState, capture_many
+from substrate.devstate import DeviceState
 from substrate.faults import Fault, FaultInjector, draw_schedule
 from substrate.scenario import Scenario
 from substrate.scenario.deploy import reset
 from substrate.scenario.observer import observe
-from tests.a3t_support import SLOW_MACHINE, bf, lab, on_validation, sc, server  # noqa: F401 - fixtures
+from tests.a3t_support import SLOW_MACHINE, bf, everything, lab, on_validation, sc, server  # noqa: F401 - fixtures
 from tests.conftest import REPO
 from tests.servers_support import HARNESS, connect, data, text
 
@@ -40,9 +40,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.anyio]
 ONBOARD = [{"op": "create", "service_class": "tenant_site", "id": "t3s3",
             "spec": {"tenant": "t3", "pe": "r6", "pe_interface": "eth4", "prefix4": "auto"}}]  # fmt: skip
 
-
-def everything(lab: Lab) -> dict[str, DeviceState]:
-    return capture_many(lab)
 
 
 def differing(a: dict[str, DeviceState], b: dict[str, DeviceState]) -> list[str]:
@@ -238,6 +235,7 @@ async def test_killed_after_the_commit_point_is_completed_by_the_next_server(lab
         try:
             srv.call("apply_change_set", {"ops": ONBOARD})
             poll("the commit", lambda: Records(lab).state().version == 1)
+            poll("r6's startup configuration being read", lambda: "cat" in lab.exec("r6", ["ps", "-eo", "comm"]).stdout.split())
             srv.kill()
         finally:
             srv.close()
@@ -249,6 +247,8 @@ async def test_killed_after_the_commit_point_is_completed_by_the_next_server(lab
         if fifo:
             lab.sh("r6", "cd /etc/frr && rm -f frr.conf && mv frr.conf.issue20 frr.conf")
     assert got["status"] == "applied" and "had committed it" in got["recovery"], got
+    assert "device commands still running were killed (r6:" in got["recovery"]  # its read of the FIFO
+    assert "cat" not in lab.exec("r6", ["ps", "-eo", "comm"]).stdout.split()
     assert jr.Journal(lab, "a3t").get("c1").phase == "committed"  # type: ignore[union-attr]
     now = everything(lab)
     assert ends(now, before, after) == {"after"}, differing(after, now)
@@ -465,12 +465,17 @@ async def test_a_fault_already_there_is_a_warning_not_a_rollback(lab: Lab, sc: S
 async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_reason(
         lab: Lab, sc: Scenario, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """The site PE's FRR is frozen during the first apply (the server cannot read it: refused,
-    "retry later"); the competent operator pauses, retries, and the run succeeds."""
-    from harness.run import RunSpec, execute_run
+    "retry later"); the competent operator pauses, retries, and the change is made."""
+    from harness.agents.base import AgentContext
+    from harness.agents.scripted import ScriptedAgent
     from harness.tasks import make_variant
 
     v = make_variant("onboarding", sc, 0)
+    for step in v.setup:
+        lab.check([lab.exec(step.node, step.argv)])
     pe = v.changes.add[0].pe
+    zebra = lab.daemon_pid(pe, "zebra")
+    assert zebra is not None
     real = txn_mod.Engine.apply
     calls: list[int] = []
 
@@ -478,19 +483,19 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
         calls.append(1)
         if len(calls) > 1:
             return real(self, *a, **kw)
-        zebra = lab.daemon_pid(pe, "zebra")
         lab.check([lab.exec(pe, ["kill", "-STOP", str(zebra)])])
         try:
             return real(self, *a, **kw)
         finally:
-            lab.exec(pe, ["kill", "-CONT", str(zebra)])
+            lab.check([lab.exec(pe, ["kill", "-CONT", str(zebra)])])
 
     monkeypatch.setattr(txn_mod.Engine, "apply", frozen_once)
-    spec = RunSpec(campaign_id="t", run_key="t/A3-T/0", factor="ani", setting="A3-T", level="A3-T", agent="scripted",
-                   density=1, run_dir=tmp_path)  # fmt: skip
-    rec, verdicts = await anyio.to_thread.run_sync(execute_run, lab, spec, v)
+    srv = server(lab, tmp_path, devices=lab.routers())
+    ctx = AgentContext(level="A3-T", prompt=v.prompt, files=v.files, workdir=tmp_path, server=srv)
+    out = await ScriptedAgent().run(ctx)
+    assert out.error is None, out.error
     applies = [json.loads(x) for x in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
     applies = [c for c in applies if c["tool"] == "apply_change_set"]
-    assert len(applies) >= 2 and applies[0]["is_error"] and "Retry later" in applies[0]["error"], applies
+    assert len(applies) >= 2 and applies[0]["tool_error"] and "Retry later" in applies[0]["error"], applies
     assert '"status": "applied"' in applies[-1]["result"]
-    assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
+    assert [x.id for x in observe(lab, v.test_cases) if not x.ok] == []
