@@ -370,7 +370,9 @@ class Engine:
                 self.records.drop_stale()
                 self.journal.prune()
                 notes = self.recover()
-        except ConfigLockHeld:
+        except ConfigLockHeld as e:
+            if self.journal.unfinished():
+                log.warning("unfinished transactions left for the next apply_change_set: %s", e)
             return []
         self._notes += notes
         return notes
