@@ -8,8 +8,10 @@ Kinds, each with a duration:
   ``netdev`` egress hook with ``numgen random``: this kernel has no netem);
 - ``freeze``: every process of a router stopped (SIGSTOP): its control plane goes silent and
   neighbours route around it after the IS-IS hold time, while the kernel still forwards;
-- ``daemon_crash``: an FRR daemon killed (SIGKILL); at the end it is restarted and reloads its
-  part of frr.conf, as watchfrr would;
+- ``daemon_crash``: an FRR daemon (zebra, isisd or staticd) killed (SIGKILL); at the end it is
+  restarted and reloads its part of frr.conf (the router's startup configuration), as watchfrr
+  would -- after zebra, every other daemon of the router is restarted too, as watchfrr's phased
+  zebra restart does (:func:`restart_daemons`);
 - ``held_lock``: the device's configuration lock (:mod:`substrate.locks`) held by another
   session, so the ANI servers' mutation paths wait and then fail (A0's raw shell ignores it);
 - ``concurrent_writer``: another operator adds an unrelated static route to the device's FRR
@@ -45,6 +47,8 @@ KINDS: tuple[str, ...] = ("link_down", "loss", "freeze", "daemon_crash", "held_l
 FAULTS_FILE = "faults.json"
 #: nftables table of the loss fault (one per faulted interface).
 LOSS_TABLE = "anibench_fault_loss"
+#: FRR daemons the daemon-crash fault draws from.
+CRASH_DAEMONS = ("zebra", "isisd", "staticd")
 #: Prefix of the concurrent writer's static routes (documentation range, RFC 3849).
 WRITER_PREFIX = "2001:db8:ffff:{k:x}::/64"
 
@@ -100,7 +104,7 @@ def draw_schedule(seed: int, lam: float, max_steps: int, topology: Topology,
             if kind == "loss":
                 target["percent"] = rng.choice([20, 50, 80])
         elif kind == "daemon_crash":
-            target = {"node": rng.choice(routers), "daemon": rng.choice(["isisd", "staticd"])}
+            target = {"node": rng.choice(routers), "daemon": rng.choice(CRASH_DAEMONS)}
         elif kind in ("held_lock", "concurrent_writer"):
             target = {"node": rng.choice(pes)}
         else:
@@ -262,8 +266,9 @@ def clear(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -
         return f"{node}: processes resumed"
     if f.kind == "daemon_crash":
         if lab.daemon_pid(node, t["daemon"]) is None:
-            lab.start_daemon(node, t["daemon"])
-        return f"{node}: {t['daemon']} restarted"
+            done = restart_daemons(lab, node, [t["daemon"]])
+            return f"{node}: {', '.join(done)} restarted"
+        return f"{node}: {t['daemon']} was running again"
     if f.kind == "held_lock":
         ev = (locks or {}).pop(f.id, None)
         if ev is not None:
@@ -274,6 +279,33 @@ def clear(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -
         lab.vtysh(node, "configure terminal", f"no ipv6 route {prefix} blackhole")
         return f"{node}: the other operator's route removed"
     raise SubstrateError(f"unknown fault kind {f.kind}")
+
+
+def restart_daemons(lab: Lab, node: str, dead: list[str], *, load_config: bool = True) -> list[str]:
+    """Start the FRR daemons ``dead`` of ``node`` again, each loading its part of the startup
+    configuration unless ``load_config`` is False. When zebra is among them, every other daemon
+    of the node is stopped first and started after it: their sessions with the old zebra are
+    gone and they do not give the new one their routes back (an IS-IS router keeps its
+    adjacencies but installs no route), which is why watchfrr restarts them all after zebra
+    (watchquagga(8) mode 3, "phased zebra restart"; watchfrr(8)). Returns the daemons started,
+    in start order.
+
+    Raises:
+        ExecError: a daemon did not start or its configuration was refused.
+    """
+    from substrate.frr import KNOWN_DAEMONS
+
+    running = lab.state(node).daemons
+    todo = set(dead)
+    if "zebra" in todo:
+        for d in running:
+            if d != "zebra" and d not in todo:
+                lab.kill_daemon(node, d)
+                todo.add(d)
+    order = [d for d in KNOWN_DAEMONS if d in todo] + sorted(todo - set(KNOWN_DAEMONS))
+    for d in order:
+        lab.start_daemon(node, d, load_config=load_config)
+    return order
 
 
 def clear_all(lab: Lab) -> list[str]:

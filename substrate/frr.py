@@ -150,3 +150,41 @@ def host_link_addresses(topo: Topology, host: str) -> list[tuple[str, str, str]]
         prefix = addr.base_host_prefix(peer.node_id, k)
         out.append((link.endpoint_of(host).interface, addr.nth_host(prefix, 2), str(prefix.network_address + 1)))
     return out
+
+
+#: The integrated configuration file inside a node (its own /etc/frr): the startup configuration.
+STARTUP_CONFIG = "/etc/frr/frr.conf"
+
+
+def edit_startup_config(text: str, changes: list[tuple[str, str, bool]]) -> str:
+    """``text`` (an integrated ``frr.conf``) with each ``(stanza head, line, present)`` made true:
+    a line is added at the end of its stanza (the stanza is added before ``end`` if missing) or
+    removed from it; head "" is a top-level line. Idempotent; the rest of the file is kept as it
+    is. What ``write memory`` would save for those lines, without saving anything else of the
+    running configuration (nor losing the part of a daemon that is down, which ``write memory``
+    does: vtysh writes only what the running daemons answer)."""
+    lines = text.splitlines()
+    for head, line, present in changes:
+        if not head:
+            idx = [i for i, x in enumerate(lines) if x.strip() == line and not x.startswith(" ")]
+            if present and not idx:
+                end = next((i for i, x in enumerate(lines) if x.strip() == "end"), len(lines))
+                lines[end:end] = [line]
+            elif not present:
+                lines = [x for i, x in enumerate(lines) if i not in idx]
+            continue
+        start = next((i for i, x in enumerate(lines) if x == head), None)
+        if start is None:
+            if present:
+                end = next((i for i, x in enumerate(lines) if x.strip() == "end"), len(lines))
+                lines[end:end] = [head, f" {line}", "exit", "!"]
+            continue
+        stop = start + 1  # the stanza's indented lines, up to its "exit" or the next top-level line
+        while stop < len(lines) and lines[stop].startswith(" "):
+            stop += 1
+        body = [i for i in range(start + 1, stop) if lines[i].strip() == line]
+        if present and not body:
+            lines[stop:stop] = [f" {line}"]
+        elif not present and body:
+            lines = [x for i, x in enumerate(lines) if i not in body]
+    return "\n".join(lines) + "\n"

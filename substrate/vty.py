@@ -26,6 +26,11 @@ class VtyError(ExecError):
     """The daemon's vty socket is absent, refused the connection, or did not answer in time."""
 
 
+class VtyUnreachable(VtyError):
+    """No daemon listens on the socket (absent, or the connection was refused): it is not running,
+    as opposed to running and not answering (frozen)."""
+
+
 def vty_command(path: Path | str, commands: list[str], *, timeout_s: float = 5.0) -> list[tuple[str, int]]:
     """Run ``commands`` in order on one vty session of a daemon (``enable`` is sent first).
 
@@ -38,7 +43,7 @@ def vty_command(path: Path | str, commands: list[str], *, timeout_s: float = 5.0
         (output, status) per command; status 0 is success, as for vtysh.
 
     Raises:
-        VtyError: no socket, refused, closed or too slow (a frozen daemon).
+        VtyError: no socket or refused (VtyUnreachable), closed or too slow (a frozen daemon).
     """
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout_s)
@@ -46,16 +51,21 @@ def vty_command(path: Path | str, commands: list[str], *, timeout_s: float = 5.0
         try:
             s.connect(str(path))
         except OSError as e:
-            raise VtyError(f"cannot reach {path}: {e.strerror or e}") from None
+            raise VtyUnreachable(f"cannot reach {path}: {e.strerror or e}") from None
         out = []
         for cmd in ["enable", *commands]:
-            s.sendall(cmd.encode() + b"\0")
             buf = bytearray()
+            try:
+                s.sendall(cmd.encode() + b"\0")
+            except OSError as e:  # the daemon died after accepting the connection
+                raise VtyUnreachable(f"{path}: the daemon went away during {cmd!r}: {e.strerror or e}") from None
             while not (len(buf) >= 4 and buf[-4:-1] == TRAILER):
                 try:
                     chunk = s.recv(65536)
                 except TimeoutError:
                     raise VtyError(f"{path}: no answer to {cmd!r} within {timeout_s:g} s") from None
+                except OSError as e:
+                    raise VtyUnreachable(f"{path}: the daemon went away during {cmd!r}: {e.strerror or e}") from None
                 if not chunk:
                     raise VtyError(f"{path}: the daemon closed the session during {cmd!r}")
                 buf += chunk

@@ -8,7 +8,6 @@ and dropped by a lab reset, budget and trajectory."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,50 +17,17 @@ import pytest
 from servers.a3_intent import planner as planner_mod
 from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
-from servers.a3_intent.server import build_server
-from servers.common import ServerConfig
 from substrate import Lab
-from substrate.devstate import DeviceState, capture_many
+from substrate.devstate import DeviceState
 from substrate.faults import Fault, FaultInjector
-from substrate.scenario import Scenario, build, load_manifest
-from substrate.scenario.deploy import deploy_scenario, load_baseline, reset
+from substrate.journal import Journal
+from substrate.scenario import Scenario
+from substrate.scenario.deploy import load_baseline, reset
 from substrate.scenario.observer import observe
-from tests.conftest import REPO, unique_name
+from tests.a3t_support import bf, everything, lab, on_validation, sc, server  # noqa: F401 - fixtures
 from tests.servers_support import MODES, connect, data, records, stdio, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
-SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
-
-
-@pytest.fixture(scope="module")
-def bf() -> Iterator[tuple[Lab, Scenario]]:
-    sc = build(load_manifest(SMALL))
-    lab = deploy_scenario(sc, unique_name("t-a3t"))
-    try:
-        yield lab, sc
-    finally:
-        lab.destroy()
-
-
-@pytest.fixture
-def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
-    """The module's lab, put back at its baseline after each test (and checked to be there)."""
-    lab_, _ = bf
-    yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
-
-
-@pytest.fixture
-def sc(bf: tuple[Lab, Scenario]) -> Scenario:
-    return bf[1]
-
-
-def server(lab: Lab, tmp_path: Path | None = None, **kw: Any):  # noqa: ANN201
-    """The A3-T server over ``lab``; every node (CEs included) is a device unless ``devices`` says otherwise."""
-    traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
-    kw.setdefault("devices", "all")
-    return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)
 
 
 def site_op(op: str, sid: str, **spec: Any) -> dict[str, Any]:
@@ -70,9 +36,6 @@ def site_op(op: str, sid: str, **spec: Any) -> dict[str, Any]:
         d["spec"] = spec
     return d
 
-
-def everything(lab: Lab) -> dict[str, DeviceState]:
-    return capture_many(lab)
 
 
 def same(a: dict[str, DeviceState], b: dict[str, DeviceState]) -> list[str]:
@@ -150,7 +113,7 @@ async def test_onboarding_create_end_to_end_and_idempotent(lab: Lab, sc: Scenari
         got = data(await c.call_tool("get_change", {"change_id": "c1"}))
         assert got["status"] == "applied" and got["submitted_ops"] == ops
         svc = data(await c.call_tool("get_service", {"id": "t3s3"}))
-        assert svc["device_state"] == {"in_sync": True, "missing": {}, "unreadable": []}
+        assert svc["device_state"] == {"in_sync": True, "differences": {}, "unreadable": []}
         assert svc["allocated"]["ce"] == "c8" and svc["spec"]["prefix4"] == "10.0.4.0/24" and len(svc["invariants"]) == 10
         assert any("/isolated/" in i and i.endswith("/4") for i in svc["invariants"])  # isolation over IPv4 too
         r = await c.call_tool("get_change", {"change_id": "c9"})
@@ -280,10 +243,10 @@ async def test_damage_to_another_tenant_is_rolled_back_with_evidence(lab: Lab, s
 
 
 async def test_a_crash_during_validation_still_rolls_back(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
-    def boom(*_a: Any, **_k: Any) -> Any:
+    def boom() -> Any:
         raise RuntimeError("observer exploded")
 
-    monkeypatch.setattr(txn_mod, "observe", boom)
+    on_validation(monkeypatch, boom)
     before = everything(lab)
     async with connect(server(lab)) as c:
         res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4")])
@@ -293,16 +256,7 @@ async def test_a_crash_during_validation_still_rolls_back(lab: Lab, monkeypatch:
 
 async def test_frozen_node_during_apply_rolls_back(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     inj = FaultInjector(lab, [Fault(id="f1", kind="freeze", step=1, duration_steps=1, target={"node": "r1"})])
-    real = txn_mod.observe
-    calls = []
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202 - the fault strikes after the devices were changed
-        calls.append(len(list(invs)))
-        if len(calls) == 1:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))  # the fault strikes after the devices were changed
     try:
         async with connect(server(lab)) as c:
             res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4")])
@@ -310,7 +264,9 @@ async def test_frozen_node_during_apply_rolls_back(lab: Lab, sc: Scenario, monke
         inj.clear()
     assert res["status"] == "rolled_back", res["message"]
     assert res["rollback"]["complete"] and "r1" in res["rollback"]["devices"]
+    # they held at the pre-check, fail after the apply, and still fail without the change: a fault
     assert any(f["id"].startswith("underlay/adjacency/r1:") and f["after_rollback"] == "still fails" for f in res["validation"]["failed"])
+    assert res["transient"] and "a fault began meanwhile" in res["message"]
     lab.wait_converged(timeout_s=60)
     assert at_baseline(lab) == [] and failing(lab, sc.invariants) == []
 
@@ -320,13 +276,7 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
     part is rolled back at once, the FRR part waits (reported) and the next apply finishes it."""
     inj = FaultInjector(lab, [Fault(id="f1", kind="freeze", step=1, duration_steps=1, target={"node": "r6"})])
     real = txn_mod.observe
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202
-        if not inj.events:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))
     opts = {"device_timeout_s": 2, "capture_timeout_s": 3}
     try:
         async with connect(server(lab, options=opts)) as c:
@@ -335,12 +285,16 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
         inj.clear()
     monkeypatch.setattr(txn_mod, "observe", real)
     assert res["status"] == "rollback_incomplete" and res["rollback"]["pending"] == ["r6"], res["message"]
-    assert "retried by the next apply_change_set" in res["rollback"]["residual"]["r6"][0]
-    assert [p.node for p in Records(lab).state().pending] == ["r6"]
-    async with connect(server(lab, options=opts)) as c:  # a no-op change set: the pending repair runs first
+    assert "not undone yet: " in res["rollback"]["residual"]["r6"][0] and "finished by the next apply_change_set" in res["message"]
+    assert res["transient"]
+    entry = Journal(lab, "a3t").get(res["change_id"])
+    assert entry is not None and entry.phase == "rolling_back"
+    async with connect(server(lab, options=opts)) as c:  # a no-op change set: the pending rollback is finished first
         again = await apply(c, [site_op("modify", "t3s1", pe="r2", pe_interface="eth4")])
-    assert again["status"] == "no_change" and again["warnings"][0] == f"completed the rollback of {res['change_id']} on r6"
-    assert Records(lab).state().pending == []
+        assert again["status"] == "no_change" and again["warnings"][0].startswith(f"completed the rollback of change {res['change_id']}")
+        got = data(await c.call_tool("get_change", {"change_id": res["change_id"]}))
+    assert got["status"] == "rolled_back" and got["rollback"]["complete"] and got["recovery"].startswith("completed the rollback")
+    assert Journal(lab, "a3t").get(res["change_id"]).phase == "rolled_back"  # type: ignore[union-attr]
     lab.wait_converged(timeout_s=60)
     assert at_baseline(lab) == [] and failing(lab, sc.invariants) == []
 
@@ -348,14 +302,7 @@ async def test_frozen_frr_rollback_is_finished_by_the_next_apply(lab: Lab, sc: S
 async def test_daemon_crash_during_apply_rolls_back(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     """isisd of the PE whose FRR configuration the change touches crashes after the change is applied."""
     inj = FaultInjector(lab, [Fault(id="f1", kind="daemon_crash", step=1, duration_steps=1, target={"node": "r6", "daemon": "isisd"})])
-    real = txn_mod.observe
-
-    def faulty(lab_: Lab, invs: Any, **kw: Any):  # noqa: ANN202
-        if not inj.events:
-            inj.on_step(1)
-        return real(lab_, invs, **kw)
-
-    monkeypatch.setattr(txn_mod, "observe", faulty)
+    on_validation(monkeypatch, lambda: inj.on_step(1))
     try:
         async with connect(server(lab)) as c:
             res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4", prefix4="auto")])
@@ -427,8 +374,8 @@ async def test_changes_made_outside_a3t_are_seen(lab: Lab) -> None:
         # the site's state is removed on one device behind A3-T's back: get_service shows it
         lab.check([lab.exec("r1", ["ip", "-6", "route", "del", "fd10:0:0:4::/64", "table", "102"])])
         svc = data(await c.call_tool("get_service", {"id": "t3s3"}))
-        assert not svc["device_state"]["in_sync"] and list(svc["device_state"]["missing"]) == ["r1"]
-        assert "route missing: ip -6 route fd10:0:0:4::/64 table 102" in svc["device_state"]["missing"]["r1"][0]
+        assert not svc["device_state"]["in_sync"] and list(svc["device_state"]["differences"]) == ["r1"]
+        assert "route missing: ip -6 route fd10:0:0:4::/64 table 102" in svc["device_state"]["differences"]["r1"][0]
 
 
 async def test_records_shared_between_servers_and_dropped_by_reset(lab: Lab) -> None:

@@ -403,3 +403,77 @@ def test_a_policy_left_without_ingress_site_is_kept_with_a_warning(sc: Scenario)
     msgs = problems(sc, [{"op": "modify", "service_class": "steering_policy", "id": p.id, "spec": {"ingress_pe": "r9"}}])
     assert msgs == [f"ops[0].spec.ingress_pe: steering_policy {p.id} needs a site of {p.tenant} on its ingress PE r9 (the steered "
                     f"traffic enters there); {p.tenant} has none"]  # fmt: skip
+
+
+# -- issue 20: delete and create again in one change set ---------------------------------------------------
+
+
+def test_delete_and_create_again_keeps_allocations_and_references(sc: Scenario) -> None:
+    """[delete X, create X] with X's own spec changes nothing (no new SIDs, no rule dropped); moved
+    by delete-and-create it keeps its prefixes and the rules naming it, and applying the same
+    change set again changes nothing."""
+    old = sc.site("t3s2")
+    same = [site_op("delete", "t3s2"), site_op("create", "t3s2", tenant="t3", pe=old.pe, pe_interface=old.pe_if, prefix4="auto")]
+    p = planned(sc, same)
+    assert [r.effect for r in p.ops] == ["deleted", "created"] and not p.records_changed and not p.deltas
+    assert p.deleted_ids == [] and "keeps its prefixes and SIDs" in p.ops[1].notes[-1]
+    pe, port, _ = spare(sc, 1)
+    move = [site_op("delete", "t3s2"), site_op("create", "t3s2", tenant="t3", pe=pe, pe_interface=port, prefix4="auto")]
+    m = planned(sc, move)
+    moved = m.new.site("t3s2")
+    assert (moved.prefix6, moved.prefix4, moved.pe) == (old.prefix6, old.prefix4, pe) and moved.dx4_function is not None
+    assert m.new.firewalls == sc.firewalls  # fw-t3's accept rule from t3s2 stays
+    again = planned(m.new, move, expected_found(m.new))
+    assert not again.records_changed and not again.deltas
+    # steering policies and floating IPs alike
+    sp, fip = sc.steering[0], sc.floating_ips[0]
+    ops = [{"op": "delete", "service_class": "steering_policy", "id": sp.id},
+           {"op": "create", "service_class": "steering_policy", "id": sp.id,
+            "spec": {"tenant": sp.tenant, "ingress_pe": sp.ingress_pe, "dst_site": sp.dst_site, "waypoint": sp.waypoint}},
+           {"op": "delete", "service_class": "floating_ip", "id": fip.id},
+           {"op": "create", "service_class": "floating_ip", "id": fip.id, "spec": {"site": fip.site}}]  # fmt: skip
+    q = planned(sc, ops)
+    assert not q.records_changed and not q.deltas
+    # deleted for good, the rules naming the site go with it (and are reported on the delete)
+    gone = planned(sc, [{"op": "delete", "service_class": "steering_policy", "id": sp.id}, site_op("delete", "t3s2"),
+                        site_op("create", "t3s3", tenant="t3", pe=pe, pe_interface=port)])  # fmt: skip
+    assert gone.deleted_ids == ["sp1", "t3s2"] and "fw-t3: 1 accept rule(s) from t3s2 removed with it" in gone.ops[1].notes
+
+
+# -- issue 20: drift in normalized forms, both directions ------------------------------------------------
+
+
+def test_drift_compares_normalized_forms_both_ways(sc: Scenario) -> None:
+    from servers.a3_intent.planner import drift, underlay_frr
+    from substrate.journal import FrrView
+
+    border = sc.external.border_pe  # type: ignore[union-attr]
+    cfg = sc.node_config[border]
+    st = expected_state(border, cfg)
+    # nft prints numbers its own way (0x00000100 for 0x100), and blank lines between chains
+    st.nft = "\n\n".join(t.replace("0x100", "0x00000100")
+                         for t in cfg.nft.values())  # fmt: skip
+    st.routes6 = [r + " dev lo" if r.startswith("unreachable") else r for r in st.routes6]  # as ip shows them
+    assert drift(border, cfg, st) == []
+    assert drift(border, cfg, st.model_copy(update={"nft": st.nft.replace("0x00000100", "0x00000101")})) == [
+        "nft ip fip missing: iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x100",
+        "nft ip fip extra: iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x101"]  # fmt: skip
+    r1 = sc.node_config["r1"]
+    st1 = expected_state("r1", r1)
+    table = sc.tenant("t3").table
+    st1.routes6.append(f"fd10:0:0:99::/64 table {table} metric 1024 dev eth6")  # extra, in a tenant table
+    st1.routes6.append("fd99::/64 metric 1024 dev eth1")  # in the main table: not the records' to own
+    st1.rules6.append(f"priority 1000 iif eth9 lookup {table}")
+    underlay = underlay_frr(sc, "r1")
+    frr = {h: "\n".join([h, *[f" {x}" for x in lines]]) for h, lines in underlay.items()}
+    for block in r1.frr:
+        head, *body = block.splitlines()
+        frr[head] = "\n".join([frr.get(head, head), *body])
+    view = FrrView({"zebra": "\n".join(frr.values())})
+    assert drift("r1", r1, st1, frr=view, underlay=underlay) == [
+        f"route extra: ip -6 route fd10:0:0:99::/64 table {table} metric 1024 dev eth6",
+        f"rule extra: ip -6 rule priority 1000 iif eth9 lookup {table}"]  # fmt: skip
+    lost = FrrView({"zebra": "\n".join(frr.values()).replace(" ip address 10.0.3.1/24", " ip address 10.0.9.1/24")})
+    assert drift("r1", r1, st1.model_copy(update={"routes6": list(r1.routes6), "rules6": list(r1.rules6)}), frr=lost,
+                 underlay=underlay) == ["FRR line missing: interface eth6 / ip address 10.0.3.1/24",
+                                        "FRR line extra: interface eth6 / ip address 10.0.9.1/24"]  # fmt: skip

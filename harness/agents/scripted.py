@@ -27,17 +27,22 @@ from typing import Any
 
 import yaml
 
-from harness.agents.base import AgentContext, AgentOutcome, ToolSession
+from harness.agents.base import AgentContext, AgentOutcome, Reply, ToolSession
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.l3vpn import render_tenant
 from substrate.scenario.model import NodeConfig, Scenario, Site, Tenant
 from substrate.topology import Topology
 
 FUNCTION_MIN, FUNCTION_MAX = 0xE000, 0xEFFF
-#: A competent operator retries a change refused because another session holds the device's
-#: configuration lock (the held-lock fault): this many times, pausing this long (seconds).
-LOCK_RETRIES = 3
-LOCK_PAUSE_S = 2.0
+#: A competent operator retries a change refused or rolled back for a transient reason -- another
+#: session holds the device's configuration lock (held-lock fault), a device or daemon did not
+#: answer (frozen node, crashed daemon), an A3-T rollback the server says this change did not
+#: cause (a fault elsewhere) -- this many times, pausing this long (seconds) before each retry.
+RETRIES = 3
+RETRY_PAUSE_S = 2.0
+#: What tool results say when the refusal is transient (lower case).
+TRANSIENT_MARKERS = ("locked", "retry later", "timed out", "no answer", "did not answer", "not running",
+                     "failed to connect", "connection refused")
 SHARED_RULE = "priority 900 to fcbb:bb00::/32 lookup main"
 
 
@@ -225,6 +230,47 @@ def a1_commands(d: ConfigDelta) -> list[str]:
     return out
 
 
+def a0_script(d: ConfigDelta) -> str:
+    """A ConfigDelta as one shell script that can be run again after a partial run (a timeout):
+    each added policy rule is deleted first (tolerantly), the rest is idempotent already
+    (``route replace``, ``addr replace``, nft table replacement, FRR lines)."""
+    rules = [f"{x[:3]}rule del {x[len('-6 rule add '):]}" for x in d.additions if x[3:].startswith("rule add ")]
+    return ConfigDelta(node=d.node, removals=[*d.removals, *rules], additions=d.additions, nft=d.nft, sysctls=d.sysctls,
+                       frr=d.frr, frr_changes=d.frr_changes).script()  # fmt: skip
+
+
+def _says_transient(text: str | None) -> bool:
+    low = (text or "").lower()
+    return any(m in low for m in TRANSIENT_MARKERS)
+
+
+def _transient_devices(data: dict[str, Any]) -> list[str]:
+    """A1 apply_config result: devices that refused a command, or failed, for a transient reason."""
+    out = []
+    for dev, d in (data.get("devices") or {}).items():
+        if _says_transient(d.get("error")) or any(_says_transient(x.get("message")) for x in d.get("rejected") or []):
+            out.append(dev)
+    return out
+
+
+def transient(r: Reply) -> bool:
+    """Whether a mutating call was refused, or its change undone, for a reason worth a retry:
+    an error saying so (lock held, no answer, daemon down, "retry later"); at A3-T a rolled-back
+    or cancelled change set the server calls transient (nothing shows it caused the failure); at
+    A1 a device refusing lines for such a reason; at A0 a command cut by its timeout or talking
+    to a daemon that is down."""
+    if not r.ok:
+        return _says_transient(r.text)
+    d = r.data or {}
+    if "status" in d and "change_id" in d:  # A3-T
+        return d["status"] in ("rolled_back", "rollback_incomplete", "cancelled") and bool(d.get("transient") or d["status"] == "cancelled")
+    if "exit_status" in d:  # A0
+        return d["exit_status"] == 124 or d["exit_status"] < 0 or _says_transient(d.get("stderr"))
+    if "devices" in d and "summary" in d:  # A1
+        return bool(_transient_devices(d))
+    return False
+
+
 # -- the agents ---------------------------------------------------------------------------------
 
 
@@ -299,19 +345,22 @@ class ScriptedAgent:
         return AgentOutcome(note=",".join(mistakes.made))
 
     async def _mutate(self, tools: ToolSession, name: str, args: dict[str, Any], *, has_wait: bool) -> Any:
-        """Call a mutating tool; when the device's configuration is locked by another session,
-        pause and retry, as an operator would (at most LOCK_RETRIES times; the pause is the
-        level's ``wait`` tool where it has one)."""
+        """Call a mutating tool; when the change is refused or rolled back for a transient reason
+        (:func:`transient`), pause and retry, as an operator would (at most RETRIES times; the
+        pause is the level's ``wait`` tool where it has one). At A1 the retry carries the
+        commands of the devices that refused for such a reason."""
         import anyio
 
         r = await tools.call(name, args)
-        for _ in range(LOCK_RETRIES):
-            if r.ok or "locked" not in r.text:
+        for _ in range(RETRIES):
+            if not transient(r):
                 break
             if has_wait:
-                await tools.call("wait", {"seconds": LOCK_PAUSE_S})
+                await tools.call("wait", {"seconds": RETRY_PAUSE_S})
             else:
-                await anyio.sleep(LOCK_PAUSE_S)
+                await anyio.sleep(RETRY_PAUSE_S)
+            if name == "apply_config" and r.ok and r.data:
+                args = {"commands": {d: args["commands"][d] for d in _transient_devices(r.data) if d in args["commands"]}}
             r = await tools.call(name, args)
         return r
 
@@ -369,7 +418,7 @@ class ScriptedAgent:
             if a1:
                 await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
             else:
-                await tools.call("run_shell", {"device": target, "command": delta.script()})
+                await self._mutate(tools, "run_shell", {"device": target, "command": a0_script(delta)}, has_wait=False)
         check = {pe: [f"ip -6 route show table {after.table}"] for pe in sorted(deltas)}
         if check:
             if a1:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
-import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from substrate import addressing as a
 from substrate.devstate import DeviceState
+from substrate.journal import write_durable
 from substrate.scenario.generator import render_scenario, scenario_invariants
 from substrate.scenario.model import FirewallPolicy, FloatingIP, NodeConfig, Scenario, SpareCircuit, SteeringPolicy, Tenant
 from substrate.topology import Role
@@ -59,16 +59,6 @@ class AppliedChange(BaseModel):
     deleted: list[str] = Field(default_factory=list, description="Instance ids it deleted.")
 
 
-class PendingRepair(BaseModel):
-    """FRR lines of a rollback that could not run (the device's FRR did not answer), retried by
-    the next apply_change_set before anything else."""
-
-    change_id: str
-    node: str
-    lines: list[str] = Field(description="vtysh configuration lines putting the change's FRR stanzas back.")
-    expected: dict[str, list[str]] = Field(description="Those stanzas as they were before the change (head -> lines).")
-
-
 class A3State(BaseModel):
     """``<lab dir>/a3t/state.json``: the service records after A3-T's committed change sets."""
 
@@ -82,7 +72,6 @@ class A3State(BaseModel):
     floating_ips: list[FloatingIP] | None = None
     spares: list[SpareCircuit] | None = None
     applied: list[AppliedChange] = Field(default_factory=list)
-    pending: list[PendingRepair] = Field(default_factory=list, description="Rollbacks to finish (FRR did not answer).")
 
     def deleted_by(self, instance_id: str) -> str | None:
         """The change that deleted ``instance_id`` last, if any."""
@@ -198,9 +187,7 @@ class Records:
 
     def _write(self, path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_durable(path, text)
 
     def next_change_id(self, state: A3State) -> str:
         """Reserve the next change id (persists the counter)."""
@@ -208,10 +195,6 @@ class Records:
         state.next_change += 1
         self._write(self.dir / STATE_FILE, state.model_dump_json())
         return cid
-
-    def save_state(self, state: A3State) -> None:
-        """Persist the state as it is (e.g. pending repairs), records unchanged."""
-        self._write(self.dir / STATE_FILE, state.model_dump_json())
 
     def commit(self, state: A3State, sc: Scenario, applied: AppliedChange) -> None:
         """Persist the new records (atomically) after a successful change set."""
@@ -223,6 +206,11 @@ class Records:
 
     def save_change(self, change_id: str, record: dict[str, Any]) -> None:
         self._write(self.dir / CHANGES_DIR / f"{change_id}.json", json.dumps({**record, "epoch": self.epoch()}))
+
+    def latest_change(self) -> str | None:
+        """The id of the most recent change record of this epoch, if any."""
+        ids = self.change_ids()
+        return ids[-1] if ids else None
 
 
 # -- attachment circuits ---------------------------------------------------------------------------

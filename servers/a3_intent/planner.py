@@ -40,8 +40,9 @@ from typing import Any
 from servers.a3_intent.catalog import AUTO, ChangeSetRejected, Problem, natural_key
 from servers.a3_intent.inventory import Found, circuits, expected_found, expected_state, spare_circuits
 from substrate import addressing as a
-from substrate.devstate import DeviceState, normalize_nft
+from substrate.devstate import DeviceState
 from substrate.errors import SubstrateError
+from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route
 from substrate.routes import route_key
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.generator import render_scenario, scenario_invariants
@@ -91,10 +92,20 @@ class Plan:
         return records_of(self.old) != records_of(self.new)
 
     @property
+    def deleted_ids(self) -> list[str]:
+        """Instances the change set deletes for good (not created again within it)."""
+        alive = set(_ids(self.new))
+        return [r.id for r in self.ops if r.effect == "deleted" and r.id not in alive]
+
+    @property
     def devices(self) -> list[str]:
         """Touched devices in topology order (routers, then hosts)."""
         order = {n.name: i for i, n in enumerate(self.old.topology.nodes)}
         return sorted(self.deltas, key=lambda n: (order.get(n, len(order)), natural_key(n)))
+
+
+def _ids(sc: Scenario) -> list[str]:
+    return [t.id for t in sc.tenants] + [x.id for x in sc.all_sites()] + [x.id for x in (*sc.steering, *sc.firewalls, *sc.floating_ips)]
 
 
 def records_of(sc: Scenario) -> dict[str, Any]:
@@ -149,6 +160,10 @@ class _Planner:
         self.moved: set[str] = set()  # sites moved to another circuit
         self.mentioned: set[str] = set()  # sites a modify/delete of this change set names
         self.warnings: list[str] = []
+        #: instances deleted earlier in this change set, by id: a create of the same id (with a
+        #: compatible spec) takes their allocations back instead of allocating anew
+        self.gone: dict[str, Any] = {}
+        self.gone_sites: dict[str, tuple[Site, OpResult]] = {}
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -222,6 +237,24 @@ class _Planner:
         self.mentioned = {op.id for op in ops if op.service_class == "tenant_site" and op.op != "create"}
         for i, op in enumerate(ops):
             getattr(self, f"op_{op.service_class}")(i, op)
+        self._drop_rules_of_gone_sites()
+
+    def _drop_rules_of_gone_sites(self) -> None:
+        """Accept rules whose source site this change set deleted go with it -- unless the change
+        set created the site again (delete-and-recreate keeps every reference)."""
+        sites = self.sites()
+        for sid, (_site, res) in self.gone_sites.items():
+            if sid in sites:
+                continue
+            for pol in list(self.work.firewalls):
+                gone = [r for r in pol.rules if r.src_site == sid]
+                if gone:
+                    pol.rules = [r for r in pol.rules if r.src_site != sid]
+                    res.notes.append(f"{pol.id}: {len(gone)} accept rule(s) from {sid} removed with it")
+                    self.touch[pol.id] = (res.index, "delete")
+                    if not pol.rules:
+                        self.work.firewalls.remove(pol)
+                        res.notes.append(f"{pol.id} had no rule left and was removed")
 
     # tenant .......................................................................................
 
@@ -241,9 +274,11 @@ class _Planner:
             if same:
                 self.bad(f"ops[{i}].spec.name", f"customer name {op.spec.name!r} is tenant {same[0].id}'s")
                 return
-            self.work.tenants.append(Tenant(id=iid, name=op.spec.name, table=0))
-            self.new_tenants.append((i, iid))
-            self.result(i, op, iid, "created")
+            prev = self.gone.get(iid)
+            self.work.tenants.append(Tenant(id=iid, name=op.spec.name, table=prev.table if isinstance(prev, Tenant) else 0))
+            if not isinstance(prev, Tenant):
+                self.new_tenants.append((i, iid))
+            self.result(i, op, iid, "created", notes=[f"takes back table {prev.table}"] if isinstance(prev, Tenant) else [])
             return
         if op.id not in tenants:
             self.missing(i, op, "tenant")
@@ -266,6 +301,7 @@ class _Planner:
             self.bad(f"ops[{i}].id", f"tenant {t.id} still has {', '.join(users)}; delete them first (in this change set or an earlier one)")
             return
         self.work.tenants.remove(t)
+        self.gone[t.id] = t
         self.result(i, op, t.id, "deleted", notes=[f"table {t.table} freed"])
 
     # tenant_site ..................................................................................
@@ -357,12 +393,22 @@ class _Planner:
                 return
             t = self.tenants()[s.tenant]
             t.sites.append(s)
+            notes = [f"CE {s.ce} ({s.ce_if}) on {s.pe} {s.pe_if}"]
+            prev = self.gone_sites.get(s.id, (None, None))[0]
+            if prev is not None and prev.tenant == s.tenant:
+                # deleted earlier in this change set: the same site again keeps what it had
+                for fld in ("prefix6", "prefix4"):
+                    if getattr(s, fld) == AUTO and getattr(prev, fld):
+                        setattr(s, fld, getattr(prev, fld))
+                if s.prefix4 and prev.prefix4 and prev.pe == s.pe and prev.dx4_function is not None:
+                    s.dx4_function = prev.dx4_function
+                notes.append("deleted earlier in this change set: keeps its prefixes and SIDs where the spec allows")
             for fld in ("prefix6", "prefix4"):
                 if getattr(s, fld) == AUTO:
                     self.auto_prefix.append((i, s.id, fld))
-            if s.prefix4:
+            if s.prefix4 and s.dx4_function is None:
                 self.dx4_new.append((i, s.id))
-            self.result(i, op, s.id, "created", notes=[f"CE {s.ce} ({s.ce_if}) on {s.pe} {s.pe_if}"])
+            self.result(i, op, s.id, "created", notes=notes)
             return
         if op.id not in sites:
             self.missing(i, op, "tenant_site")
@@ -371,17 +417,8 @@ class _Planner:
         t = self.tenants()[cur.tenant]
         if op.op == "delete":
             t.sites = [x for x in t.sites if x.id != cur.id]
-            notes = [f"circuit {cur.pe} {cur.pe_if} freed"]
-            for pol in list(self.work.firewalls):
-                gone = [r for r in pol.rules if r.src_site == cur.id]
-                if gone:
-                    pol.rules = [r for r in pol.rules if r.src_site != cur.id]
-                    notes.append(f"{pol.id}: {len(gone)} accept rule(s) from {cur.id} removed with it")
-                    self.touch[pol.id] = (i, "delete")
-                    if not pol.rules:
-                        self.work.firewalls.remove(pol)
-                        notes.append(f"{pol.id} had no rule left and was removed")
-            self.result(i, op, cur.id, "deleted", notes=notes)
+            res = self.result(i, op, cur.id, "deleted", notes=[f"circuit {cur.pe} {cur.pe_if} freed"])
+            self.gone_sites[cur.id] = (cur, res)
             return
         given = set(op.spec.model_fields_set)
         patch = op.spec
@@ -447,11 +484,14 @@ class _Planner:
             iid = op.id or self.new_id("sp", set(self.ids()))
             if self.in_use(i, iid):
                 return
+            prev = self.gone.get(iid)
+            keep = isinstance(prev, SteeringPolicy) and prev.waypoint == sp.waypoint
             p = SteeringPolicy(id=iid, tenant=sp.tenant, ingress_pe=sp.ingress_pe, dst_site=sp.dst_site, waypoint=sp.waypoint,
-                               waypoint_function=0)  # fmt: skip
+                               waypoint_function=prev.waypoint_function if keep else 0)  # fmt: skip
             self.work.steering.append(p)
-            self.waypoints.append((i, iid))
-            self.result(i, op, iid, "created")
+            if not keep:
+                self.waypoints.append((i, iid))
+            self.result(i, op, iid, "created", notes=["takes back its waypoint SID"] if keep else [])
             return
         if op.id not in pols:
             self.missing(i, op, "steering_policy")
@@ -459,6 +499,7 @@ class _Planner:
         cur = pols[op.id]
         if op.op == "delete":
             self.work.steering.remove(cur)
+            self.gone[cur.id] = cur
             self.result(i, op, cur.id, "deleted", notes=[f"End SID function {cur.waypoint_function:#x} on {cur.waypoint} freed"])
             return
         given = op.spec.model_fields_set
@@ -530,6 +571,11 @@ class _Planner:
             if site is None:
                 self.bad(f"ops[{i}].spec.site", f"no site {sp.site!r}")
                 return
+            prev = self.gone.get(iid)
+            if isinstance(prev, FloatingIP) and prev.site == sp.site and sp.address in (AUTO, prev.address):
+                self.work.floating_ips.append(prev.model_copy())
+                self.result(i, op, iid, "created", notes=[f"takes back {prev.address} and mark {prev.mark:#x}"])
+                return
             self.work.floating_ips.append(FloatingIP(id=iid, tenant=site.tenant, site=sp.site, address=sp.address, mark=0))
             self.fips.append((i, iid, sp.address == AUTO, True))
             self.result(i, op, iid, "created")
@@ -540,6 +586,7 @@ class _Planner:
         cur = fips[op.id]
         if op.op == "delete":
             self.work.floating_ips.remove(cur)
+            self.gone[cur.id] = cur
             self.result(i, op, cur.id, "deleted", notes=[f"{cur.address} and mark {cur.mark:#x} freed"])
             return
         given = op.spec.model_fields_set
@@ -1009,43 +1056,115 @@ def _host(prefix: str) -> str:
 # -- drift (records vs devices) -----------------------------------------------------------------------
 
 
-def _norm_route(r: str) -> str:
-    w = r.split()
-    if w and w[0] in ("unreachable", "blackhole", "prohibit") and w[-2:] == ["dev", "lo"]:
-        w = w[:-2]
-    return " ".join(w)
+def _table_of(route: str) -> str | None:
+    """The non-main table a canonical route lives in (``DST table N ...``), if any."""
+    w = route_key(route).split()
+    return w[w.index("table") + 1] if "table" in w and w.index("table") + 1 < len(w) else None
 
 
-def drift(node: str, expected: Any, state: DeviceState) -> list[str]:
-    """Items of the records' rendering for ``node`` that the device does not hold (kernel
-    routes, rules, addresses, nftables rules), as ``missing: ...`` lines."""
-    exp = expected_state(node, expected)
+def _frr_stanzas(blocks: list[str]) -> dict[str, set[str]]:
+    """FRR blocks (or a whole configuration) as ``{stanza head: {lines}}``; a top-level line
+    without sub-lines is a head with no lines."""
+    out: dict[str, set[str]] = {}
+    head = ""
+    for block in blocks:
+        for raw in block.splitlines():
+            line = raw.rstrip()
+            if not line.strip() or line.strip() in ("!", "exit", "end"):
+                continue
+            if not line.startswith(" "):
+                head = line.strip()
+                out.setdefault(head, set())
+            else:
+                out.setdefault(head, set()).add(line.strip())
+    return out
+
+
+def underlay_frr(sc: Scenario, node: str) -> dict[str, set[str]]:
+    """The FRR lines of ``node``'s underlay configuration (:func:`substrate.frr.render_router`),
+    as stanzas: lines drift checks expect beside the services' own."""
+    from substrate.frr import render_router
+
+    try:
+        return _frr_stanzas([render_router(sc.topology, node)])
+    except (KeyError, ValueError):
+        return {}
+
+
+def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConfig | None = None, frr: FrrView | None = None,
+          underlay: dict[str, set[str]] | None = None) -> list[str]:  # fmt: skip
+    """Differences between the records' rendering and a device, in both directions, compared in
+    normalized form (:func:`substrate.journal.normalize_route`, ``normalize_nft_table``).
+
+    Args:
+        node: the device.
+        expected: the part of the node's rendering to check (an instance's own items, or all).
+        state: the device's kernel state.
+        full: the node's whole rendering (default ``expected``): state it explains is not extra.
+        frr: the device's FRR configuration, when read: FRR lines are checked too.
+        underlay: the node's underlay FRR stanzas (:func:`underlay_frr`): not extra either.
+
+    Returns:
+        Lines ``<what> missing|differs: ...`` (the records have it, the device does not, or not
+        so) and ``<what> extra: ...`` (the device has it where the records own the state -- a
+        tenant table, a circuit port, a firewall table, an FRR stanza of theirs -- but no record
+        explains it).
+    """
+    full = full or expected
+    exp, whole = expected_state(node, expected), expected_state(node, full)
     out: list[str] = []
     for fam in (6, 4):
-        have = {_norm_route(r) for r in getattr(state, f"routes{fam}")}
-        have_keys = {route_key(_norm_route(r)) for r in getattr(state, f"routes{fam}")}
+        cur = getattr(state, f"routes{fam}")
+        have = {normalize_route(r) for r in cur}
+        have_keys = {route_key(normalize_route(r)) for r in cur}
         for r in getattr(exp, f"routes{fam}"):
-            if _norm_route(r) not in have:
+            if normalize_route(r) not in have:
                 what = "differs" if route_key(r) in have_keys else "missing"
                 out.append(f"route {what}: ip -{fam} route {r}")
+        tables = {t for r in getattr(exp, f"routes{fam}") if (t := _table_of(r))}
+        known = {normalize_route(r) for r in getattr(whole, f"routes{fam}")}
+        known_keys = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")}
+        out += [f"route extra: ip -{fam} route {normalize_route(r)}" for r in cur
+                if _table_of(r) in tables and normalize_route(r) not in known and route_key(normalize_route(r)) not in known_keys]  # fmt: skip
         have_rules = set(getattr(state, f"rules{fam}"))
-        out += [f"rule missing: ip -{fam} rule {r}" for r in getattr(exp, f"rules{fam}") if r not in have_rules]
+        want_rules = getattr(exp, f"rules{fam}")
+        out += [f"rule missing: ip -{fam} rule {r}" for r in want_rules if r not in have_rules]
+        ports = {w[w.index("iif") + 1] for r in want_rules if "iif" in (w := r.split())}
+        lookups = {w[w.index("lookup") + 1] for r in want_rules if "lookup" in (w := r.split())} - {"main", "local", "default"}
+        all_rules = set(getattr(whole, f"rules{fam}"))
+        for r in sorted(have_rules - all_rules):
+            w = r.split()
+            if ("iif" in w and w[w.index("iif") + 1] in ports) or ("lookup" in w and w[w.index("lookup") + 1] in lookups):
+                out.append(f"rule extra: ip -{fam} rule {r}")
     have_addr = set(state.addresses)
     out += [f"address missing: {x}" for x in exp.addresses if x not in have_addr]
-    nft_lines = {ln.strip() for ln in normalize_nft(state.nft).splitlines()}
-    for text in expected.nft.values():
-        for ln in text.splitlines():
-            ln = ln.strip()
-            if ln and not ln.endswith(("{", "}")) and not ln.startswith(("type ", "table ", "chain ")) and ln not in nft_lines:
-                out.append(f"nft rule missing: {ln}")
+    ports = {x.split(" dev ")[-1] for x in exp.addresses}
+    out += [f"address extra: {x}" for x in sorted(have_addr - set(whole.addresses)) if x.split(" dev ")[-1] in ports]
+    tables = nft_tables(state.nft)
+    for table, text in sorted(expected.nft.items()):
+        if table not in tables:
+            out.append(f"nft table missing: {table}")
+            continue
+        want, got = normalize_nft_table(text).splitlines(), normalize_nft_table(tables[table]).splitlines()
+        out += [f"nft {table} missing: {ln}" for ln in want if ln not in got]
+        out += [f"nft {table} extra: {ln}" for ln in got if ln not in want]
+    if frr is not None:
+        mine = _frr_stanzas(expected.frr)
+        allowed = _frr_stanzas(full.frr)
+        for head, lines in (underlay or {}).items():
+            allowed.setdefault(head, set()).update(lines)
+        for head, lines in sorted(mine.items()):
+            for ln in sorted(lines):
+                if not frr.has(head, ln):
+                    out.append(f"FRR line missing: {head} / {ln}")
+            out += [f"FRR line extra: {head} / {ln}" for ln in sorted(frr.stanzas.get(head, set()) - allowed.get(head, set()))]
     return out
 
 
 # -- the plan -----------------------------------------------------------------------------------------
 
 
-def plan(old: Scenario, ops: list[Any], found: Found, *, deleted_by: dict[str, str] | None = None,
-         states: dict[str, DeviceState] | None = None) -> Plan:  # fmt: skip
+def plan(old: Scenario, ops: list[Any], found: Found, *, deleted_by: dict[str, str] | None = None) -> Plan:
     """Plan ``ops`` (parsed by :func:`servers.a3_intent.catalog.parse_ops`) against ``old``.
 
     Args:
@@ -1053,8 +1172,6 @@ def plan(old: Scenario, ops: list[Any], found: Found, *, deleted_by: dict[str, s
         ops: the operations.
         found: resources found on the devices (:func:`servers.a3_intent.inventory.scan`).
         deleted_by: instance id -> change that deleted it (a repeated delete is no change).
-        states: the devices' kernel state, when captured: touched devices are compared with the
-            records and any drift is reported as a warning.
 
     Raises:
         ChangeSetRejected: every problem, with field paths.
@@ -1088,16 +1205,22 @@ def plan(old: Scenario, ops: list[Any], found: Found, *, deleted_by: dict[str, s
         raise ChangeSetRejected([Problem(path="ops", message=f"cannot express the change as device commands: {e}")]) from None
     changed = changed_services(old, new)
     scope = validation_scope(old, new, set(deltas), changed)
-    warnings: list[str] = list(pl.warnings)
-    for node in deltas:
-        if states and node in states:
-            lines = drift(node, old.node_config.get(node) or NodeConfig(), states[node])
-            if lines:
-                more = f" (and {len(lines) - DRIFT_LINES} more)" if len(lines) > DRIFT_LINES else ""
-                warnings.append(f"{node} differs from the service records (changed outside A3-T?): "
-                                + "; ".join(lines[:DRIFT_LINES]) + more)  # fmt: skip
     return Plan(old=old, new=new, ops=pl.results, deltas=deltas, changed_services=sorted(changed, key=natural_key),
-                invariants=scope, warnings=warnings, digest=digest_of(ops))  # fmt: skip
+                invariants=scope, warnings=list(pl.warnings), digest=digest_of(ops))  # fmt: skip
+
+
+def drift_warnings(sc: Scenario, nodes: list[str], states: dict[str, DeviceState], frr: dict[str, FrrView]) -> list[str]:
+    """One warning per node of ``nodes`` whose device differs from the records' rendering
+    (:func:`drift`, both directions; FRR lines where ``frr`` has the node's configuration)."""
+    out = []
+    for node in nodes:
+        if node not in states:
+            continue
+        lines = drift(node, sc.node_config.get(node) or NodeConfig(), states[node], frr=frr.get(node), underlay=underlay_frr(sc, node))
+        if lines:
+            more = f" (and {len(lines) - DRIFT_LINES} more)" if len(lines) > DRIFT_LINES else ""
+            out.append(f"{node} differs from the service records (changed outside A3-T?): " + "; ".join(lines[:DRIFT_LINES]) + more)
+    return out
 
 
 

@@ -24,15 +24,19 @@ path (``ops[1].spec.prefix6: ...``); nothing is changed. Every change to the net
 layers' own renderings); no agent text reaches a shell.
 """
 
+import functools
+import logging
+import threading
 from typing import Annotated, Any, Literal
 
+import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, natural_key, parse_ops
 from servers.a3_intent.inventory import circuits, expected_found, scanned_nodes
-from servers.a3_intent.planner import drift
+from servers.a3_intent.planner import drift, underlay_frr
 from servers.a3_intent.transaction import ChangeResult, Engine, EngineOptions, PlanResult, TransactionError
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
 from substrate.errors import SubstrateError
@@ -41,6 +45,8 @@ from substrate.scenario.generator import render_scenario
 from substrate.scenario.layers.l3vpn import ce_addr, sid_of
 from substrate.scenario.layers.steering import policy_segs
 from substrate.scenario.model import NodeConfig, Scenario
+
+log = logging.getLogger("anibench.servers.a3t")
 
 LEVEL = "A3-T"
 INSTRUCTIONS = (
@@ -51,8 +57,10 @@ INSTRUCTIONS = (
     "PE ports cabled to customer CEs, free or in use). plan_change_set is a dry run; apply_change_set applies a list of "
     "operations ({op: create|modify|delete, service_class, id, spec}) as one transaction across devices: it validates, "
     "allocates SIDs, tables and addresses, applies, checks the changed services and their neighbours with real traffic, "
-    "and rolls everything back if anything fails, saying what failed and why. Applying the same change set twice "
-    "changes nothing the second time. apply_change_set takes seconds (it validates with real traffic)."
+    "and, if the change broke something, undoes exactly what it changed, saying what failed and why (checks that were "
+    "already failing before are reported, not held against the change). Applying the same change set twice changes "
+    "nothing the second time. apply_change_set takes seconds (it validates with real traffic); get_change('latest') "
+    "tells what became of a call whose answer you did not get."
 )
 CLASS_NAMES = Literal["tenant", "tenant_site", "steering_policy", "firewall_rule_set", "floating_ip", "attachment_circuit"]
 
@@ -103,7 +111,9 @@ class ServiceDetail(BaseModel):
     devices: list[str] = Field(description="Devices holding its state.")
     referenced_by: list[str] = Field(default_factory=list, description="Instances that refer to it.")
     invariants: list[str] = Field(description="Ids of its invariants (what active validation checks for it).")
-    device_state: dict[str, Any] = Field(description="in_sync, and per device what its records expect but the device lacks.")
+    device_state: dict[str, Any] = Field(description="in_sync; differences: per device, what its records expect and the device "
+                                         "lacks or holds otherwise ('... missing', '... differs'), and what the device holds where "
+                                         "the instance's state lives but no record explains ('... extra'); unreadable devices.")
     inventory_version: int
 
 
@@ -208,6 +218,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         engine.records.base_scenario()
     except SubstrateError as e:
         raise ServerSetupError(f"A3-T needs a lab deployed from a scenario: {e}") from None
+    # a transaction whose server died is finished now (completed if committed, else undone)
+    for note in engine.recover_at_start():
+        log.warning("A3-T on %s: %s", lab_.name, note)
     allowed = set(server.device_names)
 
     def inventory() -> tuple[Scenario, int]:
@@ -345,17 +358,20 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         else:
             invs = [i.id for i in sc.invariants if i.service == svc]
         states, _found, errors = engine.scan(sc, devices)
-        missing: dict[str, list[str]] = {}
+        views = engine.frr_views(devices)
+        differences: dict[str, list[str]] = {}
         for n in devices:
             if n in states:
-                lines = drift(n, owned.get(n, NodeConfig()), states[n]) if cls != "firewall_rule_set" else \
-                    drift(n, NodeConfig(nft=sc.node_config.get(n, NodeConfig()).nft), states[n])  # fmt: skip
+                full = sc.node_config.get(n, NodeConfig())
+                mine = owned.get(n, NodeConfig()) if cls != "firewall_rule_set" else NodeConfig(nft=full.nft)
+                lines = drift(n, mine, states[n], full=full, frr=views.get(n), underlay=underlay_frr(sc, n))
                 if lines:
-                    missing[n] = lines[:20]
+                    differences[n] = lines[:20] + ([f"... {len(lines) - 20} more"] if len(lines) > 20 else [])
+        errors += [f"{n}: FRR did not answer" for n in devices if n in lab_.routers() and n in states and n not in views]
         return ServiceDetail(
             id=id, service_class=cls, spec=_spec_of(cls, x), allocated=allocated, devices=devices, referenced_by=refs,
             invariants=invs,
-            device_state={"in_sync": not missing and not errors, "missing": missing, "unreadable": errors},
+            device_state={"in_sync": not differences and not errors, "differences": differences, "unreadable": errors},
             inventory_version=version,
         )  # fmt: skip
 
@@ -376,35 +392,53 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             raise _rejected(e) from None
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Apply a change set")
-    def apply_change_set(ops: OpsArg) -> ChangeResult:
+    async def apply_change_set(ops: OpsArg) -> ChangeResult:
         """Apply a change set as ONE transaction across devices: validate (as plan_change_set; an invalid change set
-        is an error listing each problem with its field path, and nothing is changed), lock and snapshot every
-        device it touches, apply each device's changes, then validate actively -- real traffic and state checks of
-        the changed services and of every service sharing a device with them. On any failure every device is
-        rolled back to its exact prior state and the result names the failed invariants with their evidence
-        (status rolled_back). Applying the same change set again changes nothing and says so (status no_change).
-        Change sets are serialized; a device locked by someone else is waited for (bounded), then reported.
-        Takes seconds. Sources: draft section 5.1 (A3-T: cross-device transaction, active validation, rollback)."""
+        is an error listing each problem with its field path, and nothing is changed), lock every device it touches,
+        record their state, apply each device's changes, then validate actively -- real traffic and state checks of
+        the changed services and of every service sharing a device with them. Regressions are judged: a check of a
+        new or changed service that fails, or a check that passed just before the apply and fails after it; checks
+        already failing before (a fault elsewhere) are reported in validation.already_failing, not judged. On a
+        regression or a device refusal everything the change set changed is undone -- only that: other changes made
+        meanwhile (faults, other operators) are left alone -- and the result names the failed checks with their
+        evidence (status rolled_back; transient: true when nothing shows the change set caused it, so retrying later
+        may succeed). A committed change is also saved in each router's startup configuration. Applying the same
+        change set again changes nothing and says so (status no_change). Change sets are serialized; a device
+        locked by someone else is waited for (bounded), then reported. Takes seconds.
+        Cancelling the call (or a client timeout) stops the transaction at its next step: it is undone, unless it
+        had already passed validation and been committed, in which case it stays committed (status cancelled or
+        applied); get_change('latest') shows which. A change whose server died is finished by the next server
+        (committed ones completed, others undone) and get_change says so.
+        Sources: draft section 5.1 (A3-T: cross-device transaction, active validation, rollback)."""
         parsed, raw = ops_arg(ops)
+        cancel = threading.Event()
         try:
-            res = engine.apply(parsed, submitted=raw, allowed=allowed)
+            res = await anyio.to_thread.run_sync(
+                functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel), abandon_on_cancel=True)
         except ChangeSetRejected as e:
             raise _rejected(e) from None
         except ConfigLockHeld as e:
             raise ToolError(f"{e} Nothing was changed.") from None
         except TransactionError as e:
             raise ToolError(str(e)) from None
+        except anyio.get_cancelled_exc_class():
+            cancel.set()  # the transaction goes on in its thread, to its next step, and ends there (see description)
+            raise
         if res.status in ("rolled_back", "rollback_incomplete"):
             note_rejected(res.message)
         return res
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get a change")
     def get_change(
-        change_id: Annotated[str, Field(max_length=16, description="Change id returned by apply_change_set, e.g. 'c3'.")],
+        change_id: Annotated[str, Field(max_length=16, description="Change id returned by apply_change_set, e.g. 'c3', or "
+                                                                   "'latest' for the most recent one.")],
     ) -> ChangeResult:
         """The result of an earlier apply_change_set (status, per-operation effects and allocations, per-device changes,
-        validation verdicts with evidence, rollback, timings, and the change set as submitted). Change ids count
-        from the lab's baseline (a lab reset starts again from c1)."""
+        validation verdicts with evidence, rollback, recovery, timings, and the change set as submitted). 'latest' gives
+        the most recent change (e.g. after a cancelled or timed-out apply_change_set, whose result did not arrive).
+        Change ids count from the lab's baseline (a lab reset starts again from c1)."""
+        if change_id == "latest":
+            change_id = engine.records.latest_change() or "none"
         rec = engine.records.change(change_id)
         if rec is None:
             ids = engine.records.change_ids()

@@ -1,52 +1,77 @@
 """A3-T change sets as cross-device transactions (draft section 5.1, Table 1, A3-T: "cross-device
-workflow transaction, active validation, rollback").
+workflow transaction, active validation, rollback"), journaled so that they survive the death of
+the server running them.
+
+The device-level machinery -- journal, before-state of exactly the items a change sets, undo,
+recovery of a dead process's transaction, startup configuration -- is generic
+(:mod:`substrate.journal`); this module is the A3-T transaction built on it, and knows service
+classes only through the plan (:mod:`servers.a3_intent.planner`) and the records
+(:mod:`servers.a3_intent.inventory`).
 
 :meth:`Engine.apply`:
 
-1. takes the lab's A3-T transaction lock (bounded wait: concurrent change sets, from this or
-   another server process, are serialized), reads the inventory (records, from disk) and scans
-   the devices (:mod:`servers.a3_intent.inventory`);
-2. plans (:func:`servers.a3_intent.planner.plan`): a rejected change set touches nothing; a
-   change set that changes nothing (applied before) says so and touches nothing;
+1. takes the lab's A3-T transaction lock (bounded wait: change sets from this or another server
+   process are serialized; the lock dies with its holder) and finishes any transaction whose
+   server died (:meth:`Engine.recover`);
+2. reads the inventory and scans the devices, then plans: a rejected change set touches
+   nothing; a change set that changes nothing (applied before) says so and touches nothing;
 3. takes the configuration locks of every touched device (:mod:`substrate.locks`, the analogue
-   of a NETCONF ``<lock>``, RFC 6241 section 7.5; bounded wait, then an error naming the holder --
-   the *held lock* fault);
-4. snapshots each touched device (:func:`substrate.devstate.capture`; with FRR's running
-   configuration where the change has FRR lines);
-5. applies each device's :class:`~substrate.scenario.apply.ConfigDelta` (one script per device,
-   in parallel);
-6. active validation: the observer (:func:`substrate.scenario.observer.observe`, out of band)
-   checks the invariants of the changed instances and of every instance that shares a device
-   with the change (:func:`servers.a3_intent.planner.validation_scope`);
-7. on any failure rolls every touched device back: the FRR stanzas the change touched are put
-   back with the inverse delta (FRR CLI negation), the kernel state is restored exactly to the
-   snapshot (:func:`substrate.devstate.restore`), and the result is verified by capturing again;
-   each failed invariant is checked once more after the rollback, to tell damage the change
-   caused from a problem that was already there (or a fault);
-8. on success commits the new records (``<lab dir>/a3t/state.json``).
+   of a NETCONF ``<lock>``, RFC 6241 section 7.5; bounded wait, then an error naming the holder);
+4. reads, on each touched device, the items the change sets (routes, rules, addresses, links,
+   nftables tables, sysctls, FRR lines: :func:`substrate.journal.snapshot`) and, meanwhile,
+   checks the pre-existing invariants in the validation scope of the instances the change set
+   does not change (the *pre-check*);
+5. journals the transaction (phase ``applying``, fsync'd) -- nothing is touched before that;
+6. applies each device's :class:`~substrate.scenario.apply.ConfigDelta` (one tagged script per
+   device, in parallel); journal phase ``validating``;
+7. active validation: the observer (:func:`substrate.scenario.observer.observe`, out of band)
+   checks the invariants of the changed instances and of every instance sharing a device with
+   the change (:func:`servers.a3_intent.planner.validation_scope`). It judges *regressions*, as
+   change-management pre/post checks do: an invariant of a new or changed instance that fails,
+   or a pre-existing invariant that held at the pre-check and fails now. Pre-existing
+   invariants that were already failing are reported as warnings, not judged;
+8. commits (the commit point: the records, ``<lab dir>/a3t/state.json``, written durably with the
+   change in them), then writes the change's FRR lines into each touched router's startup
+   configuration (as an operator saves the configuration), journal phase ``committed``;
+9. or, on a regression, a refused device, an error or a cancellation before the commit point,
+   undoes the change (:func:`substrate.journal.undo`): only the items the change set still holds
+   go back to their value before it -- a fault or another operator's change made meanwhile is
+   left alone; an item someone else changed after us is reported, not overwritten. Each judged
+   failure is checked again after the undo, to tell damage this change set caused from a
+   fault. Devices that did not answer keep their part pending: the journal entry stays
+   ``rolling_back`` and the next apply (or server start) finishes it.
 
-FRR state the change never touched (e.g. a crashed daemon's configuration) is left alone by the
-rollback: A3-T puts back what it changed, and reports anything it could not.
+Cancellation: the MCP server sets a flag when the client cancels the call; the transaction
+stops at its next step and is undone unless it already passed the commit point, in which case
+it is committed. Either way the outcome is in the change record (``get_change``).
 
-Timings are kept per stage (device time: snapshot, apply, rollback; validation time: observer).
+Recovery: a transaction whose server died is found in the journal by the next apply or server
+start, under the transaction lock (so its server is not running it): its device scripts still
+running are killed, then it is completed if its records were committed (startup configuration
+written) and undone otherwise; its change record says which and when.
+
+Timings are kept per stage (device time: snapshot, apply, rollback; validation time: observer,
+pre-check included).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key
-from servers.a3_intent.inventory import A3State, AppliedChange, Found, PendingRepair, Records, scan, scanned_nodes
-from servers.a3_intent.planner import Plan, plan
-from substrate.devstate import DeviceState, capture, restore
+from servers.a3_intent.inventory import A3State, AppliedChange, Found, Records, scan, scanned_nodes
+from servers.a3_intent.planner import Plan, drift_warnings, plan
+from substrate import journal as jr
+from substrate.devstate import DeviceState, capture
 from substrate.errors import SubstrateError
-from substrate.scenario.apply import config_delta
-from substrate.scenario.model import NodeConfig, Scenario
+from substrate.scenario.model import Invariant, Scenario
 from substrate.scenario.observer import Evidence, Verdict, observe
 
 if TYPE_CHECKING:
@@ -58,6 +83,8 @@ log = logging.getLogger("anibench.servers.a3t")
 MAX_FAILURES = 20
 #: Most change lines reported per device.
 MAX_LINES = 200
+#: Journal owner name of A3-T transactions.
+JOURNAL_OWNER = "a3t"
 
 
 # -- results ---------------------------------------------------------------------------------------
@@ -88,32 +115,40 @@ class CheckFailure(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     after_rollback: Literal["passes", "still fails", "not rechecked"] = Field(
         default="not rechecked",
-        description="'passes': this change set broke it (rolled back); 'still fails': it was failing "
-        "before or a fault is active -- not caused by this change set.",
+        description="'passes': this change set broke it (rolled back); 'still fails': it fails without this change "
+        "set too (a fault began meanwhile) -- not caused by this change set.",
     )
 
 
 class ValidationReport(BaseModel):
-    checked: int = Field(description="Invariants checked by the observer.")
+    checked: int = Field(description="Invariants checked by the observer after applying.")
     passed: int
-    failed: list[CheckFailure] = Field(default_factory=list)
+    failed: list[CheckFailure] = Field(default_factory=list, description="Regressions: the change set's own invariants that "
+                                       "fail, and pre-existing invariants that held just before the apply and fail after it.")  # fmt: skip
+    already_failing: list[CheckFailure] = Field(
+        default_factory=list, description="Pre-existing invariants that failed at the pre-check already and still fail: "
+        "a fault or a problem this change set did not cause; reported, not judged.")
+    pre_checked: int = Field(default=0, description="Pre-existing invariants checked just before applying.")
     services: list[str] = Field(default_factory=list, description="Service instances whose invariants were checked.")
 
 
 class RollbackReport(BaseModel):
     devices: list[str]
-    complete: bool = Field(description="Every touched device is back to its snapshot.")
-    residual: dict[str, list[str]] = Field(default_factory=dict, description="Per device, what could not be put back.")
-    pending: list[str] = Field(default_factory=list, description="Devices whose FRR part is retried by the next apply_change_set.")
+    complete: bool = Field(description="Every item this change set set is back to its value before it, on every device.")
+    residual: dict[str, list[str]] = Field(default_factory=dict, description="Per device, what is not back, and what differs.")
+    pending: list[str] = Field(default_factory=list, description="Devices that did not answer: their part is finished by the next "
+                                                                 "apply_change_set (or server start).")  # fmt: skip
 
 
 class Timings(BaseModel):
     scan_s: float = 0.0
     plan_s: float = 0.0
     lock_wait_s: float = 0.0
-    snapshot_s: float = 0.0
+    snapshot_s: float = Field(default=0.0, description="Reading the items the change sets on each device.")
+    precheck_s: float = Field(default=0.0, description="Pre-check of the invariants in scope (overlaps the snapshot).")
+    journal_s: float = Field(default=0.0, description="Writing the journal (fsync'd per phase).")
     apply_s: float = 0.0
-    validation_s: float = 0.0
+    validation_s: float = Field(default=0.0, description="Active validation after applying (and the recheck after a rollback).")
     rollback_s: float = 0.0
     total_s: float = 0.0
 
@@ -144,16 +179,22 @@ class PlanResult(BaseModel):
     timings: Timings
 
 
+Status = Literal["applied", "no_change", "rolled_back", "rollback_incomplete", "cancelled"]
+
+
 class ChangeResult(BaseModel):
     """The outcome of apply_change_set (also what get_change returns)."""
 
     change_id: str
-    status: Literal["applied", "no_change", "rolled_back", "rollback_incomplete"] = Field(
-        description="applied: committed; no_change: nothing to do, no device touched; rolled_back: a device refused "
-        "the change or validation failed, every device is back to its prior state; rollback_incomplete: as rolled_back "
-        "but some state could not be put back (see rollback.residual)."
+    status: Status = Field(
+        description="applied: committed; no_change: nothing to do, no device touched; rolled_back: a device refused the "
+        "change or validation found a regression, and everything it changed was undone; rollback_incomplete: as "
+        "rolled_back but something could not be put back (see rollback.residual, rollback.pending); cancelled: the call "
+        "was cancelled before the commit point and everything it changed was undone."
     )
     message: str
+    transient: bool = Field(default=False, description="Nothing shows that this change set caused the failure (a device did "
+                                                       "not answer, or what failed also fails without it): retrying later may succeed.")  # fmt: skip
     already_applied_as: str | None = None
     inventory_version: int = Field(description="Inventory version after this call.")
     ops: list[OpOutcome]
@@ -161,13 +202,16 @@ class ChangeResult(BaseModel):
     changed_services: list[str] = Field(default_factory=list)
     validation: ValidationReport | None = None
     rollback: RollbackReport | None = None
+    recovery: str | None = Field(default=None, description="Set when this change was finished after the server that started "
+                                                           "it died (or after its rollback had to wait): what was done and when.")  # fmt: skip
     warnings: list[str] = Field(default_factory=list)
     timings: Timings
     submitted_ops: list[dict[str, Any]] = Field(default_factory=list, description="The change set as received.")
 
 
 class TransactionError(Exception):
-    """A change set could not start (lock held, device unreachable); nothing was changed."""
+    """A change set could not start (lock held, device unreachable, an earlier rollback still
+    pending on its devices); nothing was changed."""
 
 
 # -- engine ----------------------------------------------------------------------------------------
@@ -181,29 +225,6 @@ class EngineOptions:
     holder: str = "A3-T server"
 
 
-def _stanzas(text: str) -> dict[str, list[str]]:
-    """FRR configuration text (running config, or blocks) as {stanza head: [indented lines]}."""
-    out: dict[str, list[str]] = {}
-    head: str | None = None
-    for line in text.splitlines():
-        if not line.strip() or line.strip() in ("!", "end"):
-            continue
-        if line.strip() == "exit":
-            head = None
-        elif line.startswith(" ") and head is not None:
-            out[head].append(line.strip())
-        else:
-            head = line.strip()
-            out.setdefault(head, [])
-    return out
-
-
-def _touched_heads(before: NodeConfig | None, after: NodeConfig | None) -> set[str]:
-    b = _stanzas("\n".join((before or NodeConfig()).frr))
-    a = _stanzas("\n".join((after or NodeConfig()).frr))
-    return {h for h in set(a) | set(b) if sorted(a.get(h, [])) != sorted(b.get(h, []))}
-
-
 class Engine:
     """Plans and applies change sets on one lab (thread-safe: every call reads state from disk)."""
 
@@ -211,6 +232,9 @@ class Engine:
         self.lab = lab
         self.opts = options or EngineOptions()
         self.records = Records(lab)
+        self.journal = jr.Journal(lab, JOURNAL_OWNER)
+        #: what recovery at start-up did, told in the next apply's warnings
+        self._notes: list[str] = []
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -232,6 +256,19 @@ class Engine:
         errors = [f"{n}: {v}" for n, v in got.items() if isinstance(v, str)]
         return states, scan(sc, states), errors
 
+    def frr_views(self, nodes: list[str]) -> dict[str, jr.FrrView]:
+        """FRR configuration of the routers among ``nodes`` that answer (for drift checks)."""
+        routers = set(self.lab.routers())
+
+        def one(n: str) -> jr.FrrView | None:
+            try:
+                return jr.read_frr(self.lab, n, timeout_s=min(2.0, self.opts.capture_timeout_s))
+            except SubstrateError:
+                return None
+
+        names = [n for n in nodes if n in routers]
+        return {n: v for n, v in zip(names, self.lab.map(one, names), strict=True) if v is not None}
+
     def _plan(self, ops: list[Any], t: Timings, allowed: set[str] | None) -> tuple[Plan, A3State, list[str]]:
         t0 = time.monotonic()
         sc, st = self.inventory()
@@ -239,7 +276,8 @@ class Engine:
         t.scan_s = time.monotonic() - t0
         t1 = time.monotonic()
         deleted = {d: ch.change_id for ch in st.applied for d in ch.deleted}
-        p = plan(sc, ops, found, deleted_by=deleted, states=states)
+        p = plan(sc, ops, found, deleted_by=deleted)
+        p.warnings += drift_warnings(sc, p.devices, states, self.frr_views(p.devices))
         t.plan_s = time.monotonic() - t1
         outside = [d for d in p.devices if allowed is not None and d not in allowed]
         # customer equipment (CE hosts) outside the episode is the customer's to configure (the
@@ -289,6 +327,10 @@ class Engine:
         else:
             msg = (f"would change {len(p.deltas)} device(s) and then check {len(p.invariants)} invariant(s) of "
                    f"{len({i.service for i in p.invariants})} service instance(s); apply_change_set with the same ops to do it")  # fmt: skip
+        unfinished = [e for e in self.journal.unfinished() if {d.node for d in e.devices} & set(p.devices)]
+        if unfinished:
+            warnings = [f"change {e.txn} is not finished on {', '.join(d.node for d in e.devices)} (phase {e.phase}); "
+                        "apply_change_set finishes it first" for e in unfinished] + warnings  # fmt: skip
         return PlanResult(
             no_change=no_change, already_applied_as=already, message=msg, ops=self._ops(p), devices=self._devices(p),
             changed_services=p.changed_services,
@@ -297,24 +339,124 @@ class Engine:
             warnings=warnings, inventory_version=st.version, timings=t,
         )  # fmt: skip
 
+    # -- recovery ----------------------------------------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """Finish the transactions left unfinished by a server that died, or whose rollback had to
+        wait for a device (call under the transaction lock: no live transaction is running). Each
+        is completed when its records were committed, else undone; its change record is updated.
+        Returns notes for the next result (what was finished, what is still pending)."""
+        from substrate.locks import ConfigLockHeld
+
+        notes: list[str] = []
+        for e in self.journal.unfinished():
+            try:
+                with self.lab.config_lock([d.node for d in e.devices], holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
+                    notes.append(self._recover_one(e))
+            except ConfigLockHeld as err:
+                notes.append(f"change {e.txn} is not finished yet ({err})")
+            except (SubstrateError, OSError) as err:
+                log.error("change %s: recovery failed", e.txn, exc_info=True)
+                notes.append(f"change {e.txn} could not be finished now ({err}); retried later")
+        return notes
+
+    def recover_at_start(self) -> list[str]:
+        """:meth:`recover` if the transaction lock is free now (a server starting up); else nothing
+        (a live transaction runs: the next apply recovers what its server may leave)."""
+        from substrate.locks import ConfigLockHeld
+
+        try:
+            with self.records.transaction_lock(self.opts.holder, 0.0):
+                self.records.drop_stale()
+                self.journal.prune()
+                notes = self.recover()
+        except ConfigLockHeld as e:
+            if self.journal.unfinished():
+                log.warning("unfinished transactions left for the next apply_change_set: %s", e)
+            return []
+        self._notes += notes
+        return notes
+
+    def _recover_one(self, e: jr.Entry) -> str:
+        dead = e.holder
+        killed = jr.kill_scripts(self.lab, e)
+        st = self.records.state()
+        committed = any(a.change_id == e.txn for a in st.applied)
+        when = time.strftime("%H:%M:%S")
+        was = e.phase
+        if committed:
+            errors = jr.persist_frr(self.lab, e, timeout_s=self.opts.device_timeout_s)
+            self.journal.mark(e, "committed", f"completed by recovery ({self.opts.holder})")
+            note = (f"completed at {when} by {self.opts.holder}: {dead} had committed it (phase {was}) and stopped before "
+                    "finishing" + (f"; its device commands still running were killed ({'; '.join(killed)})" if killed else "")
+                    + "; the startup configuration was written" + (f" except: {'; '.join(errors)}" if errors else ""))  # fmt: skip
+            self._finish_record(e, status="applied", recovery=note)
+            return f"change {e.txn}: {note}"
+        if e.phase != "rolling_back":
+            self.journal.mark(e, "rolling_back", f"recovery by {self.opts.holder}: {dead} stopped in phase {was}")
+        t0 = time.monotonic()
+        rep = jr.undo(self.lab, e, capture_timeout_s=self.opts.capture_timeout_s, device_timeout_s=self.opts.device_timeout_s)
+        e.undo = rep
+        rb = _rollback_report(e, rep)
+        if rep.pending:
+            self.journal.write(e)
+            note = f"the rollback of change {e.txn} is still pending on {', '.join(rep.pending)} (did not answer)"
+            self._finish_record(e, status="rollback_incomplete", recovery=note, rollback=rb, rollback_s=time.monotonic() - t0)
+            return note
+        self.journal.mark(e, "rolled_back", f"by {self.opts.holder}")
+        if was == "rolling_back" and e.payload.get("rollback_started_by") == dead:
+            note = f"completed the rollback of change {e.txn} at {when}" + ("" if rb.complete else f"; still differs: {rb.residual}")
+        else:
+            note = (f"rolled back at {when} by {self.opts.holder}: {dead} stopped in phase {was} before the commit point"
+                    + (f"; its device scripts still running were killed ({'; '.join(killed)})" if killed else "")
+                    + ("" if rb.complete else f"; still differs: {rb.residual}"))  # fmt: skip
+        self._finish_record(e, status="rolled_back" if rb.complete else "rollback_incomplete", recovery=note, rollback=rb,
+                            rollback_s=time.monotonic() - t0)  # fmt: skip
+        return note if note.startswith("completed") else f"change {e.txn}: {note}"
+
+    def _finish_record(self, e: jr.Entry, *, status: Status, recovery: str, rollback: RollbackReport | None = None,
+                       rollback_s: float = 0.0) -> None:  # fmt: skip
+        """Rewrite the change record of a recovered transaction (from its stored record, else from
+        the draft kept in the journal)."""
+        rec = self.records.change(e.txn) or dict(e.payload.get("draft", {}))
+        rec.pop("epoch", None)
+        rec.update(change_id=e.txn, status=status, recovery=recovery)
+        if status == "applied":
+            rec["message"] = f"applied: {len(e.devices)} device(s) changed and committed; {recovery}"
+        else:
+            rec["message"] = f"rolled back: {recovery}. Nothing was committed."
+            rec["transient"] = True
+        if rollback is not None:
+            rec["rollback"] = rollback.model_dump(mode="json")
+        timings = dict(rec.get("timings") or {})
+        timings["rollback_s"] = timings.get("rollback_s", 0.0) + rollback_s
+        rec["timings"] = timings
+        res = ChangeResult.model_validate(rec)
+        self.records.save_change(e.txn, res.model_dump(mode="json"))
+
     # -- applying ----------------------------------------------------------------------------------
 
-    def apply(self, ops: list[Any], submitted: list[dict[str, Any]] | None = None, allowed: set[str] | None = None) -> ChangeResult:
-        """Apply ``ops`` as one transaction (see module docstring).
+    def apply(self, ops: list[Any], submitted: list[dict[str, Any]] | None = None, allowed: set[str] | None = None,
+              cancel: threading.Event | None = None) -> ChangeResult:  # fmt: skip
+        """Apply ``ops`` as one transaction (see module docstring). ``cancel``, when set by the
+        caller, stops the transaction at its next step (undone unless past the commit point).
 
         Raises:
             ChangeSetRejected: the change set is invalid; nothing was changed.
             ConfigLockHeld: another change set or session held a lock past the bound; nothing was changed.
-            TransactionError: a touched device could not be snapshotted; nothing was changed.
+            TransactionError: a touched device could not be read, or an earlier rollback is still
+                pending on it; nothing was changed.
         """
+        cancel = cancel or threading.Event()
         t0 = time.monotonic()
         t = Timings()
         with self.records.transaction_lock(self.opts.holder, self.opts.lock_timeout_s):
             t.lock_wait_s = time.monotonic() - t0
             self.records.drop_stale()
-            repaired = self.repair_pending(self.records.state())
+            self.journal.prune()
+            recovered, self._notes = self._notes + self.recover(), []
             p, st, warnings = self._plan(ops, t, allowed)
-            warnings = repaired + warnings
+            warnings = recovered + warnings
             already = self._already(st, p.digest)
             base = dict(ops=self._ops(p), changed_services=p.changed_services, warnings=warnings, submitted_ops=submitted or [])
             if not p.records_changed:
@@ -328,60 +470,91 @@ class Engine:
                 return res
             touched = p.devices
             devices = {d.device: d for d in self._devices(p)}
+            if cancel.is_set():
+                cid = self.records.next_change_id(st)
+                t.total_s = time.monotonic() - t0
+                res = ChangeResult(change_id=cid, status="cancelled", message="cancelled by the client before any device was "
+                                   "touched; nothing was committed", inventory_version=st.version, timings=t, **base)  # fmt: skip
+                self.records.save_change(cid, res.model_dump(mode="json"))
+                return res
             if not touched:  # records only (e.g. a tenant renamed, a tenant without sites)
                 cid = self.records.next_change_id(st)
                 self.records.commit(st, p.new, AppliedChange(change_id=cid, digest=p.digest, version=st.version + 1,
-                                                             deleted=[r.id for r in p.ops if r.effect == "deleted"]))  # fmt: skip
+                                                             deleted=p.deleted_ids))  # fmt: skip
                 t.total_s = time.monotonic() - t0
                 res = ChangeResult(change_id=cid, status="applied", message="applied: service records changed; no device needed a change",
                                    inventory_version=st.version, timings=t, **base)  # fmt: skip
                 self.records.save_change(cid, res.model_dump(mode="json"))
                 return res
+            waiting = [e for e in self.journal.unfinished() if {d.node for d in e.devices} & set(touched)]
+            if waiting:
+                e = waiting[0]
+                raise TransactionError(
+                    f"the rollback of change {e.txn} is not finished on "
+                    f"{', '.join((e.undo.pending if e.undo else None) or [d.node for d in e.devices])} (a device did not "
+                    "answer); this change set touches the same devices, so nothing was changed. Retry later")  # fmt: skip
             t2 = time.monotonic()
             with self.lab.config_lock(touched, holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
                 t.lock_wait_s += time.monotonic() - t2
                 cid = self.records.next_change_id(st)
-                res = self._transact(cid, p, st, t, devices, base, already)
+                res = self._transact(cid, p, st, t, devices, base, already, cancel)
             t.total_s = time.monotonic() - t0
             res.timings = t
             self.records.save_change(cid, res.model_dump(mode="json"))
             return res
 
-    def _transact(self, cid: str, p: Plan, st: A3State, t: Timings, devices: dict[str, DeviceChange],
-                  base: dict[str, Any], already: str | None) -> ChangeResult:  # fmt: skip
-        touched = p.devices
-        frr_nodes = {n for n in touched if p.deltas[n].frr}
-        # 4. snapshot
-        t3 = time.monotonic()
+    def _snapshot(self, p: Plan, t: Timings) -> tuple[list[jr.DeviceRecord], list[Verdict], list[Invariant]]:
+        """The device records (items with their values now) and, meanwhile, the pre-check: the
+        invariants in scope that exist before the change, unchanged, of service instances the
+        change set does not change, observed now. (A changed instance's checks are the change's
+        own: they must pass after it, whatever they said before -- a moved site's reachability
+        fails before the move when the customer already re-cabled its CE.)
 
-        def snap(n: str) -> DeviceState | str:
+        Raises:
+            TransactionError: a device did not answer (nothing was changed).
+        """
+        old = {i.id: i for i in p.old.invariants}
+        changed = set(p.changed_services)
+        pre = [i for i in p.invariants if old.get(i.id) == i and i.service not in changed]
+        t0 = time.monotonic()
+
+        def snap(n: str) -> jr.DeviceRecord | str:
             try:
-                return capture(self.lab, n, frr=n in frr_nodes, timeout_s=self.opts.capture_timeout_s)
-            except SubstrateError as e:
-                return str(e)
+                return jr.snapshot(self.lab, n, p.deltas[n], capture_timeout_s=self.opts.capture_timeout_s)
+            except (SubstrateError, ValueError) as e:
+                return f"{n}: {e}"
 
-        snaps_l = self.lab.map(snap, touched)
-        t.snapshot_s = time.monotonic() - t3
-        bad = [s for s in snaps_l if isinstance(s, str)]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="a3t-precheck") as pool:
+            fut = pool.submit(observe, self.lab, pre)
+            got = self.lab.map(snap, p.devices)
+            t.snapshot_s = time.monotonic() - t0
+            try:
+                verdicts = fut.result()
+                t.precheck_s = time.monotonic() - t0
+            except Exception as e:  # noqa: BLE001 - nothing was touched yet: refuse, say why
+                log.error("pre-check failed", exc_info=True)
+                raise TransactionError(f"cannot check the invariants before changing the devices ({type(e).__name__}: {e}); "
+                                       "nothing was changed. Retry later") from None
+        bad = [s for s in got if isinstance(s, str)]
         if bad:
-            raise TransactionError(f"cannot snapshot the devices before changing them ({'; '.join(bad)}); nothing was changed. "
+            raise TransactionError(f"cannot read the devices before changing them ({'; '.join(bad)}); nothing was changed. "
                                    "Retry later (a frozen or unreachable device?)")  # fmt: skip
-        snaps: dict[str, DeviceState] = dict(zip(touched, snaps_l, strict=True))  # type: ignore[arg-type]
-        # 5. apply
+        return [g for g in got if isinstance(g, jr.DeviceRecord)], verdicts, pre
+
+    def _transact(self, cid: str, p: Plan, st: A3State, t: Timings, devices: dict[str, DeviceChange],
+                  base: dict[str, Any], already: str | None, cancel: threading.Event) -> ChangeResult:  # fmt: skip
+        touched = p.devices
+        recs, pre_verdicts, pre = self._snapshot(p, t)
+        draft = ChangeResult(change_id=cid, status="rolled_back", message="", already_applied_as=already,
+                             inventory_version=st.version, devices=[devices[n] for n in touched], timings=t, **base)  # fmt: skip
+        if cancel.is_set():
+            draft.status, draft.message = "cancelled", "cancelled by the client before any device was touched; nothing was committed"
+            return draft
+        entry = _timed(t, self.journal.begin, cid, recs, holder=self.opts.holder, payload={"draft": draft.model_dump(mode="json")})
+        # apply
         t4 = time.monotonic()
-
-        def push(n: str) -> str | None:
-            try:
-                r = self.lab.sh(n, p.deltas[n].script(), timeout_s=self.opts.device_timeout_s)
-            except SubstrateError as e:
-                return str(e)
-            if r.timed_out:
-                return f"no answer within {self.opts.device_timeout_s:g} s (frozen device or daemon?)"
-            if not r.ok:
-                return (r.stderr or r.stdout).strip()[-600:] or f"exit status {r.returncode}"
-            return None
-
-        errors = dict(zip(touched, self.lab.map(push, touched), strict=True))
+        errors = dict(zip(touched, self.lab.map(lambda n: jr.run_script(self.lab, entry, n, entry.device(n).script,
+                                                                         self.opts.device_timeout_s), touched), strict=True))  # fmt: skip
         t.apply_s = time.monotonic() - t4
         for n, e in errors.items():
             devices[n].applied = e is None
@@ -389,135 +562,129 @@ class Engine:
         report: ValidationReport | None = None
         failed: list[Verdict] = []
         crash: str | None = None
+        why_cancel = False
         if not any(errors.values()):
             try:
-                # 6. active validation
+                _timed(t, self.journal.mark, entry, "validating")
                 t5 = time.monotonic()
                 verdicts = observe(self.lab, p.invariants)
-                t.validation_s = time.monotonic() - t5
-                failed = [v for v in verdicts if not v.ok]
+                t.validation_s += time.monotonic() - t5
+                held = {v.id for v in pre_verdicts if v.ok}
+                pre_ids = {i.id for i in pre}
+                failed = [v for v in verdicts if not v.ok and (v.id not in pre_ids or v.id in held)]
+                already_failing = [v for v in verdicts if not v.ok and v.id in pre_ids and v.id not in held]
                 report = ValidationReport(
-                    checked=len(verdicts), passed=len(verdicts) - len(failed),
-                    failed=[CheckFailure(id=v.id, service=v.service, kind=v.kind, detail=v.detail, evidence=v.evidence)
-                            for v in failed[:MAX_FAILURES]],
+                    checked=len(verdicts), passed=sum(v.ok for v in verdicts), failed=[_failure(v) for v in failed[:MAX_FAILURES]],
+                    already_failing=[_failure(v) for v in already_failing[:MAX_FAILURES]], pre_checked=len(pre),
                     services=sorted({i.service for i in p.invariants}, key=natural_key),
                 )  # fmt: skip
-                if not failed:
-                    # 8. commit
+                if already_failing:
+                    base["warnings"] = [*base["warnings"],
+                                        f"{len(already_failing)} invariant(s) in scope failed before this change set already and still "
+                                        f"fail (not judged: a fault or a pre-existing problem), e.g. {already_failing[0].id}: "
+                                        f"{already_failing[0].detail}"]  # fmt: skip
+                if not failed and not cancel.is_set():
+                    # the commit point: the records, durably
                     self.records.commit(st, p.new, AppliedChange(change_id=cid, digest=p.digest, version=st.version + 1,
-                                                                 deleted=[r.id for r in p.ops if r.effect == "deleted"]))  # fmt: skip
-                    msg = (f"applied: {len(touched)} device(s) changed; {report.checked} invariant(s) of "
-                           f"{len(report.services)} service instance(s) pass")  # fmt: skip
-                    return ChangeResult(change_id=cid, status="applied", message=msg, already_applied_as=already,
-                                        inventory_version=st.version, devices=[devices[n] for n in touched], validation=report,
-                                        timings=t, **base)  # fmt: skip
+                                                                 deleted=p.deleted_ids))  # fmt: skip
+                    return self._committed(entry, cid, p, st, t, devices, base, already, report, cancel)
+                why_cancel = not failed
             except Exception as e:  # noqa: BLE001 - devices were changed: whatever failed, they are rolled back
+                if cid in {a.change_id for a in self.records.state().applied}:
+                    raise  # committed: the journal entry stays unfinished and recovery completes it
                 log.error("change %s: validation or commit failed; rolling back", cid, exc_info=True)
                 crash = f"{type(e).__name__}: {e}"
                 failed = []
-        # 7. rollback
+        # roll back
+        reason = ("cancelled by the client" if why_cancel else "a device refused the change" if any(errors.values())
+                  else f"error: {crash}" if crash else "validation found regressions")  # fmt: skip
+        entry.payload["rollback_started_by"] = self.opts.holder
+        _timed(t, self.journal.mark, entry, "rolling_back", reason)
         t6 = time.monotonic()
-        pending: list[PendingRepair] = []
-        rb = self.rollback(p, snaps, cid, pending)
-        if pending:
-            st.pending += pending
-            self.records.save_state(st)
+        rep = jr.undo(self.lab, entry, capture_timeout_s=self.opts.capture_timeout_s, device_timeout_s=self.opts.device_timeout_s)
+        entry.undo = rep
+        if rep.pending:
+            _timed(t, self.journal.write, entry)  # stays rolling_back: the next apply or server start finishes it
+        else:
+            _timed(t, self.journal.mark, entry, "rolled_back")
         t.rollback_s = time.monotonic() - t6
+        rb = _rollback_report(entry, rep)
         if failed and report is not None:
             t7 = time.monotonic()
             again = {v.id: v.ok for v in observe(self.lab, [i for i in p.invariants if i.id in {f.id for f in report.failed}])}
             t.validation_s += time.monotonic() - t7
             for f in report.failed:
                 f.after_rollback = "passes" if again.get(f.id) else "still fails"
-        status = "rolled_back" if rb.complete else "rollback_incomplete"
+        status: Status = "cancelled" if why_cancel else ("rolled_back" if rb.complete else "rollback_incomplete")
+        transient = False
         if any(errors.values()):
             why = "; ".join(f"{n} refused the change: {e}" for n, e in errors.items() if e)
+            transient = all(any(m in e for m in ("no answer within", "not running", "locked")) for e in errors.values() if e)
+        elif why_cancel:
+            why = "the client cancelled the call before the commit point"
         elif crash is not None or report is None or not report.failed:
             why = f"validation or commit could not complete ({crash})"
         else:
-            assert report is not None
             first = report.failed[0]
+            pre_ids = {i.id for i in pre}
             caused = [f for f in report.failed if f.after_rollback == "passes"]
-            why = (f"{len(failed)} invariant(s) failed after applying, e.g. {first.id} ({first.service}): {first.detail}"
-                   + (f"; {len(caused)} of them pass again after the rollback (this change set broke them)" if caused else
-                      "; they still fail after the rollback (not caused by this change set: a fault or a pre-existing problem)"))  # fmt: skip
-        back = "every touched device is back to its prior state" if rb.complete else \
-            f"some state could not be put back: {rb.residual}"  # fmt: skip
-        return ChangeResult(change_id=cid, status=status, message=f"rolled back: {why}; {back}. Nothing was committed.",
+            fault = [f for f in report.failed if f.id in pre_ids and f.after_rollback == "still fails"]
+            own = [f for f in report.failed if f.id not in pre_ids]
+            # evidence of a fault: checks that held before the change fail with and without it
+            transient = not caused and bool(fault or not own)
+            why = f"{len(failed)} regression(s) after applying, e.g. {first.id} ({first.service}): {first.detail}"
+            if caused:
+                why += f"; {len(caused)} of them pass again after the rollback (this change set broke them)"
+            elif fault:
+                why += (f"; {len(fault)} check(s) that held just before still fail without this change set (e.g. {fault[0].id}): "
+                        "a fault began meanwhile, not caused by this change set; retry later")  # fmt: skip
+            else:
+                why += "; the change set's own services failed their checks (see the evidence)"
+        back = ("everything this change set changed was undone" if rb.complete else
+                f"some state could not be put back: {rb.residual}" + (f" (pending on {', '.join(rb.pending)}: finished by the next "
+                                                                       "apply_change_set)" if rb.pending else ""))  # fmt: skip
+        verb = "cancelled" if why_cancel else "rolled back"
+        return ChangeResult(change_id=cid, status=status, message=f"{verb}: {why}; {back}. Nothing was committed.", transient=transient,
                             already_applied_as=already, inventory_version=st.version, devices=[devices[n] for n in touched],
                             validation=report, rollback=rb, timings=t, **base)  # fmt: skip
 
-    def _vtysh(self, node: str, lines: list[str], timeout_s: float | None = None) -> bool:
-        """Run FRR configuration lines in one vtysh session; False when FRR did not answer."""
-        r = self.lab.exec(node, ["vtysh"], input="\n".join(["configure terminal", *lines, "end"]) + "\n",
-                          timeout_s=timeout_s or self.opts.device_timeout_s)  # fmt: skip
-        return not r.timed_out
+    def _committed(self, entry: jr.Entry, cid: str, p: Plan, st: A3State, t: Timings, devices: dict[str, DeviceChange],
+                   base: dict[str, Any], already: str | None, report: ValidationReport, cancel: threading.Event) -> ChangeResult:  # fmt: skip
+        """After the commit point: the startup configuration, then the journal."""
+        t0 = time.monotonic()
+        errors = jr.persist_frr(self.lab, entry, timeout_s=self.opts.device_timeout_s)
+        t.apply_s += time.monotonic() - t0
+        warnings = list(base["warnings"])
+        if errors:
+            warnings.append(f"committed, but the startup configuration could not be written on: {'; '.join(errors)} "
+                            "(the change is in the running configuration; a daemon restart there would lose it)")  # fmt: skip
+        _timed(t, self.journal.mark, entry, "committed")
+        msg = (f"applied: {len(p.devices)} device(s) changed; {report.checked} invariant(s) of {len(report.services)} service "
+               "instance(s) checked, no regression")  # fmt: skip
+        if report.already_failing:
+            msg += f" ({len(report.already_failing)} already failing before it: see validation.already_failing)"
+        if cancel.is_set():
+            msg += "; the client cancelled the call after the commit point: the change stays committed"
+        return ChangeResult(change_id=cid, status="applied", message=msg, already_applied_as=already,
+                            inventory_version=st.version, devices=[devices[n] for n in p.devices], validation=report,
+                            timings=t, **{**base, "warnings": warnings})  # fmt: skip
 
-    def rollback(self, p: Plan, snaps: dict[str, DeviceState], cid: str = "", pending: list[PendingRepair] | None = None) -> RollbackReport:
-        """Put every touched device back to its snapshot (see module docstring, step 7). FRR lines
-        that could not run (FRR frozen) are appended to ``pending``."""
-        pending = pending if pending is not None else []
 
-        def one(n: str) -> list[str]:
-            residual: list[str] = []
-            snap = snaps[n]
-            heads = _touched_heads(p.old.node_config.get(n), p.new.node_config.get(n))
-            frr_ok = True
-            if p.deltas[n].frr:
-                inverse = config_delta(n, p.new.node_config.get(n), p.old.node_config.get(n)).frr
-                try:
-                    answered = not inverse or self._vtysh(n, inverse)
-                except SubstrateError as e:
-                    answered = False
-                    residual.append(f"FRR: {e}")
-                if not answered:
-                    frr_ok = False
-                    was = _stanzas(snap.frr_config or "")
-                    pending.append(PendingRepair(change_id=cid, node=n, lines=inverse, expected={h: was.get(h, []) for h in heads}))
-                    residual.append(f"FRR did not answer within {self.opts.device_timeout_s:g} s (frozen node?): its part of the "
-                                    "rollback is retried by the next apply_change_set")  # fmt: skip
-            target = snap.model_copy(update={"frr_config": None, "frr_daemons": None})
-            try:
-                cur = capture(self.lab, n, frr=False, timeout_s=self.opts.capture_timeout_s)
-                rep = restore(self.lab, target, current=cur, verify=False)
-                residual += rep.residual
-                after = capture(self.lab, n, frr=bool(heads) and frr_ok, timeout_s=self.opts.capture_timeout_s)
-            except Exception as e:  # noqa: BLE001 - one device's failure must not stop the others' rollback
-                return [*residual, f"cannot restore or check the kernel state: {type(e).__name__}: {e}"]
-            residual += after.model_copy(update={"frr_config": None, "frr_daemons": None}).diff(target)
-            if heads and frr_ok and snap.frr_config is not None:
-                now = _stanzas(after.frr_config or "")
-                was = _stanzas(snap.frr_config)
-                for h in sorted(heads):
-                    if sorted(now.get(h, [])) != sorted(was.get(h, [])):
-                        residual.append(f"FRR '{h}': {now.get(h, [])} (was {was.get(h, [])})")
-            return residual
+def _timed(t: Timings, fn: Any, *a: Any, **kw: Any) -> Any:
+    """``fn(*a, **kw)``, its time added to ``t.journal_s``."""
+    t0 = time.monotonic()
+    try:
+        return fn(*a, **kw)
+    finally:
+        t.journal_s += time.monotonic() - t0
 
-        results = dict(zip(p.devices, self.lab.map(one, p.devices), strict=True))
-        residual = {n: r for n, r in results.items() if r}
-        return RollbackReport(devices=p.devices, complete=not residual, residual=residual, pending=sorted({x.node for x in pending}))
 
-    def repair_pending(self, st: A3State) -> list[str]:
-        """Retry FRR rollback lines left pending by earlier change sets (call under the transaction
-        lock). Returns notes for the result; repairs that still cannot run stay pending."""
-        notes: list[str] = []
-        keep: list[PendingRepair] = []
-        for rep in st.pending:
-            try:
-                with self.lab.config_lock([rep.node], holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
-                    if not self._vtysh(rep.node, rep.lines, timeout_s=self.opts.capture_timeout_s):
-                        raise SubstrateError(f"{rep.node}: FRR did not answer")
-                    now = _stanzas(capture(self.lab, rep.node, timeout_s=self.opts.capture_timeout_s).frr_config or "")
-            except SubstrateError as e:
-                keep.append(rep)
-                notes.append(f"the rollback of {rep.change_id} on {rep.node} is still pending ({e})")
-                continue
-            bad = [h for h, lines in rep.expected.items() if sorted(now.get(h, [])) != sorted(lines)]
-            notes.append(f"completed the rollback of {rep.change_id} on {rep.node}" + (f", but {bad} still differ" if bad else ""))
-        if keep != st.pending:
-            st.pending = keep
-            self.records.save_state(st)
-        return notes
+def _failure(v: Verdict) -> CheckFailure:
+    return CheckFailure(id=v.id, service=v.service, kind=v.kind, detail=v.detail, evidence=v.evidence)
+
+
+def _rollback_report(e: jr.Entry, rep: jr.UndoReport) -> RollbackReport:
+    return RollbackReport(devices=[d.node for d in e.devices], complete=rep.complete, residual=rep.residual(), pending=rep.pending)
 
 
 __all__ = ["ChangeResult", "ChangeSetRejected", "Engine", "EngineOptions", "PlanResult", "TransactionError"]

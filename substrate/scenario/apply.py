@@ -79,6 +79,8 @@ class ConfigDelta:
     nft: dict[str, str | None] = field(default_factory=dict)  # table -> new text, None = delete
     sysctls: dict[str, str] = field(default_factory=dict)
     frr: list[str] = field(default_factory=list)  # vtysh configuration lines (see frr_delta)
+    #: the same FRR change as data: (stanza head or "" for a top-level line, line, present after)
+    frr_changes: list[tuple[str, str, bool]] = field(default_factory=list)
 
     def empty(self) -> bool:
         return not (self.removals or self.additions or self.nft or self.sysctls or self.frr)
@@ -139,6 +141,7 @@ def config_delta(node: str, before: NodeConfig | None, after: NodeConfig | None)
             d.nft[table] = a.nft.get(table)
     d.sysctls = {k: v for k, v in a.sysctls.items() if b.sysctls.get(k) != v}
     d.frr = frr_delta(b.frr, a.frr)
+    d.frr_changes = frr_changes(b.frr, a.frr)
     return d
 
 
@@ -159,19 +162,30 @@ def _stanzas(blocks: list[str]) -> dict[str, list[str]]:
     return out
 
 
+def frr_changes(before: list[str], after: list[str]) -> list[tuple[str, str, bool]]:
+    """The FRR lines that differ between blocks ``before`` and ``after``, as ``(stanza head,
+    line, present after)``; the head is "" for a top-level line. Same order as :func:`frr_delta`."""
+    b, a = _stanzas(before), _stanzas(after)
+    out: list[tuple[str, str, bool]] = []
+    for head in sorted(set(b) | set(a)):
+        out += [(head, x, False) for x in b.get(head, []) if x not in a.get(head, [])]
+        out += [(head, x, True) for x in a.get(head, []) if x not in b.get(head, [])]
+    return out
+
+
+def frr_lines(changes: list[tuple[str, str, bool]]) -> list[str]:
+    """vtysh configuration lines making each ``(head, line, present)`` true (FRR CLI negation
+    ``no <line>`` for an absent one), grouped by stanza; the inverse of :func:`frr_changes`."""
+    out: list[str] = []
+    heads: dict[str, list[str]] = {}
+    for head, line, present in changes:
+        heads.setdefault(head, []).append(line if present else f"no {line}")
+    for head in sorted(heads):
+        out += ([head, *heads[head], "exit"] if head else heads[head])
+    return out
+
+
 def frr_delta(before: list[str], after: list[str]) -> list[str]:
     """vtysh configuration lines turning FRR blocks ``before`` into ``after``: per context
     (e.g. ``interface eth5``), ``no <line>`` for lines gone, then new lines (FRR CLI negation)."""
-    b, a = _stanzas(before), _stanzas(after)
-    out: list[str] = []
-    for head in sorted(set(b) | set(a)):
-        gone = [x for x in b.get(head, []) if x not in a.get(head, [])]
-        new = [x for x in a.get(head, []) if x not in b.get(head, [])]
-        if not gone and not new:
-            continue
-        if head:
-            out.append(head)
-        out += [f"no {x}" for x in gone] + new
-        if head:
-            out.append("exit")
-    return out
+    return frr_lines(frr_changes(before, after))

@@ -7,8 +7,11 @@ what failed (draft section 6: "every pre-existing service passes its invariants 
 The scenario and the baseline device state of every node are kept in the lab's directory.
 
 Reset: back to that baseline without redeploying. Faults are cleared, processes an agent left
-running in a node are killed, stopped processes resumed, dead FRR daemons restarted, deleted links re-created, then every node whose state differs from
-the baseline is restored (only what differs), and the underlay is left converged.
+running in a node are killed, stopped processes resumed, dead FRR daemons restarted (all of a
+router's daemons when zebra died: :func:`substrate.faults.restart_daemons`), deleted links
+re-created, then every node whose state differs from the baseline is restored (only what
+differs), the underlay is left converged, and transactions an ANI server left unfinished in the
+journal are closed (:func:`substrate.journal.close_unfinished`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from substrate.devstate import DeviceState, RestoreReport, capture, capture_many, restore
 from substrate.errors import SubstrateError
+from substrate.journal import close_unfinished
 from substrate.lab import Lab
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
@@ -268,7 +272,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     Raises:
         SubstrateError: the lab has no baseline, or a node is dead (redeploy).
     """
-    from substrate.faults import clear_all
+    from substrate.faults import clear_all, restart_daemons
     from substrate.netconf import stop_server as stop_netconf
 
     t0 = time.monotonic()
@@ -293,9 +297,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
         lines = lab.sh(node, _REVIVE.format(daemons=" ".join(lab.state(node).daemons)), timeout_s=5).stdout.splitlines()
         dead = [ln[2:] for ln in lines if ln.startswith("D ")]
         strays = [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
-        for d in dead:
-            lab.start_daemon(node, d, load_config=False)
-        return [f"{node}:{d}" for d in dead], strays
+        started = restart_daemons(lab, node, dead, load_config=False) if dead else []  # after zebra: all of them
+        return [f"{node}:{d}" for d in started], strays
 
     for found, strays in lab.map(revive, lab.node_names()):
         restarted += found
@@ -320,6 +323,9 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     lab.wait_converged(timeout_s=converge_timeout_s)
     lap("converge")
     residual = {r.node: r.residual for r in reports if r.residual}
+    # transactions an ANI server left unfinished (it died): every device is at the baseline now
+    # and the processes it left in the nodes were killed above, so they are closed, not replayed
+    close_unfinished(lab, "lab reset: every device put back to its baseline")
     _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
                        restarted_daemons=restarted, killed_processes=killed, frr_files_restored=frr_files,

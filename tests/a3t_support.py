@@ -1,0 +1,81 @@
+"""Fixtures and helpers shared by the A3-T lab tests (not a test module): the small brownfield
+lab (module scope, put back at its baseline after each test), an in-process A3-T server, and a
+hook on the engine's active validation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servers.a3_intent import transaction as txn_mod
+from servers.a3_intent.server import build_server
+from servers.common import ServerConfig
+from substrate import Lab
+from substrate.devstate import DeviceState, capture
+from substrate.scenario import Scenario, build, load_manifest
+from substrate.scenario.deploy import deploy_scenario, reset
+from tests.conftest import REPO, unique_name
+
+SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
+
+
+@pytest.fixture(scope="module")
+def bf() -> Iterator[tuple[Lab, Scenario]]:
+    """The small brownfield (3x3 grid, every layer, 91 invariants), deployed for the module."""
+    sc = build(load_manifest(SMALL))
+    lab = deploy_scenario(sc, unique_name("t-a3t"))
+    try:
+        yield lab, sc
+    finally:
+        lab.destroy()
+
+
+@pytest.fixture
+def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
+    """The module's lab, put back at its baseline after each test (and checked to be there)."""
+    lab_, _ = bf
+    yield lab_
+    rep = reset(lab_)
+    assert rep.exact, rep.residual
+
+
+@pytest.fixture
+def sc(bf: tuple[Lab, Scenario]) -> Scenario:
+    return bf[1]
+
+
+#: Deadlines of the servers in tests: generous, so that a loaded machine (tests run beside other
+#: labs) is not mistaken for a frozen device; tests about frozen devices set their own.
+SLOW_MACHINE = {"capture_timeout_s": 30.0, "device_timeout_s": 60.0}
+
+
+def server(lab: Lab, tmp_path: Path | None = None, **kw: Any):  # noqa: ANN201
+    """The A3-T server over ``lab``; every node (CEs included) is a device unless ``devices`` says otherwise."""
+    traj = tmp_path / "trajectory.jsonl" if tmp_path is not None else None
+    kw.setdefault("devices", "all")
+    kw["options"] = {**SLOW_MACHINE, **kw.get("options", {})}
+    return build_server(ServerConfig(lab=lab.name, trajectory=traj, **kw), lab=lab)
+
+
+def on_validation(monkeypatch: pytest.MonkeyPatch, act: Callable[[], Any]) -> None:
+    """Run ``act()`` when active validation starts: the engine's second observation (the first is
+    the pre-check, before any device is touched)."""
+    real = txn_mod.observe
+    calls: list[int] = []
+
+    def hooked(lab_: Lab, invs: Any, **kw: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            act()
+        return real(lab_, invs, **kw)
+
+    monkeypatch.setattr(txn_mod, "observe", hooked)
+
+
+def everything(lab: Lab) -> dict[str, DeviceState]:
+    """Every node's full state (kernel and FRR), with a deadline fit for a loaded machine."""
+    names = lab.node_names()
+    return dict(zip(names, lab.map(lambda n: capture(lab, n, timeout_s=90.0), names), strict=True))

@@ -1,0 +1,107 @@
+"""The generic device-transaction machinery without a lab (substrate.journal): items a change sets
+with their before-values, the commands that put them back, normalized comparison, the journal
+file, and the startup-configuration edit (substrate.frr.edit_startup_config). The lab side
+(undo, recovery, killed servers) is in tests/test_a3t_recovery.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from substrate import journal as jr
+from substrate.devstate import DeviceState, LinkState
+from substrate.frr import edit_startup_config
+from substrate.scenario.apply import config_delta
+from substrate.scenario.model import NodeConfig
+
+TABLE = ("table inet tenant_fw {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n"
+         "\t\toifname \"eth4\" jump t1\n\t}\n\tchain t1 {\n\t\tip6 daddr fd10::/64 tcp dport 80 counter drop\n\t}\n}\n")  # fmt: skip
+#: as ``nft list ruleset`` shows it: counter values, a blank line between chains
+LISTED = TABLE.replace("\t}\n\tchain t1", "\t}\n\n\tchain t1").replace("counter drop", "counter packets 4 bytes 240 drop")
+
+
+def before_state() -> DeviceState:
+    return DeviceState(
+        node="r1",
+        routes6=["fd10::/64 table 100 metric 1024 dev eth3", "unreachable ::/0 table 100 metric 4278198272 dev lo"],
+        rules6=["priority 1000 iif eth3 lookup 100"],
+        addresses=["fd10::2/64 dev eth1"],
+        links={"eth4": LinkState(kind="veth", up=False, mtu=1500), "eth3": LinkState(kind="veth", up=True, mtu=1500)},
+        nft="table ip other {\n}\n" + LISTED,
+        sysctls={"net/netfilter/nf_hooks_lwtunnel": "0"},
+    )
+
+
+def test_items_carry_before_values_and_undo_puts_exactly_them_back() -> None:
+    old = NodeConfig(routes6=["fd10::/64 table 100 metric 1024 dev eth3"], rules6=["priority 1000 iif eth3 lookup 100"],
+                     nft={"inet tenant_fw": TABLE}, frr=["interface eth3\n ipv6 address fd10::1/64"])  # fmt: skip
+    new = NodeConfig(
+        links_up=["eth4"], addresses=["fd10:0:0:1::2/64 dev eth4"],
+        routes6=["fd10::/64 table 100 metric 1024 encap seg6 mode encap.red segs fcbb:bb00:2:e000:: dev sr0",
+                 "fd10:0:0:1::/64 table 100 metric 1024 dev eth4"],
+        rules6=["priority 1000 iif eth4 lookup 100"], nft={}, sysctls={"net/netfilter/nf_hooks_lwtunnel": "1"},
+        frr=["interface eth4\n ipv6 address fd10:0:0:1::1/64"],
+    )  # fmt: skip
+    delta = config_delta("r1", old, new)
+    frr = jr.FrrView({"zebra": "interface eth3\n ipv6 address fd10::1/64\nexit\n"})
+    items = {(i.kind, i.key): i for i in jr.items_of(delta, before_state(), frr)}
+    assert items[("route6", "fd10::/64 table 100 metric 1024")].before == "fd10::/64 table 100 metric 1024 dev eth3"
+    assert items[("route6", "fd10:0:0:1::/64 table 100 metric 1024")].before is None
+    assert (items[("rule6", "priority 1000 iif eth3 lookup 100")].before, items[("rule6", "priority 1000 iif eth3 lookup 100")].after) == \
+        ("present", None)  # fmt: skip
+    assert (items[("link", "eth4")].before, items[("link", "eth4")].after) == ("down", "up")
+    assert items[("nft", "inet tenant_fw")].before == LISTED and items[("nft", "inet tenant_fw")].after is None
+    assert items[("sysctl", "net/netfilter/nf_hooks_lwtunnel")].before == "0"
+    assert items[("frr", "interface eth3\tipv6 address fd10::1/64")].before == "present"
+    assert items[("frr", "interface eth4\tipv6 address fd10:0:0:1::1/64")].before is None
+    undo = jr.delta_setting("r1", [(i, i.before) for i in items.values()])
+    assert sorted(undo.describe()) == sorted([
+        "- -6 route del fd10:0:0:1::/64 table 100 metric 1024", "- -6 rule del priority 1000 iif eth4 lookup 100",
+        "- addr del fd10:0:0:1::2/64 dev eth4", "- link set eth4 down",
+        "+ -6 route replace fd10::/64 table 100 metric 1024 dev eth3", "+ -6 rule add priority 1000 iif eth3 lookup 100",
+        "~ nft table inet tenant_fw: replace", "~ sysctl net/netfilter/nf_hooks_lwtunnel=0",
+        "~ frr: interface eth3", "~ frr: ipv6 address fd10::1/64", "~ frr: exit",
+        "~ frr: interface eth4", "~ frr: no ipv6 address fd10:0:0:1::1/64", "~ frr: exit"])  # fmt: skip
+    assert undo.nft["inet tenant_fw"] == LISTED
+    # the items of the other table, other routes, other links are not the change's: not items
+    assert ("link", "eth3") not in items and not any(k == ("nft", "ip other") for k in items)
+
+
+def test_values_compare_in_normalized_form() -> None:
+    st = before_state()
+    assert jr.same_value("nft", jr.value_of(st, None, "nft", "inet tenant_fw"), TABLE)
+    assert not jr.same_value("nft", LISTED, TABLE.replace("80", "81"))
+    assert jr.same_value("nft", "meta mark set 0x00000100", "meta mark set 0x100")
+    got = jr.value_of(st, None, "route6", "unreachable ::/0 table 100 metric 4278198272")
+    assert jr.same_value("route6", got, "unreachable ::/0 table 100 metric 4278198272")
+    assert jr.same_value("rule6", None, None) and not jr.same_value("rule6", "present", None)
+    assert jr.nft_tables(st.nft) == {"ip other": "table ip other {\n}\n", "inet tenant_fw": LISTED}
+
+
+def test_journal_entries_are_durable_per_phase_and_closed_by_reset(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    lab = SimpleNamespace(dir=tmp_path)
+    monkeypatch.setattr(jr, "_epoch", lambda _lab: "e1")
+    j = jr.Journal(lab, "a3t")  # type: ignore[arg-type]
+    e = j.begin("c4", [jr.DeviceRecord(node="r1", items=[])], holder="A3-T server pid 1", payload={"draft": {"x": 1}})
+    on_disk = json.loads((tmp_path / "journal" / "a3t-c4.json").read_text())
+    assert on_disk["phase"] == "applying" and on_disk["payload"] == {"draft": {"x": 1}}
+    j.mark(e, "validating")
+    assert [x.txn for x in j.unfinished()] == ["c4"] and j.get("c4").phase == "validating"  # type: ignore[union-attr]
+    assert e.tag == "anibench-txn:e1:a3t-c4"
+    assert jr.close_unfinished(lab, "lab reset") == ["a3t-c4"]  # type: ignore[arg-type]
+    assert j.unfinished() == [] and j.get("c4").history[-1].note == "lab reset"  # type: ignore[union-attr]
+    monkeypatch.setattr(jr, "_epoch", lambda _lab: "e2")
+    assert j.get("c4") is None  # another baseline epoch
+    assert j.prune() == 1 and not list((tmp_path / "journal").iterdir())
+
+
+def test_startup_config_edit_is_idempotent_and_keeps_the_rest() -> None:
+    conf = "frr defaults traditional\nhostname r6\n!\ninterface eth4\n description to CE c8\nexit\n!\nrouter isis CORE\n net 49.1\nexit\n!\nend\n"
+    add = [("interface eth4", "ipv6 address fd10:0:0:4::1/64", True), ("interface eth9", "ip address 10.0.0.1/24", True)]
+    once = edit_startup_config(conf, add)
+    assert edit_startup_config(once, add) == once
+    assert "interface eth4\n description to CE c8\n ipv6 address fd10:0:0:4::1/64\nexit" in once
+    assert once.rstrip().endswith("interface eth9\n ip address 10.0.0.1/24\nexit\n!\nend")
+    back = edit_startup_config(once, [(h, ln, False) for h, ln, _ in add])
+    assert "fd10:0:0:4::1/64" not in back and "10.0.0.1" not in back and "router isis CORE\n net 49.1\nexit" in back
