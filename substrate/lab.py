@@ -67,6 +67,8 @@ class NodeState(BaseModel):
     init_pid: int = Field(default=0, description="Host PID of the node's init (PID 1 inside the node).")
     init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
     daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
+    cgroups: list[str] = Field(
+        default_factory=list, description="The node's cgroup directories (limits; the first tracks membership).")
 
 
 class LabRecord(BaseModel):
@@ -83,6 +85,7 @@ class LabRecord(BaseModel):
     topology: Topology
     nodes: dict[str, NodeState] = Field(default_factory=dict)
     features: str = ""
+    node_limits: dict[str, int] = Field(default_factory=dict, description="Resource limits of each node (confine.NodeLimits).")
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
 
 
@@ -344,9 +347,8 @@ class Lab:
         st = self.state(node)
         if not argv:
             raise ExecError("empty command")
-        prefix = self._backend.exec_prefix(self, st, confined=confined)
-        return self._backend.run(
-            self, node, [*prefix, *argv], argv=list(argv), timeout_s=timeout_s, input=input, max_output=max_output
+        return self._backend.exec(
+            self, st, list(argv), confined=confined, timeout_s=timeout_s, input=input, max_output=max_output
         )
 
     def sh(self, node: str, script: str, **kw: Any) -> ExecResult:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from substrate import addressing as addr
 from substrate import frr
@@ -264,7 +264,16 @@ class NetnsBackend:
 
     # -- exec ----------------------------------------------------------------------------------
 
-    def exec_prefix(self, lab: Lab, node: NodeState, *, confined: bool) -> list[str]:
+    def exec(
+        self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
+        input: str | bytes | None, max_output: int,
+    ) -> ExecResult:  # fmt: skip
+        """Run ``argv`` in ``node`` (its namespaces); a confined command without the capabilities
+        outside :data:`CONFINED_CAPS`.
+
+        Raises:
+            ExecError: the node is not running.
+        """
         from substrate.lab import pid_alive
 
         if not pid_alive(node.init_pid, node.init_start):
@@ -273,7 +282,8 @@ class NetnsBackend:
         if confined:
             keep = ",".join(f"+{c}" for c in CONFINED_CAPS)
             prefix += [_tool("setpriv"), f"--bounding-set=-all,{keep}", "--inh-caps=-all", "--"]
-        return prefix
+        return run_bounded([*prefix, *argv], env=NODE_ENV, node=node.name, shown_argv=argv,
+                           timeout_s=timeout_s, input=input, max_output=max_output)  # fmt: skip
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """A daemon's vty socket seen from the host: the node's /run through its init's root."""
@@ -282,10 +292,6 @@ class NetnsBackend:
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running")
         return Path(f"/proc/{node.init_pid}/root/run/frr/{daemon}.vty")
-
-    def run(self, lab: Lab, node: str, full_argv: list[str], **kw: Any) -> ExecResult:
-        argv = kw.pop("argv")
-        return run_bounded(full_argv, env=NODE_ENV, node=node, shown_argv=argv, **kw)
 
     # -- destroy -------------------------------------------------------------------------------
 
