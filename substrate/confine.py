@@ -1,0 +1,441 @@
+"""Node confinement policy of the netns backend: what a node may see of the host and how much of
+the host it may use.
+
+A node is a set of namespaces (see ``node_init.py``): a user namespace of its own owns its
+network, UTS, IPC and cgroup namespaces, so root in a node holds CAP_NET_ADMIN (and every other
+capability of that user namespace) over its own namespaces only. A netlink request that names
+another node's namespace -- by ``IFLA_TARGET_NETNSID``, ``IFLA_LINK_NETNSID``, a PID or a
+namespace file -- needs CAP_NET_ADMIN in the user namespace that owns that namespace, which a
+node never has (rtnetlink ``rtnl_get_net_ns_capable`` / ``rtnl_link_get_net_capable``). Its mount
+and PID namespaces stay owned by the host's user namespace, so nothing in a node can mount,
+unmount, reboot(2) or enter them (not even root with every capability of its user namespace):
+the masks below cannot be lifted from inside. Nested user namespaces are forbidden
+(``user.max_user_namespaces`` = 0 in the node's). User and group ids map one to one onto the
+host's (root in a node is uid 0): what protects the host's files is that a node cannot reach
+them, not their owner.
+
+This module holds the data of that policy and the host-side code that applies it:
+
+- :data:`ETC_ALLOWLIST`: the host files a node's ``/etc`` holds, copied once per lab (deny by
+  default: a file the host adds or replaces later never reaches a node);
+- :data:`PROC_MASKED`, :data:`PROC_READONLY`, :data:`SYS_MASKED`: the ``/proc`` and ``/sys``
+  entries hidden or made read-only, as container runtimes do (moby's default ``MaskedPaths`` and
+  ``ReadonlyPaths``; ``/proc/sysrq-trigger`` masked outright);
+- :class:`NodeLimits`: per-node cgroup limits (pids, memory) and tmpfs sizes, configurable with
+  ``ANIBENCH_NODE_LIMITS``;
+- cgroups: one per node (cgroup v2, or the v1 ``pids`` and ``memory`` hierarchies), and one per
+  confined command inside it, so what an agent's command leaves running (``setsid cmd &``) is
+  found and killed when the command returns.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import stat
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from substrate.errors import EnvironmentProblem
+
+# -- files --------------------------------------------------------------------------------------
+
+#: Host files (relative to /etc) a node's /etc holds: name service, iproute2 and protocol tables,
+#: the dynamic linker cache, the alternatives symlinks (iptables, awk, ...) and shell and Python
+#: defaults. A directory is copied with its content. Anything else of the host's /etc (shadow,
+#: ssh keys, package-manager credentials, resolvers, machine-id, ...) is absent from nodes; a
+#: listed file that others cannot read (mode o-r) is left out too. ``frr/`` and ``hostname`` are
+#: each node's own; ``hosts`` is generated (:data:`ETC_HOSTS`).
+ETC_ALLOWLIST: tuple[str, ...] = (
+    "passwd", "group", "nsswitch.conf", "host.conf", "gai.conf",
+    "protocols", "services", "ethertypes", "networks", "rpc",
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "alternatives", "iproute2",
+    "localtime", "timezone", "os-release", "debian_version", "mtab",
+    "bash.bashrc", "profile", "inputrc", "shells",
+    "python3", "python3.11", "python3.12", "python3.13", "terminfo",
+)  # fmt: skip
+#: A node's /etc/hosts (the host's own names stay on the host).
+ETC_HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+#: /proc entries a node sees as empty (files: /dev/null bound over them; directories: an empty
+#: read-only tmpfs). moby's default MaskedPaths, plus /proc/sysrq-trigger.
+PROC_MASKED: tuple[str, ...] = (
+    "asound", "acpi", "interrupts", "kcore", "keys", "latency_stats", "timer_list", "timer_stats",
+    "sched_debug", "scsi", "sysrq-trigger",
+)  # fmt: skip
+#: /proc entries a node sees read-only (moby's default ReadonlyPaths). /proc/sys/net stays
+#: writable: it is the node's own network namespace's.
+PROC_READONLY: tuple[str, ...] = ("bus", "fs", "irq", "sys")
+#: /sys entries masked (sysfs itself is mounted read-only): firmware tables, the RAPL energy
+#: counters (powercap) and the per-CPU thermal throttle counters.
+SYS_MASKED: tuple[str, ...] = ("firmware", "devices/virtual/powercap")
+SYS_MASKED_GLOBS: tuple[str, ...] = ("devices/system/cpu/cpu*/thermal_throttle",)
+
+
+def stage_etc(dest: Path, source: Path = Path("/etc")) -> list[str]:
+    """Copy the allowlisted files of ``source`` into ``dest`` (a lab's /etc for its nodes).
+
+    Symlinks are copied as symlinks (a link to a file that is not copied dangles in the node);
+    only regular files, directories and symlinks are copied, and a regular file only if others may
+    read it. ``dest/frr`` (a directory) and ``dest/hostname`` (an empty file) are created as mount
+    points for each node's own.
+
+    Returns:
+        The files and symlinks copied, relative to ``source``.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    copied: list[str] = []
+
+    def copy(rel: str) -> None:
+        src, dst = source / rel, dest / rel
+        try:
+            st = os.lstat(src)
+        except OSError:
+            return
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(src), dst)
+        elif stat.S_ISDIR(st.st_mode):
+            dst.mkdir(mode=0o755)
+            for child in sorted(os.listdir(src)):
+                copy(f"{rel}/{child}")
+            return
+        elif stat.S_ISREG(st.st_mode) and st.st_mode & stat.S_IROTH:
+            shutil.copyfile(src, dst)
+            os.chmod(dst, stat.S_IMODE(st.st_mode) & 0o755)
+        else:
+            return
+        copied.append(rel)
+
+    for rel in ETC_ALLOWLIST:
+        copy(rel)
+    (dest / "hosts").write_text(ETC_HOSTS)
+    (dest / "frr").mkdir(exist_ok=True)
+    (dest / "hostname").touch()
+    return copied
+
+
+# -- limits -------------------------------------------------------------------------------------
+
+LIMITS_ENV = "ANIBENCH_NODE_LIMITS"
+_SIZE = re.compile(r"^(\d+)([kmg]?)$", re.I)
+
+
+class NodeLimits(BaseModel):
+    """Resource limits of every node of a lab (per node, not per lab).
+
+    Defaults fit a router running zebra, staticd, isisd and bgpd (about 40 MiB) plus an agent's
+    commands, with every tmpfs full. Override with ``ANIBENCH_NODE_LIMITS`` (comma-separated
+    ``field=value``, sizes in MiB or with a k/m/g suffix), e.g.
+    ``ANIBENCH_NODE_LIMITS=pids=1024,memory=1g,tmp=128m``. The limits a lab was deployed with are
+    in its record (``nodes.*.limits`` of ``lab.json``).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    pids: int = Field(default=512, ge=32, description="Tasks (processes and threads) of the node together (cgroup pids.max).")
+    command_pids: int = Field(
+        default=256, ge=8, description="Tasks of one confined (agent) command and what it starts; the rest of `pids` stays for the node's daemons.")
+    memory: int = Field(default=512, ge=64, description="MiB of memory of the node together, its tmpfs pages included (cgroup memory.max; no swap).")  # fmt: skip
+    tmp: int = Field(default=64, ge=1, description="MiB of /tmp (tmpfs).")
+    var: int = Field(default=64, ge=1, description="MiB of /var (tmpfs: FRR's logs and state).")
+    run: int = Field(default=16, ge=1, description="MiB of /run (tmpfs: FRR's sockets and PID files).")
+    shm: int = Field(default=16, ge=1, description="MiB of /dev/shm (tmpfs).")
+    home: int = Field(default=16, ge=1, description="MiB of /root (tmpfs, root's home).")
+    etc_frr: int = Field(default=8, ge=1, description="MiB of /etc/frr (tmpfs, the node's FRR configuration).")
+
+    def tmpfs(self) -> dict[str, str]:
+        """Mount point inside the node (relative to its root) -> tmpfs ``size=`` value."""
+        return {"tmp": f"{self.tmp}m", "var": f"{self.var}m", "run": f"{self.run}m",
+                "dev/shm": f"{self.shm}m", "root": f"{self.home}m"}  # fmt: skip
+
+
+def node_limits(spec: str | None = None) -> NodeLimits:
+    """The limits given by ``spec`` (default: ``$ANIBENCH_NODE_LIMITS``; unset or empty: defaults).
+
+    Raises:
+        EnvironmentProblem: a malformed spec (unknown field, bad number), naming the fields.
+    """
+    spec = os.environ.get(LIMITS_ENV, "") if spec is None else spec
+    values: dict[str, int] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        key, _, raw = item.partition("=")
+        m = _SIZE.match(raw.strip())
+        if not m:
+            raise EnvironmentProblem(f"{LIMITS_ENV}: {item!r} is not field=number (fields: {', '.join(NodeLimits.model_fields)})")
+        n, unit = int(m.group(1)), m.group(2).lower()
+        key = key.strip().replace("-", "_")
+        if key != "pids":
+            n = {"k": max(1, n // 1024), "m": n, "g": n * 1024, "": n}[unit]
+        values[key] = n
+    try:
+        limits = NodeLimits(**values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise EnvironmentProblem(
+            f"{LIMITS_ENV}: {'.'.join(map(str, err['loc'])) or spec}: {err['msg']} (fields: {', '.join(NodeLimits.model_fields)})"
+        ) from None
+    if limits.command_pids >= limits.pids:
+        raise EnvironmentProblem(f"{LIMITS_ENV}: command_pids ({limits.command_pids}) must be below pids ({limits.pids})")
+    return limits
+
+
+# -- cgroups ------------------------------------------------------------------------------------
+
+#: Name of anibench's cgroup below the root of each hierarchy; a lab's is ``anibench/<lab>``.
+CGROUP_ROOT_NAME = "anibench"
+#: Prefix of a confined command's cgroup inside its node's.
+COMMAND_CGROUP_PREFIX = "cmd-"
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """Where this machine's cgroup controllers are.
+
+    ``version`` 2: ``pids`` and ``memory`` are the same unified hierarchy. Version 1: the two
+    controllers' own hierarchies. ``pids`` is also where a command's membership is tracked.
+    """
+
+    version: int
+    pids: Path
+    memory: Path
+
+    def roots(self) -> list[Path]:
+        return [self.pids] if self.version == 2 else [self.pids, self.memory]
+
+
+def cgroup_layout(mountinfo: str | None = None) -> CgroupLayout:
+    """Find the ``pids`` and ``memory`` controllers: cgroup v2 if its root offers both, else the
+    v1 hierarchies.
+
+    Raises:
+        EnvironmentProblem: neither offers both (the node limits cannot be enforced).
+    """
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    v1: dict[str, Path] = {}
+    v2: list[Path] = []
+    for line in mountinfo.splitlines():
+        pre, _, post = line.partition(" - ")
+        fields, fs = pre.split(), post.split()
+        if len(fields) < 5 or len(fs) < 3 or fields[3] != "/":
+            continue  # only whole hierarchies (a bind of a sub-cgroup is not a root)
+        if fs[0] == "cgroup2":
+            v2.append(Path(fields[4]))
+        elif fs[0] == "cgroup":
+            for opt in fs[2].split(","):
+                if opt in ("pids", "memory") and opt not in v1:
+                    v1[opt] = Path(fields[4])
+    for root in v2:
+        try:
+            controllers = (root / "cgroup.controllers").read_text().split()
+        except OSError:
+            continue
+        if {"pids", "memory"} <= set(controllers):
+            return CgroupLayout(2, root, root)
+    if "pids" in v1 and "memory" in v1:
+        return CgroupLayout(1, v1["pids"], v1["memory"])
+    raise EnvironmentProblem(
+        "no cgroup with the pids and memory controllers (cgroup v2 with both enabled at its root, or the v1 "
+        "pids and memory hierarchies): node limits cannot be enforced"
+    )
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        path.mkdir()
+    except FileExistsError:
+        pass
+
+
+def create_lab_cgroups(lab: str, nodes: Iterable[str], limits: NodeLimits) -> dict[str, list[str]]:
+    """Create one cgroup per node with ``limits`` (``anibench/<lab>/<node>`` in each hierarchy).
+
+    Returns:
+        node -> its cgroup directories; the first one tracks membership (see :class:`CgroupLayout`).
+
+    Raises:
+        EnvironmentProblem: no usable cgroup controllers. OSError: the cgroup filesystem refused.
+    """
+    lay = cgroup_layout()
+    labs = [root / CGROUP_ROOT_NAME / lab for root in lay.roots()]
+    if lay.version == 2:
+        for d in (lay.pids, lay.pids / CGROUP_ROOT_NAME):
+            _mkdir(d)
+            enabled = (d / "cgroup.subtree_control").read_text().split()
+            if not {"pids", "memory"} <= set(enabled):
+                _write(d / "cgroup.subtree_control", "+pids +memory")
+    for d in labs:
+        d.mkdir(parents=True, exist_ok=True)
+    if lay.version == 2:
+        _write(labs[0] / "cgroup.subtree_control", "+pids +memory")
+    memory = str(limits.memory << 20)
+    out: dict[str, list[str]] = {}
+    for node in nodes:
+        dirs = [d / node for d in labs]
+        for d in dirs:
+            _mkdir(d)
+        if lay.version == 2:
+            _write(dirs[0] / "cgroup.subtree_control", "+pids")  # a threaded controller: allowed beside the node's processes
+            _write(dirs[0] / "pids.max", str(limits.pids))
+            _write(dirs[0] / "memory.max", memory)
+            if (dirs[0] / "memory.swap.max").exists():
+                _write(dirs[0] / "memory.swap.max", "0")
+        else:
+            _write(dirs[0] / "pids.max", str(limits.pids))
+            _write(dirs[1] / "memory.limit_in_bytes", memory)
+            if (dirs[1] / "memory.memsw.limit_in_bytes").exists():
+                _write(dirs[1] / "memory.memsw.limit_in_bytes", memory)
+        out[node] = [str(d) for d in dirs]
+    return out
+
+
+def procs_file(cgroup: str | Path) -> str:
+    """The file a process writes ``0`` into to join ``cgroup``."""
+    return str(Path(cgroup) / "cgroup.procs")
+
+
+def members(cgroup: str | Path, recursive: bool = True) -> set[int]:
+    """PIDs (host view) of the processes in ``cgroup`` (and, by default, its sub-cgroups)."""
+    out: set[int] = set()
+    root = Path(cgroup)
+    dirs = [root]
+    while dirs:
+        d = dirs.pop()
+        try:
+            out.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+            if recursive:
+                dirs += [c for c in d.iterdir() if c.is_dir()]
+        except OSError:
+            continue
+    return out
+
+
+def new_command_cgroup(node_cgroups: list[str], pids_max: int | None = None) -> list[str]:
+    """A cgroup for one confined command inside its node's tracking (pids) cgroup, with its own
+    ``pids_max`` if given; the node's limits apply to it too. Returns the directories the command
+    joins: the new one in place of the node's tracking cgroup, the node's others as they are.
+
+    Raises:
+        OSError: the node's cgroup is gone (the lab was destroyed).
+    """
+    d = Path(node_cgroups[0]) / f"{COMMAND_CGROUP_PREFIX}{uuid.uuid4().hex[:12]}"
+    d.mkdir()
+    if pids_max:
+        _write(d / "pids.max", str(pids_max))
+    return [str(d), *node_cgroups[1:]]
+
+
+def end_command_cgroup(
+    cmd_cgroup: str, node_cgroups: list[str], keep: Callable[[int], bool], timeout_s: float = 5.0
+) -> list[str]:
+    """Kill what a confined command left running and remove its cgroup.
+
+    Every process still in ``cmd_cgroup`` is killed (SIGKILL, repeated until the cgroup is empty:
+    a process forking meanwhile is caught on the next pass) except those ``keep`` accepts, which
+    move to the node's cgroups (an FRR daemon the command restarted).
+
+    Returns:
+        The processes killed, as ``comm (pid N)`` (host PIDs).
+    """
+    killed: dict[int, str] = {}
+    deadline = time.monotonic() + timeout_s
+    path = Path(cmd_cgroup)
+    kept: set[int] = set()
+    while True:
+        pids = members(path, recursive=False) - kept
+        if not pids:
+            break
+        for pid in sorted(pids):
+            if pid not in killed and keep(pid):
+                try:
+                    for d in node_cgroups:
+                        _write(Path(procs_file(d)), str(pid))
+                    kept.add(pid)
+                    continue
+                except OSError:
+                    pass  # it exited meanwhile, or cannot move: kill it
+            if pid not in killed:
+                killed[pid] = _comm(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.005)  # poll: killed processes leave the cgroup within milliseconds
+    _rmdir_retry(path, deadline)  # if it stays busy, lab destroy or cleanup removes it
+    return [f"{comm} (pid {pid})" for pid, comm in killed.items()]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def kill_cgroups(dirs: Iterable[str | Path], timeout_s: float = 5.0) -> int:
+    """SIGKILL every process in ``dirs`` and their sub-cgroups until they are empty, then remove
+    them all (deepest first). Returns the number of processes signalled. Missing directories are
+    ignored."""
+    dirs = [Path(d) for d in dirs]
+    signalled: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = set().union(*(members(d) for d in dirs)) if dirs else set()
+        if not pids or time.monotonic() > deadline:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        signalled |= pids
+        time.sleep(0.005)  # poll: killed processes leave the cgroup within milliseconds
+    for d in dirs:
+        subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) if d.is_dir() else []
+        for s in [*subs, d]:
+            _rmdir_retry(s, deadline)
+    return len(signalled)
+
+
+def _rmdir_retry(d: Path, deadline: float) -> None:
+    while True:
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+
+
+def lab_cgroups() -> dict[str, list[Path]]:
+    """Lab name -> its cgroup directories (one per hierarchy), for every lab that has one."""
+    try:
+        lay = cgroup_layout()
+    except (EnvironmentProblem, OSError):
+        return {}
+    out: dict[str, list[Path]] = {}
+    for root in lay.roots():
+        base = root / CGROUP_ROOT_NAME
+        if base.is_dir():
+            for d in base.iterdir():
+                if d.is_dir():
+                    out.setdefault(d.name, []).append(d)
+    return out
