@@ -337,8 +337,10 @@ class Lab:
             argv: program and arguments (no shell; use :meth:`sh` for a script).
             timeout_s: deadline; on expiry the command's process group is killed, returncode 124.
             input: bytes or text fed to stdin (else stdin is /dev/null).
-            confined: drop the capabilities that could reach outside the node (mount, module
-                loading, ptrace, raw I/O, ...); used for agent-supplied commands (A0).
+            confined: an agent-supplied command (A0): drop the capabilities an agent does not
+                need (namespace and system administration, ptrace, resource overrides, ...) and
+                kill whatever it leaves running when it returns (listed in
+                ``result.extra["leftovers_killed"]``).
             max_output: cap per stream, in bytes.
 
         Raises:
@@ -586,7 +588,8 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
     Returns:
         What was removed and which labs were kept.
     """
-    from substrate.backends.netns import delete_netns, kill_netns_processes
+    from substrate import confine
+    from substrate.backends.netns import delete_netns, kill_netns_processes, unmount_under
 
     report = CleanupReport()
     keep_ns: set[str] = set()
@@ -619,6 +622,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                     Lab(record).destroy()
                 except SubstrateError:
                     pass
+            unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)
     for ns in _list_netns():
@@ -630,6 +634,10 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
         report.processes += kill_netns_processes([ns])
         delete_netns([ns])
         report.namespaces.append(ns)
+    # cgroups of labs whose directory is gone (a lab's directory exists before its cgroups do)
+    for name, dirs in confine.lab_cgroups().items():
+        if not lab_dir(name).exists():
+            report.processes += confine.kill_cgroups(dirs)
     return report
 
 
