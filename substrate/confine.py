@@ -307,17 +307,27 @@ def procs_file(cgroup: str | Path) -> str:
     return str(Path(cgroup) / "cgroup.procs")
 
 
+def _subdirs(d: str | Path) -> list[str]:
+    """Sub-cgroups of ``d``, deepest last (a walk by directory entry type: no stat per file)."""
+    out, todo = [], [str(d)]
+    while todo:
+        try:
+            with os.scandir(todo.pop()) as it:
+                found = [e.path for e in it if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        out += found
+        todo += found
+    return out
+
+
 def members(cgroup: str | Path, recursive: bool = True) -> set[int]:
     """PIDs (host view) of the processes in ``cgroup`` (and, by default, its sub-cgroups)."""
     out: set[int] = set()
-    root = Path(cgroup)
-    dirs = [root]
-    while dirs:
-        d = dirs.pop()
+    for d in [str(cgroup), *(_subdirs(cgroup) if recursive else [])]:
         try:
-            out.update(int(p) for p in (d / "cgroup.procs").read_text().split())
-            if recursive:
-                dirs += [c for c in d.iterdir() if c.is_dir()]
+            with open(os.path.join(d, "cgroup.procs")) as f:
+                out.update(int(p) for p in f.read().split())
         except OSError:
             continue
     return out
@@ -406,9 +416,8 @@ def kill_cgroups(dirs: Iterable[str | Path], timeout_s: float = 5.0) -> int:
         signalled |= pids
         time.sleep(0.005)  # poll: killed processes leave the cgroup within milliseconds
     for d in dirs:
-        subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) if d.is_dir() else []
-        for s in [*subs, d]:
-            _rmdir_retry(s, deadline)
+        for s in [*sorted(_subdirs(d), key=lambda p: -p.count("/")), str(d)]:
+            _rmdir_retry(Path(s), deadline)
     return len(signalled)
 
 

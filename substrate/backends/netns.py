@@ -70,10 +70,14 @@ CONFINED_CAPS = (
 #: Directory of a lab holding its nodes' /etc (the host's allowlisted files, see confine.stage_etc).
 ETC_DIR = "etc"
 MNT_DETACH = 2
+#: Size of the tmpfs holding a lab's /etc copy (about 1 MiB of files and symlinks).
+ETC_TMPFS_SIZE = "8m"
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 #: Bounds of bring-up steps (seconds).
-INIT_READY_TIMEOUT_S = 20.0
+INIT_READY_TIMEOUT_S = 60.0
 FRR_START_TIMEOUT_S = 60.0
 
 
@@ -166,7 +170,12 @@ class NetnsBackend:
             daemons = list(frr.BASE_DAEMONS) if n.is_router else []
             rec.nodes[n.name] = NodeState(name=n.name, role=n.role, netns=netns_name(lab.name, n.name), daemons=daemons)
         lab._save()  # nodes are recorded before they exist, so a crash leaves a findable trail
-        confine.stage_etc(lab.dir / ETC_DIR)
+        etc = lab.dir / ETC_DIR  # a tmpfs: hundreds of small files and symlinks, written in memory
+        etc.mkdir()
+        if _libc.mount(b"anibench-etc", str(etc).encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       f"size={ETC_TMPFS_SIZE},mode=755".encode()) != 0:  # fmt: skip
+            raise BringUpError(f"cannot mount the lab's /etc copy: {os.strerror(ctypes.get_errno())}")
+        confine.stage_etc(etc)
         for n in topo.nodes:
             (lab.dir / "nodes" / n.name / "etc-frr").mkdir(parents=True, exist_ok=True)
         try:
