@@ -260,11 +260,22 @@ def _mkdir(path: Path) -> None:
         pass
 
 
+#: Leaf cgroup, in the pids hierarchy (cgroup v2: the unified one), of a node's own processes
+#: (init, FRR daemons, the harness's commands); each confined command gets a sibling of it, so no
+#: cgroup both holds processes and has children (cgroup v2's no-internal-process rule).
+NODE_LEAF = "main"
+
+
 def create_lab_cgroups(lab: str, nodes: Iterable[str], limits: NodeLimits) -> dict[str, list[str]]:
-    """Create one cgroup per node with ``limits`` (``anibench/<lab>/<node>`` in each hierarchy).
+    """Create one cgroup per node with ``limits`` (``anibench/<lab>/<node>`` in each hierarchy)::
+
+        pids (v2: unified)  anibench/<lab>/<node>          pids.max (v2: and memory.max)
+                            anibench/<lab>/<node>/main     the node's processes
+                            anibench/<lab>/<node>/cmd-*    one per confined command (pids.max)
+        memory (v1 only)    anibench/<lab>/<node>          memory.limit_in_bytes, the node's processes
 
     Returns:
-        node -> its cgroup directories; the first one tracks membership (see :class:`CgroupLayout`).
+        node -> the cgroups its processes join; the first one (``.../main``) tracks membership.
 
     Raises:
         EnvironmentProblem: no usable cgroup controllers. OSError: the cgroup filesystem refused.
@@ -287,18 +298,18 @@ def create_lab_cgroups(lab: str, nodes: Iterable[str], limits: NodeLimits) -> di
         dirs = [d / node for d in labs]
         for d in dirs:
             _mkdir(d)
+        _write(dirs[0] / "pids.max", str(limits.pids))
         if lay.version == 2:
-            _write(dirs[0] / "cgroup.subtree_control", "+pids")  # a threaded controller: allowed beside the node's processes
-            _write(dirs[0] / "pids.max", str(limits.pids))
+            _write(dirs[0] / "cgroup.subtree_control", "+pids")  # the commands' own pids.max
             _write(dirs[0] / "memory.max", memory)
             if (dirs[0] / "memory.swap.max").exists():
                 _write(dirs[0] / "memory.swap.max", "0")
         else:
-            _write(dirs[0] / "pids.max", str(limits.pids))
             _write(dirs[1] / "memory.limit_in_bytes", memory)
             if (dirs[1] / "memory.memsw.limit_in_bytes").exists():
                 _write(dirs[1] / "memory.memsw.limit_in_bytes", memory)
-        out[node] = [str(d) for d in dirs]
+        _mkdir(dirs[0] / NODE_LEAF)
+        out[node] = [str(dirs[0] / NODE_LEAF), *map(str, dirs[1:])]
     return out
 
 
@@ -334,14 +345,15 @@ def members(cgroup: str | Path, recursive: bool = True) -> set[int]:
 
 
 def new_command_cgroup(node_cgroups: list[str], pids_max: int | None = None) -> list[str]:
-    """A cgroup for one confined command inside its node's tracking (pids) cgroup, with its own
-    ``pids_max`` if given; the node's limits apply to it too. Returns the directories the command
-    joins: the new one in place of the node's tracking cgroup, the node's others as they are.
+    """A cgroup for one confined command beside its node's processes (a sibling of the tracking
+    cgroup), with its own ``pids_max`` if given; the node's limits apply to it too. Returns the
+    directories the command joins: the new one in place of the node's tracking cgroup, the node's
+    others as they are.
 
     Raises:
         OSError: the node's cgroup is gone (the lab was destroyed).
     """
-    d = Path(node_cgroups[0]) / f"{COMMAND_CGROUP_PREFIX}{uuid.uuid4().hex[:12]}"
+    d = Path(node_cgroups[0]).parent / f"{COMMAND_CGROUP_PREFIX}{uuid.uuid4().hex[:12]}"
     d.mkdir()
     if pids_max:
         _write(d / "pids.max", str(pids_max))

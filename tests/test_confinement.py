@@ -188,8 +188,8 @@ def test_limits_are_configurable_and_recorded(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(confine.LIMITS_ENV, "pids=128,command_pids=64,memory=256m,tmp=8m")
     with Lab.create(Topology.from_spec("line:2"), unique_name("t-lim")) as lab:
         assert lab.record.node_limits["pids"] == 128 and lab.record.node_limits["tmp"] == 8
-        dirs = lab.state("r1").cgroups
-        values = {p.name: p.read_text().strip() for d in dirs for p in Path(d).iterdir()
+        dirs = [Path(d) for d in confine.lab_cgroups()[lab.name]]  # anibench/<lab> in each hierarchy
+        values = {p.name: p.read_text().strip() for d in dirs for p in (d / "r1").iterdir()
                   if p.name in ("pids.max", "memory.limit_in_bytes", "memory.max")}  # fmt: skip
         assert values["pids.max"] == "128" and str(256 << 20) in values.values()
         assert lab.sh("r1", "df -m --output=size /tmp | tail -1").stdout.strip() == "8"

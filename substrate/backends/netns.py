@@ -372,7 +372,7 @@ class NetnsBackend:
                     os.kill(st.init_pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        confine.kill_cgroups(sorted({str(Path(d).parent) for st in rec.nodes.values() for d in st.cgroups}))
+        confine.kill_cgroups([str(d) for d in confine.lab_cgroups().get(lab.name, [])])
         names = [s.netns for s in rec.nodes.values()] or [netns_name(lab.name, n.name) for n in rec.topology.nodes]
         existing = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
         names = [n for n in names if n in existing]
