@@ -68,7 +68,7 @@ class NodeState(BaseModel):
     init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
     daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
     cgroups: list[str] = Field(
-        default_factory=list, description="The node's cgroup directories (limits; the first tracks membership).")
+        default_factory=list, description="The cgroups the node's processes join (confine.create_lab_cgroups); the first tracks membership.")
 
 
 class LabRecord(BaseModel):
