@@ -76,8 +76,16 @@ PROC_MASKED: tuple[str, ...] = (
 PROC_READONLY: tuple[str, ...] = ("bus", "fs", "irq", "sys")
 #: /sys entries masked (sysfs itself is mounted read-only): firmware tables, the RAPL energy
 #: counters (powercap) and the per-CPU thermal throttle counters.
-SYS_MASKED: tuple[str, ...] = ("firmware", "devices/virtual/powercap")
-SYS_MASKED_GLOBS: tuple[str, ...] = ("devices/system/cpu/cpu*/thermal_throttle",)
+SYS_MASKED: tuple[str, ...] = ("firmware", "devices/virtual/powercap", "devices/system/cpu/cpu*/thermal_throttle")
+
+
+def sys_masked(sys_root: Path = Path("/sys")) -> list[str]:
+    """:data:`SYS_MASKED` with its patterns expanded against the host's sysfs (what they match is
+    the same in every node: CPUs and firmware are not per network namespace), relative to /sys."""
+    out: list[str] = []
+    for p in SYS_MASKED:
+        out += sorted(str(m.relative_to(sys_root)) for m in sys_root.glob(p)) if "*" in p else [p]
+    return out
 
 
 def stage_etc(dest: Path, source: Path = Path("/etc")) -> list[str]:

@@ -258,7 +258,7 @@ class NetnsBackend:
             "etc": str(lab.dir / ETC_DIR), "etc_frr": str(nd / "etc-frr"), "etc_frr_size": f"{limits.etc_frr}m",
             "tmpfs": limits.tmpfs(), "cgroup_procs": [confine.procs_file(d) for d in st.cgroups],
             "proc_masked": confine.PROC_MASKED, "proc_readonly": confine.PROC_READONLY,
-            "sys_masked": confine.SYS_MASKED, "sys_masked_globs": confine.SYS_MASKED_GLOBS,
+            "sys_masked": confine.sys_masked(),
         })  # fmt: skip
 
     def _start_inits(self, lab: Lab, limits: confine.NodeLimits) -> None:
