@@ -309,11 +309,17 @@ class NetnsBackend:
         self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
         input: str | bytes | None, max_output: int,
     ) -> ExecResult:  # fmt: skip
-        """Run ``argv`` in ``node``: join its cgroup (a confined command: a cgroup of its own
-        inside the node's), enter its namespaces with the user namespace last, and for a confined
-        command drop the capabilities in :data:`CONFINED_CAPS`' complement. When a confined
-        command returns, every process it left running is killed (an FRR daemon of the node it
-        restarted excepted); they are listed in ``result.extra["leftovers_killed"]``.
+        """Run ``argv`` in ``node``: enter its namespaces with the user namespace last.
+
+        A confined command first joins a cgroup of its own inside the node's and runs without the
+        capabilities outside :data:`CONFINED_CAPS`; when it returns, every process it left running
+        is killed (an FRR daemon of the node it restarted excepted) and listed in
+        ``result.extra["leftovers_killed"]``. A command that starts FRR daemons (it names a
+        program of /usr/lib/frr) joins the node's own cgroup, so the daemons count against the
+        node's limits. Other harness commands stay out of the node's cgroups: they leave nothing
+        running, and moving a process between cgroups takes the kernel's global cgroup lock and
+        an RCU grace period (up to seconds on a loaded machine, for every probe of a reset or an
+        observation).
 
         Raises:
             ExecError: the node is not running, or its cgroup is gone.
@@ -322,9 +328,9 @@ class NetnsBackend:
 
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running (harness lab cleanup; then redeploy)")
-        join = list(node.cgroups)
+        join = list(node.cgroups) if any(frr.DAEMON_DIR in a for a in argv) else []
         cmd_cgroup = None
-        if confined and join:
+        if confined and node.cgroups:
             try:
                 join = confine.new_command_cgroup(node.cgroups, lab.record.node_limits.get("command_pids"))
             except OSError as e:
