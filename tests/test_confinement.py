@@ -193,6 +193,11 @@ def test_limits_are_configurable_and_recorded(monkeypatch: pytest.MonkeyPatch) -
                   if p.name in ("pids.max", "memory.limit_in_bytes", "memory.max")}  # fmt: skip
         assert values["pids.max"] == "128" and str(256 << 20) in values.values()
         assert lab.sh("r1", "df -m --output=size /tmp | tail -1").stdout.strip() == "8"
+        # the node's init and FRR daemons count against its limits (a restarted daemon too)
+        lab.kill_daemon("r1", "staticd")
+        lab.start_daemon("r1", "staticd")
+        inside = {Path(f"/proc/{p}/comm").read_text().strip() for p in confine.members(lab.state("r1").cgroups[0])}
+        assert inside == {"sleep", *lab.state("r1").daemons}  # init is `sleep infinity`
     monkeypatch.setenv(confine.LIMITS_ENV, "pids=lots")
     with pytest.raises(EnvironmentProblem, match="ANIBENCH_NODE_LIMITS"):
         Lab.create(Topology.from_spec("line:2"), unique_name("t-lim"))
