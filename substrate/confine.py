@@ -378,7 +378,7 @@ def end_command_cgroup(
     move to the node's cgroups (an FRR daemon the command restarted).
 
     Returns:
-        The processes killed, as ``comm (pid N)`` (host PIDs).
+        The processes killed, as ``comm (pid N)`` (N in the node's PID namespace).
     """
     killed: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
@@ -407,13 +407,18 @@ def end_command_cgroup(
             break
         time.sleep(0.005)  # poll: killed processes leave the cgroup within milliseconds
     _rmdir_retry(path, deadline)  # if it stays busy, lab destroy or cleanup removes it
-    return [f"{comm} (pid {pid})" for pid, comm in killed.items()]
+    return list(killed.values())
 
 
 def _comm(pid: int) -> str:
+    """``name (pid N)`` of a process, N as its own PID namespace sees it (a node's view, not the
+    host's)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        status = Path(f"/proc/{pid}/status").read_text()
+        own = next(ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:"))
+        return f"{comm} (pid {own})"
+    except (OSError, StopIteration):
         return "?"
 
 

@@ -79,6 +79,9 @@ MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 #: Bounds of bring-up steps (seconds).
 INIT_READY_TIMEOUT_S = 60.0
 FRR_START_TIMEOUT_S = 60.0
+#: Bound on the wait for a destroyed lab's processes to leave its cgroups (killed processes
+#: that were in uninterruptible sleep exit late on a loaded machine: 5 s was not always enough).
+CGROUP_KILL_TIMEOUT_S = 30.0
 
 
 def _tool(name: str) -> str:
@@ -378,7 +381,7 @@ class NetnsBackend:
                     os.kill(st.init_pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        confine.kill_cgroups([str(d) for d in confine.lab_cgroups().get(lab.name, [])])
+        confine.kill_cgroups([str(d) for d in confine.lab_cgroups().get(lab.name, [])], timeout_s=CGROUP_KILL_TIMEOUT_S)
         names = [s.netns for s in rec.nodes.values()] or [netns_name(lab.name, n.name) for n in rec.topology.nodes]
         existing = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
         names = [n for n in names if n in existing]
