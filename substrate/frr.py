@@ -28,7 +28,10 @@ DAEMON_DIR = "/usr/lib/frr"
 HELLO_INTERVAL = 1
 HELLO_MULTIPLIER = 3
 
-VTYSH_CONF = "service integrated-vtysh-config\n"
+#: vtysh's own configuration in every router: integrated frr.conf, and root (the only user of a
+#: node) admitted without PAM, which needs host files a node does not get (/etc/pam.d; FRR's
+#: vtysh.conf ``username USER nopassword``).
+VTYSH_CONF = "service integrated-vtysh-config\nusername root nopassword\n"
 
 
 def daemon_argv(daemon: str) -> list[str]:

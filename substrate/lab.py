@@ -67,6 +67,8 @@ class NodeState(BaseModel):
     init_pid: int = Field(default=0, description="Host PID of the node's init (PID 1 inside the node).")
     init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
     daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
+    cgroups: list[str] = Field(
+        default_factory=list, description="The cgroups the node's processes join (confine.create_lab_cgroups); the first tracks membership.")
 
 
 class LabRecord(BaseModel):
@@ -83,6 +85,7 @@ class LabRecord(BaseModel):
     topology: Topology
     nodes: dict[str, NodeState] = Field(default_factory=dict)
     features: str = ""
+    node_limits: dict[str, int] = Field(default_factory=dict, description="Resource limits of each node (confine.NodeLimits).")
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
 
 
@@ -335,8 +338,10 @@ class Lab:
             argv: program and arguments (no shell; use :meth:`sh` for a script).
             timeout_s: deadline; on expiry the command's process group is killed, returncode 124.
             input: bytes or text fed to stdin (else stdin is /dev/null).
-            confined: drop the capabilities that could reach outside the node (mount, module
-                loading, ptrace, raw I/O, ...); used for agent-supplied commands (A0).
+            confined: an agent-supplied command (A0): drop the capabilities an agent does not
+                need (namespace and system administration, ptrace, resource overrides, ...) and
+                kill whatever it leaves running when it returns (listed in
+                ``result.extra["leftovers_killed"]``).
             max_output: cap per stream, in bytes.
             cancel: when set while the command runs, its process group is killed at once
                 (result ``cancelled``); used for calls an MCP client cancels.
@@ -347,9 +352,8 @@ class Lab:
         st = self.state(node)
         if not argv:
             raise ExecError("empty command")
-        prefix = self._backend.exec_prefix(self, st, confined=confined)
-        return self._backend.run(
-            self, node, [*prefix, *argv], argv=list(argv), timeout_s=timeout_s, input=input, max_output=max_output,
+        return self._backend.exec(
+            self, st, list(argv), confined=confined, timeout_s=timeout_s, input=input, max_output=max_output,
             cancel=cancel,
         )
 
@@ -591,7 +595,8 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
     Returns:
         What was removed and which labs were kept.
     """
-    from substrate.backends.netns import delete_netns, kill_netns_processes
+    from substrate import confine
+    from substrate.backends.netns import delete_netns, kill_netns_processes, unmount_under
 
     report = CleanupReport()
     keep_ns: set[str] = set()
@@ -624,6 +629,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                     Lab(record).destroy()
                 except SubstrateError:
                     pass
+            unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)
     for ns in _list_netns():
@@ -635,6 +641,10 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
         report.processes += kill_netns_processes([ns])
         delete_netns([ns])
         report.namespaces.append(ns)
+    # cgroups of labs whose directory is gone (a lab's directory exists before its cgroups do)
+    for name, dirs in confine.lab_cgroups().items():
+        if not lab_dir(name).exists():
+            report.processes += confine.kill_cgroups(dirs)
     return report
 
 

@@ -3,11 +3,14 @@
 ``/run/anibench`` (a tmpfs, cleared at boot together with every namespace it describes):
 
 - ``labs/<lab>/lab.json`` -- the lab record (topology, per-node namespace and init PID);
-- ``labs/<lab>/nodes/<node>/`` -- the node's private ``/etc/frr`` and root mount point;
+- ``labs/<lab>/etc/`` -- the allowlisted host files every node of the lab sees as ``/etc``
+  (a tmpfs; ``confine.stage_etc``);
+- ``labs/<lab>/nodes/<node>/`` -- the node's private ``/etc/frr`` (a tmpfs), its hostname file
+  and its root mount point;
 - ``features.json`` -- this boot's kernel feature probe.
 
-Nodes never see any of it: each node runs in a minimal root that only holds read-only ``/usr``
-and ``/etc`` plus its own private directories (see ``node_init.py``).
+Nodes see nothing else of it: each node runs in a minimal root that only holds read-only ``/usr``
+and that ``/etc`` copy plus its own private directories (see ``node_init.py``).
 """
 
 from __future__ import annotations

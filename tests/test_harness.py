@@ -195,17 +195,21 @@ def run_a0_turns(lab, v, turns, run_dir):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.lab
-def test_processes_an_agent_leaves_running_are_killed_before_observing_and_count_as_damage(campaign_lab, tmp_path) -> None:
+def test_processes_an_agent_leaves_running_are_killed_when_its_call_returns(campaign_lab, tmp_path) -> None:
     """A delayed change (a background job that acts after submit) must neither escape the verdict
-    nor reach into the next run: it is killed before observing, and its node is damage."""
+    nor reach into the next run: the A0 server kills it when the call that started it returns
+    (its node's per-command cgroup, issue 17) and says so in the call's result; the run's own
+    sweep (leftover/NODE damage) then finds nothing."""
     lab, sc = campaign_lab
     v = make_variant("onboarding", sc, 0)
     bomb = "nohup sh -c 'sleep 4; ip -6 route flush table main proto isis' >/dev/null 2>&1 &"
     turns = [[("run_shell", {"device": "r2", "command": bomb})], [("submit", {})]]
     rec, verdicts = run_a0_turns(lab, v, turns, tmp_path)
-    assert "leftover/r2" in rec.violated_invariants and not rec.damage_free
-    left = json.loads((tmp_path / "agent.json").read_text())["leftover_processes"]
-    assert left and all(x.startswith("r2:") for x in left)
+    call = json.loads((tmp_path / "trajectory.jsonl").read_text().splitlines()[0])
+    killed = [k.split()[0] for k in json.loads(call["result"])["killed_leftovers"]]
+    assert killed and set(killed) <= {"bash", "nohup", "sh", "sleep"}, killed  # wherever the job had got to
+    assert json.loads((tmp_path / "agent.json").read_text())["leftover_processes"] == []
+    assert not any(x.startswith("leftover/") for x in rec.violated_invariants)
     # the job never ran (every real damage check passes), and nothing is left to run it later:
     # r2 holds its init, its FRR daemons and the listing shell only
     assert all(vd.ok for vd in verdicts[len(v.test_cases):])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from substrate import Lab, Topology, cleanup
+from substrate import Lab, Topology, cleanup, confine
 from substrate import addressing as a
 from substrate.errors import (
     BringUpError,
@@ -47,6 +47,8 @@ def lab_processes(name: str) -> list[int]:
 def assert_gone(name: str) -> None:
     assert lab_netns(name) == []
     assert not (LABS_DIR / name).exists()
+    assert name not in confine.lab_cgroups()  # the nodes' cgroups
+    assert f"{LABS_DIR / name}/" not in Path("/proc/self/mountinfo").read_text()  # the nodes' etc-frr tmpfs
 
 
 # -- isolation -------------------------------------------------------------------------------
@@ -296,19 +298,24 @@ def test_cleanup_removes_crashed_labs_only() -> None:
 
 @pytest.mark.slow
 def test_up_down_twenty_times_leaks_nothing() -> None:
-    def zebras() -> int:
-        return int(subprocess.run(["pgrep", "-c", "-x", "zebra"], capture_output=True, text=True).stdout or 0)
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
 
     before_ns = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
-    before_zebra = zebras()
     for i in range(20):
         name = f"t-cycle{i}-{os.getpid() % 10000}"
         with Lab.create(Topology.from_spec("line:2"), name) as lab:
             assert reachable(lab, "h1", "fd00:1:2::2")
+            pids = lab_processes(name)
+            assert len(pids) == 4 * len(lab.routers()) + len(lab.node_names()) - len(lab.routers())  # inits, daemons
         assert_gone(name)
+        assert not [p for p in pids if alive(p)]
     after_ns = set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
-    assert {n for n in after_ns - before_ns if n.startswith(NETNS_PREFIX)} == set()
-    assert zebras() == before_zebra
+    # only this test's own namespaces: other labs come and go on a shared machine meanwhile
+    assert {n for n in after_ns - before_ns if n.startswith(f"{NETNS_PREFIX}t-cycle")} == set()
 
 
 def test_cli_errors_are_one_line_and_nonzero() -> None:

@@ -3,10 +3,11 @@ none; unbounded action space").
 
 Tools: ``list_devices``, ``run_shell(device, command, timeout_s)``, ``submit``. A command runs as
 ``bash -c COMMAND`` inside the node (its network, mount, PID, UTS and IPC namespaces) with the
-capabilities that could reach outside the node dropped (``Lab.exec(confined=True)``): the shell
-sees only its node's processes and files and reaches other nodes only over the lab's links. A0
-does not take the per-device configuration locks, as a root shell on a real box would not
-(``substrate.locks``).
+capabilities an operator's shell does not need dropped (``Lab.exec(confined=True)``): the shell
+is root of its node's namespaces only, sees only its node's processes and files, reaches other
+nodes only over the lab's links, runs within the node's resource limits, and nothing it starts
+outlives the call (``substrate.confine``; README "What a node is"). A0 does not take the
+per-device configuration locks, as a root shell on a real box would not (``substrate.locks``).
 """
 
 
@@ -69,6 +70,10 @@ class ShellResult(BaseModel):
                             "dropped and cannot be read (a marker in the stream says how much); cut-but-kept output "
                             "is not 'truncated'.")
     duration_s: float
+    killed_leftovers: list[str] = Field(
+        default_factory=list,
+        description="Processes the command left running when it ended (background jobs, setsid, daemons other than the "
+        "device's FRR daemons), killed then, as 'name (pid N)'. Nothing a command starts outlives its call.")
 
 
 def _kept(text: str, limit: int) -> str:
@@ -147,8 +152,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
 
             partial = (r.stdout[-4000:] + ("\n--- stderr ---\n" + r.stderr[-2000:] if r.stderr.strip() else "")).strip()
             note_rejected(f"timed out after {deadline:g} s")
+            killed = r.extra.get("leftovers_killed", [])
             raise ToolError(
-                f"timeout: the command did not finish within {deadline:g} s and was killed on {name}. "
+                f"timeout: the command did not finish within {deadline:g} s and was killed on {name}"
+                + (f", with {len(killed)} process(es) it had started" if killed else "") + ". "
                 f"Give programs bounded arguments (e.g. ping -c 3) or a larger timeout_s (at most {opts.max_timeout_s:g})."
                 + (f" Partial output:\n{partial}" if partial else " It printed nothing.")
             )
@@ -158,6 +165,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
         return ShellResult(
             device=name, exit_status=r.returncode, stdout=_kept(r.stdout, opts.max_output_bytes),
             stderr=_kept(r.stderr, opts.max_output_bytes), truncated=r.truncated, duration_s=round(r.duration_s, 4),
+            killed_leftovers=r.extra.get("leftovers_killed", []),
         )  # fmt: skip
 
     return server

@@ -9,11 +9,12 @@ the only one that deploys today; ``containerlab`` is planned for machines with a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from substrate.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
+    import threading
     from collections.abc import Callable
     from pathlib import Path
 
@@ -36,11 +37,13 @@ class Backend(Protocol):
     def destroy(self, lab: Lab) -> None:
         """Remove every process, namespace and link of the lab. Idempotent."""
 
-    def exec_prefix(self, lab: Lab, node: NodeState, *, confined: bool) -> list[str]:
-        """argv prefix that runs a command inside ``node``."""
-
-    def run(self, lab: Lab, node: str, full_argv: list[str], **kw: Any) -> ExecResult:
-        """Run a prefixed command (see Lab.exec)."""
+    def exec(
+        self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
+        input: str | bytes | None, max_output: int, cancel: threading.Event | None = None,
+    ) -> ExecResult:  # fmt: skip
+        """Run ``argv`` inside ``node`` (see Lab.exec); ``confined``: an agent's command, with the
+        capabilities that reach beyond the node dropped and nothing it started left running;
+        ``cancel``: when set, the command's process group is killed at once."""
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """Path, on the host, of an FRR daemon's vty socket in ``node``."""

@@ -3,22 +3,32 @@ the distribution. Needs root; no Docker.
 
 Bring-up (all steps batched or parallel; see ``bench/lab_up.py`` for the figures):
 
-1. one ``ip -batch`` creates every node's network namespace;
-2. each node's init (``node_init.py``) starts inside its network namespace under
-   ``unshare --mount --pid --uts --ipc --fork``: sysctls first (DAD off before any link exists),
-   then a minimal private root, then it waits as PID 1 of the node;
-3. one ``ip -batch`` creates every veth pair with both ends directly inside their namespaces
-   (no interface ever exists in the host namespace, so labs cannot clash on names);
+1. the lab's ``/etc`` for its nodes is staged from the host's allowlisted files, and every node
+   gets a cgroup with the lab's limits (:mod:`substrate.confine`);
+2. each node's init (``node_init.py``) starts in its cgroup and creates the node's namespaces:
+   a user namespace of the node's own owning its network, UTS, IPC, PID and cgroup namespaces,
+   and a mount namespace (owned by the host) with a minimal private root; sysctls are set
+   before any link exists (DAD off); the init then waits as PID 1 of the node;
+3. one ``ip -batch`` names every node's network namespace (``netns attach``), one more creates
+   every veth pair with both ends directly inside their namespaces (no interface ever exists in
+   the host namespace, so labs cannot clash on names);
 4. one ``ip -n NS -batch`` per node brings links up and, on routers, creates ``sr0`` and the
    SRv6 locator's ``seg6local End`` route (NEXT-C-SID flavor, with counters); on hosts it sets
    addresses and the default route;
 5. FRR daemons start in every router (``vtysh -b`` loads the integrated frr.conf).
+
+A command runs in a node through ``nsenter`` into all its namespaces, the user namespace last, so
+it is root of the node's namespaces only; it first joins the node's cgroup, and a confined
+command (an agent's) a cgroup of its own inside it, whose leftovers are killed when it returns.
 """
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,10 +37,10 @@ import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from substrate import addressing as addr
-from substrate import frr
+from substrate import confine, frr
 from substrate.backends import register
 from substrate.errors import BringUpError, ExecError
 from substrate.features import check_root_and_tools, require
@@ -39,6 +49,8 @@ from substrate.process import ExecResult, run_bounded
 from substrate.topology import Role
 
 if TYPE_CHECKING:
+    import threading
+
     from substrate.lab import Lab, NodeState
 
 #: Environment of every command run in a node (nothing of the caller's environment leaks in).
@@ -48,17 +60,30 @@ NODE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
-#: Capabilities kept by confined commands (agent shells). Everything else is dropped from the
-#: bounding set, notably CAP_SYS_ADMIN (mount, setns), CAP_SYS_MODULE, CAP_SYS_PTRACE,
-#: CAP_SYS_RAWIO, CAP_MKNOD, CAP_DAC_READ_SEARCH (open_by_handle_at), CAP_SYS_BOOT, CAP_SYS_TIME,
-#: CAP_BPF, CAP_PERFMON, CAP_SYSLOG. The node's network stays fully configurable (CAP_NET_ADMIN).
+#: Capabilities kept by confined commands (agent shells), in the node's own user namespace (they
+#: act on the node's namespaces only). Everything else is dropped from the bounding set, notably
+#: CAP_SYS_ADMIN (setns, unshare, namespaces' ids), CAP_SYS_RESOURCE (rlimits, reserved space),
+#: CAP_SYS_PTRACE, CAP_MKNOD, CAP_SYS_CHROOT, CAP_SETFCAP, CAP_BPF, CAP_PERFMON, CAP_SYSLOG. The
+#: node's network stays fully configurable (CAP_NET_ADMIN, CAP_NET_RAW).
 CONFINED_CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service",
-    "net_broadcast", "net_admin", "net_raw", "ipc_lock", "sys_resource", "audit_write",
+    "net_broadcast", "net_admin", "net_raw", "ipc_lock", "audit_write",
 )
+#: Directory of a lab holding its nodes' /etc (the host's allowlisted files, see confine.stage_etc).
+ETC_DIR = "etc"
+MNT_DETACH = 2
+#: Size of the tmpfs holding a lab's /etc copy (about 1 MiB of files and symlinks).
+ETC_TMPFS_SIZE = "8m"
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 #: Bounds of bring-up steps (seconds).
-INIT_READY_TIMEOUT_S = 20.0
+INIT_READY_TIMEOUT_S = 60.0
 FRR_START_TIMEOUT_S = 60.0
+#: Bound on the wait for a destroyed lab's processes to leave its cgroups (killed processes
+#: that were in uninterruptible sleep exit late on a loaded machine: 5 s was not always enough).
+CGROUP_KILL_TIMEOUT_S = 30.0
 
 
 def _tool(name: str) -> str:
@@ -131,6 +156,8 @@ class NetnsBackend:
     def check_environment(self) -> None:
         check_root_and_tools(need_frr=True)
         require()
+        confine.cgroup_layout()
+        confine.node_limits()
 
     # -- deploy --------------------------------------------------------------------------------
 
@@ -140,35 +167,48 @@ class NetnsBackend:
 
         rec, topo = lab.record, lab.topology
         rec.features = probe().line()
+        limits = confine.node_limits()
+        rec.node_limits = limits.model_dump()
         timings: dict[str, float] = {}
         t = time.monotonic()
         for n in topo.nodes:
             daemons = list(frr.BASE_DAEMONS) if n.is_router else []
             rec.nodes[n.name] = NodeState(name=n.name, role=n.role, netns=netns_name(lab.name, n.name), daemons=daemons)
-        lab._save()  # namespaces are recorded before they exist, so a crash leaves a findable trail
-
-        say(f"creating {len(topo.nodes)} namespaces")
-        r = ip_batch([f"netns add {s.netns}" for s in rec.nodes.values()])
-        if not r.ok:
-            raise BringUpError(f"cannot create namespaces: {r.stderr.strip()[:300]}")
+        lab._save()  # nodes are recorded before they exist, so a crash leaves a findable trail
+        etc = lab.dir / ETC_DIR  # a tmpfs: hundreds of small files and symlinks, written in memory
+        etc.mkdir()
+        if _libc.mount(b"anibench-etc", str(etc).encode(), b"tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       f"size={ETC_TMPFS_SIZE},mode=755".encode()) != 0:  # fmt: skip
+            raise BringUpError(f"cannot mount the lab's /etc copy: {os.strerror(ctypes.get_errno())}")
+        confine.stage_etc(etc)
         for n in topo.nodes:
-            nd = lab.dir / "nodes" / n.name
-            (nd / "etc-frr").mkdir(parents=True, exist_ok=True)
+            (lab.dir / "nodes" / n.name / "etc-frr").mkdir(parents=True, exist_ok=True)
+        try:
+            cgroups = confine.create_lab_cgroups(lab.name, [n.name for n in topo.nodes], limits)
+        except OSError as e:
+            raise BringUpError(f"cannot create the nodes' cgroups: {e}") from None
+        for name, dirs in cgroups.items():
+            rec.nodes[name].cgroups = dirs
+        lab._save()
+        timings["prepare"] = time.monotonic() - t
+
+        say(f"starting {len(topo.nodes)} nodes")
+        t = time.monotonic()
+        self._start_inits(lab, limits)
+        lab._save()
+        r = ip_batch([f"netns attach {s.netns} {s.init_pid}" for s in rec.nodes.values()])
+        if not r.ok:
+            raise BringUpError(f"cannot name the nodes' network namespaces: {r.stderr.strip()[:300]}")
+        for n in topo.nodes:
             if n.is_router:
-                (nd / "etc-frr" / "frr.conf").write_text(frr.render_router(topo, n.name, frr_extra.get(n.name)))
-                (nd / "etc-frr" / "vtysh.conf").write_text(frr.VTYSH_CONF)
-                (nd / "etc-frr" / "daemons").write_text(
+                nd = lab.dir / "nodes" / n.name / "etc-frr"  # a tmpfs now (the init mounted it)
+                (nd / "frr.conf").write_text(frr.render_router(topo, n.name, frr_extra.get(n.name)))
+                (nd / "vtysh.conf").write_text(frr.VTYSH_CONF)
+                (nd / "daemons").write_text(
                     "".join(f"{d}={'yes' if d in frr.BASE_DAEMONS else 'no'}\n" for d in frr.KNOWN_DAEMONS)
                 )
-            shutil.chown(nd / "etc-frr", "frr", "frr")
-            for f in (nd / "etc-frr").iterdir():
-                shutil.chown(f, "frr", "frr")
-        timings["netns"] = time.monotonic() - t
-
-        say("starting node inits")
-        t = time.monotonic()
-        self._start_inits(lab)
-        lab._save()
+                for f in nd.iterdir():
+                    shutil.chown(f, "frr", "frr")
         timings["init"] = time.monotonic() - t
 
         say(f"creating {len(topo.links)} links")
@@ -215,18 +255,24 @@ class NetnsBackend:
                     lines.append(f"route add ::/0 via {gw} dev {ifname}")
         return lines
 
-    def _start_inits(self, lab: Lab) -> None:
+    def _init_config(self, lab: Lab, st: NodeState, limits: confine.NodeLimits) -> str:
+        """The JSON argument of a node's init (see ``node_init.py``)."""
+        nd = lab.dir / "nodes" / st.name
+        return json.dumps({
+            "node_dir": str(nd), "hostname": st.name, "role": st.role.value,
+            "etc": str(lab.dir / ETC_DIR), "etc_frr": str(nd / "etc-frr"), "etc_frr_size": f"{limits.etc_frr}m",
+            "tmpfs": limits.tmpfs(), "cgroup_procs": [confine.procs_file(d) for d in st.cgroups],
+            "proc_masked": confine.PROC_MASKED, "proc_readonly": confine.PROC_READONLY,
+            "sys_masked": confine.sys_masked(),
+        })  # fmt: skip
+
+    def _start_inits(self, lab: Lab, limits: confine.NodeLimits) -> None:
         """Start every node's init in parallel and wait for each to report ready."""
-        nsenter, unshare, setsid = _tool("nsenter"), _tool("unshare"), _tool("setsid")
+        setsid = _tool("setsid")
         script = _init_script()
         procs: dict[str, subprocess.Popen[bytes]] = {}
         for name, st in lab.record.nodes.items():
-            nd = lab.dir / "nodes" / name
-            argv = [
-                setsid, "--fork", nsenter, f"--net=/run/netns/{st.netns}",
-                unshare, "--mount", "--pid", "--uts", "--ipc", "--fork", "--propagation", "private",
-                sys.executable, "-S", "-I", script, str(nd), name, st.role.value,
-            ]  # fmt: skip
+            argv = [setsid, "--fork", sys.executable, "-S", "-I", script, self._init_config(lab, st, limits)]
             procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=NODE_ENV
             )
@@ -262,18 +308,60 @@ class NetnsBackend:
         if errors:
             raise BringUpError(f"node init failed: {'; '.join(errors[:3])}")
 
-    # -- exec ----------------------------------------------------------------------------------
+    # -- exec ------------------------------------------------------------------------------------
 
-    def exec_prefix(self, lab: Lab, node: NodeState, *, confined: bool) -> list[str]:
+    def exec(
+        self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
+        input: str | bytes | None, max_output: int, cancel: threading.Event | None = None,
+    ) -> ExecResult:  # fmt: skip
+        """Run ``argv`` in ``node``: enter its namespaces with the user namespace last.
+
+        A confined command first joins a cgroup of its own inside the node's and runs without the
+        capabilities outside :data:`CONFINED_CAPS`; when it returns, every process it left running
+        is killed (an FRR daemon of the node it restarted excepted) and listed in
+        ``result.extra["leftovers_killed"]``. A command that starts FRR daemons (it names a
+        program of /usr/lib/frr) joins the node's own cgroup, so the daemons count against the
+        node's limits. Other harness commands stay out of the node's cgroups: they leave nothing
+        running, and moving a process between cgroups takes the kernel's global cgroup lock and
+        an RCU grace period (up to seconds on a loaded machine, for every probe of a reset or an
+        observation).
+
+        Raises:
+            ExecError: the node is not running, or its cgroup is gone.
+        """
         from substrate.lab import pid_alive
 
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running (harness lab cleanup; then redeploy)")
-        prefix = [_tool("nsenter"), "-t", str(node.init_pid), "-m", "-u", "-i", "-n", "-p", "--"]
+        join = list(node.cgroups) if any(frr.DAEMON_DIR in a for a in argv) else []
+        cmd_cgroup = None
+        if confined and node.cgroups:
+            try:
+                join = confine.new_command_cgroup(node.cgroups, lab.record.node_limits.get("command_pids"))
+            except OSError as e:
+                raise ExecError(f"node {node.name} of lab {lab.name}: cannot create the command's cgroup: {e}") from None
+            cmd_cgroup = join[0]
+        prefix: list[str] = []
+        if join:  # the shell joins the cgroups, then becomes nsenter: nothing runs outside them
+            writes = " && ".join(f"echo 0 >{shlex.quote(confine.procs_file(d))}" for d in join)
+            prefix = [_tool("sh"), "-c", f'{writes} && exec "$@"', "anibench-join"]
+        prefix += [_tool("nsenter"), "-t", str(node.init_pid), "-m", "-u", "-i", "-n", "-p"]
+        if node.cgroups:  # a node with a user namespace of its own (labs of this version)
+            prefix += ["-C", "-U"]
+        prefix.append("--")
         if confined:
             keep = ",".join(f"+{c}" for c in CONFINED_CAPS)
             prefix += [_tool("setpriv"), f"--bounding-set=-all,{keep}", "--inh-caps=-all", "--"]
-        return prefix
+        killed: list[str] = []
+        try:
+            result = run_bounded([*prefix, *argv], env=NODE_ENV, node=node.name, shown_argv=argv,
+                                 timeout_s=timeout_s, input=input, max_output=max_output, cancel=cancel)  # fmt: skip
+        finally:
+            if cmd_cgroup is not None:
+                killed = confine.end_command_cgroup(cmd_cgroup, node.cgroups, lambda pid: _is_frr_daemon(node, pid))
+        if cmd_cgroup is not None:
+            result.extra["leftovers_killed"] = killed
+        return result
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """A daemon's vty socket seen from the host: the node's /run through its init's root."""
@@ -283,11 +371,7 @@ class NetnsBackend:
             raise ExecError(f"node {node.name} of lab {lab.name} is not running")
         return Path(f"/proc/{node.init_pid}/root/run/frr/{daemon}.vty")
 
-    def run(self, lab: Lab, node: str, full_argv: list[str], **kw: Any) -> ExecResult:
-        argv = kw.pop("argv")
-        return run_bounded(full_argv, env=NODE_ENV, node=node, shown_argv=argv, **kw)
-
-    # -- destroy -------------------------------------------------------------------------------
+    # -- destroy ---------------------------------------------------------------------------------
 
     def destroy(self, lab: Lab) -> None:
         from substrate.lab import pid_alive
@@ -299,8 +383,62 @@ class NetnsBackend:
                     os.kill(st.init_pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        confine.kill_cgroups([str(d) for d in confine.lab_cgroups().get(lab.name, [])], timeout_s=CGROUP_KILL_TIMEOUT_S)
         names = [s.netns for s in rec.nodes.values()] or [netns_name(lab.name, n.name) for n in rec.topology.nodes]
         existing = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
         names = [n for n in names if n in existing]
         kill_netns_processes(names)
         delete_netns(names)
+        unmount_under(lab.dir)
+
+
+#: How long a daemon a confined command started may take to write its PID file.
+DAEMON_PIDFILE_WAIT_S = 2.0
+
+
+def _is_frr_daemon(node: NodeState, pid: int) -> bool:
+    """``pid`` (host view) is one of ``node``'s FRR daemons: its program is /usr/lib/frr/NAME for a
+    daemon NAME of the node, and the node's /run/frr/NAME.pid names it (by its PID in the node;
+    a daemon just started gets :data:`DAEMON_PIDFILE_WAIT_S` to write it)."""
+    deadline = time.monotonic() + DAEMON_PIDFILE_WAIT_S
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        if comm not in node.daemons or os.readlink(f"/proc/{pid}/exe") != f"{frr.DAEMON_DIR}/{comm}":
+            return False
+        status = Path(f"/proc/{pid}/status").read_text()
+        nspid = next(ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:"))
+        pidfile = Path(f"/proc/{node.init_pid}/root/run/frr/{comm}.pid")
+        while True:
+            try:
+                if pidfile.read_text().strip() == nspid:
+                    return True
+            except OSError:
+                pass
+            if time.monotonic() > deadline or not Path(f"/proc/{pid}").exists():
+                return False
+            time.sleep(0.02)  # poll: the daemon writes its PID file right after it detaches
+    except (OSError, StopIteration):
+        return False
+
+
+def unmount_under(path: Path) -> list[str]:
+    """Unmount (lazily, deepest first) every mount of the host at or below ``path`` -- a lab's
+    size-limited ``etc-frr`` directories -- so that the directory can be removed. Returns the mount
+    points unmounted."""
+    prefix = str(path).rstrip("/") + "/"
+    points = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].encode().decode("unicode_escape")  # mountinfo escapes space as \040
+            if point == prefix.rstrip("/") or point.startswith(prefix):
+                points.append(point)
+    done = []
+    for point in sorted(set(points), key=lambda p: -p.count("/")):
+        if _libc.umount2(point.encode(), MNT_DETACH) == 0:
+            done.append(point)
+    return done
