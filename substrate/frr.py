@@ -14,6 +14,10 @@ paths work and ``vtysh`` needs no ``-N``.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import Any
+
 from substrate import addressing as addr
 from substrate.topology import Role, Topology
 
@@ -29,6 +33,50 @@ HELLO_INTERVAL = 1
 HELLO_MULTIPLIER = 3
 
 VTYSH_CONF = "service integrated-vtysh-config\n"
+#: The IS-IS neighbour command whose structured answer :func:`parse_isis_neighbors` reads.
+ISIS_NEIGHBOR_JSON = "show isis neighbor json"
+
+
+@dataclass(frozen=True)
+class IsisAdjacency:
+    """One IS-IS adjacency as FRR reports it."""
+
+    neighbor: str  #: the neighbour's dynamic hostname (node name), or its system id without one
+    interface: str
+    level: int
+    state: str  #: Up, Initializing, Down
+
+
+def parse_isis_neighbors(text: str) -> list[IsisAdjacency]:
+    """The adjacencies in FRR's ``show isis neighbor json`` answer.
+
+    FRR 8.4 answers ``{"areas": [{"area": TAG, "circuits": [{"adj": HOST, "interface": IF,
+    "level": N, "state": "Up", ...}, {"circuit": 0}, ...]}]}`` (a passive circuit is an object
+    without ``adj``). Structured output, because the text table prints the system id, interface
+    and level columns with fixed widths that names of 10 characters or more run together
+    (``ethernetlong012  Up``: issue 17). Any object carrying an interface and a state is read,
+    wherever it sits, so a later FRR that nests the list differently is read too.
+
+    Raises:
+        ValueError: ``text`` is not JSON (the daemon answered with an error).
+    """
+    out: list[IsisAdjacency] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            if "interface" in x and "state" in x and ("adj" in x or "system-id" in x):
+                level = x.get("level", 0)
+                out.append(IsisAdjacency(neighbor=str(x.get("adj") or x.get("system-id")), interface=str(x["interface"]),
+                                         level=int(level) if str(level).isdigit() else 0, state=str(x["state"])))
+                return
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(json.loads(text) if text.strip() else {})
+    return out
 
 
 def daemon_argv(daemon: str) -> list[str]:

@@ -490,16 +490,17 @@ class Lab:
 
     def missing_adjacencies(self, router: str) -> set[str]:
         """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        from substrate.frr import ISIS_NEIGHBOR_JSON, parse_isis_neighbors
         from substrate.vty import VtyError
 
         want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
         if not want:
             return set()
         try:
-            text = self.vty(router, "isisd", "show isis neighbor", timeout_s=5)[0][0]
-        except VtyError:
+            up = {a.interface for a in parse_isis_neighbors(self.vty(router, "isisd", ISIS_NEIGHBOR_JSON, timeout_s=5)[0][0])
+                  if a.state == "Up"}
+        except (VtyError, ValueError):
             return want
-        up = {m.group(1) for m in re.finditer(r"^\s*\S+\s+(\S+)\s+\d\s+Up\b", text, re.M)}
         return want - up
 
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:

@@ -160,6 +160,65 @@ def test_underlay_isis_and_locators(grid3: Lab) -> None:
     assert (end[0]["lblen"], end[0]["nflen"]) == (32, 16)
 
 
+#: FRR 8.4's `show isis neighbor json` for two adjacencies on 15-character interfaces (the text
+#: table runs `ethernetlong001` and the level column together) and one passive circuit.
+ISIS_NEIGHBOR_JSON_SAMPLE = """{"areas":[{"area":"CORE","circuits":[
+ {"circuit":0,"adj":"globalconne2","interface":"ethernetlong001","level":2,"state":"Up","expires-in":"3s","snpa":"2020.2020.2020"},
+ {"circuit":0,"adj":"globalconne3","interface":"ethernetlong002","level":2,"state":"Initializing","expires-in":"2s"},
+ {"circuit":0}]}]}"""
+
+
+@pytest.mark.parametrize("text", [ISIS_NEIGHBOR_JSON_SAMPLE])
+def test_isis_neighbors_are_read_from_structured_output(text: str) -> None:
+    from substrate.frr import IsisAdjacency, parse_isis_neighbors
+
+    assert parse_isis_neighbors(text) == [IsisAdjacency("globalconne2", "ethernetlong001", 2, "Up"),
+                                          IsisAdjacency("globalconne3", "ethernetlong002", 2, "Initializing")]
+    assert parse_isis_neighbors("") == []
+    with pytest.raises(ValueError):
+        parse_isis_neighbors("% Unknown command: show isis neighbor json")
+
+
+def test_longest_names_the_validator_accepts_deploy_and_converge(tmp_path: Path) -> None:
+    """Issue 17 (6): nodes of 12 characters (the node-name limit) and interfaces of 15 (Linux's
+    limit) passed validation, then `lab up` failed: the adjacency columns of FRR's text table ran
+    together. The lab must converge and the observer must see each adjacency Up."""
+    from substrate.scenario.model import Invariant
+    from substrate.scenario.observer import observe
+
+    node, ifa, ifb = "globalconne", "ethernetlong001", "ethernetlong002"
+    assert len(f"{node}1") == 12 and len(ifa) == 15
+    spec = tmp_path / "long.yaml"
+    spec.write_text(f"""name: longnames
+nodes:
+  {node}1: {{role: PE}}
+  {node}2: {{role: P}}
+  {node}3: {{role: PE}}
+  customerhst1: {{role: host}}
+links:
+  - [{node}1:{ifa}, {node}2:{ifa}]
+  - [{node}2:{ifb}, {node}3:{ifa}]
+  - [customerhst1:{ifa}, {node}1:{ifb}]
+""")
+    topo = Topology.from_yaml(spec)
+    with Lab.create(topo, unique_name("t-long"), converge_timeout_s=60) as lab:
+        assert all(lab.missing_adjacencies(rt) == set() for rt in lab.routers())
+        invs = [Invariant(id=f"isis/{n}/{i}", kind="isis_adjacency", service="underlay",
+                          params={"node": n, "interface": i, "neighbor": peer})
+                for n, i, peer in [(f"{node}1", ifa, f"{node}2"), (f"{node}2", ifa, f"{node}1"), (f"{node}2", ifb, f"{node}3"),
+                                   (f"{node}3", ifa, f"{node}2")]]
+        verdicts = observe(lab, invs)
+        assert [v.detail for v in verdicts if not v.ok] == []
+        assert "Up" in verdicts[0].evidence[0].output
+        # and a broken adjacency is seen as such (the check can fail)
+        lab.check([lab.exec(f"{node}3", ["ip", "link", "set", ifa, "down"])])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and lab.missing_adjacencies(f"{node}2") != {ifb}:
+            time.sleep(0.2)
+        assert lab.missing_adjacencies(f"{node}2") == {ifb}
+        assert [v.ok for v in observe(lab, invs)] == [True, True, False, False]
+
+
 def _packets(lab: Lab, node: str, prefix: str) -> int:
     out = json.loads(lab.exec(node, ["ip", "-6", "-s", "-j", "route", "show", prefix]).stdout)
     return sum(x["stats64"]["packets"] for x in out if x.get("encap") == "seg6local")
