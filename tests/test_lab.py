@@ -353,6 +353,44 @@ def test_cleanup_removes_crashed_labs_only() -> None:
     assert_gone(keep.name)
 
 
+def test_ls_and_cleanup_tell_the_truth_about_a_lab_whose_owner_was_killed() -> None:
+    """Issue 17 (Also): after `kill -9` of a campaign's harness during a run, `lab ls` still showed
+    its lab `up` although its owner was dead, and `lab cleanup` said "0 process(es) killed" while
+    it stopped every process of that lab."""
+    name = unique_name("t-orph")
+    code = (f"import time; from substrate import Lab, Topology; Lab.create(Topology.from_spec('line:2'), {name!r}); "
+            "print('up', flush=True); time.sleep(600)")  # a campaign's lab: owned by its process, not detached
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+
+    def listed() -> str:
+        out = subprocess.run([*HARNESS, "lab", "ls"], capture_output=True, text=True, cwd=REPO, timeout=60,
+                             env={**os.environ, "COLUMNS": "200"}).stdout
+        return next((ln for ln in out.splitlines() if name in ln), "")
+
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "up"
+        assert " up " in listed() and "orphaned" not in listed()
+        p.kill()
+        p.wait(timeout=10)
+        assert "orphaned" in listed() and f"owner PID {p.pid}" in listed()
+        namespaces, pids = lab_netns(name), lab_processes(name)
+        assert namespaces and pids
+        rep = cleanup()
+        assert name in rep.labs and name not in rep.kept
+        assert rep.processes >= len(pids) and rep.lab_namespaces >= len(namespaces)
+        assert f"{rep.processes} process(es) killed" in rep.summary() and rep.processes > 0
+        assert_gone(name)
+        assert lab_processes(name) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+        if p.stdout is not None:
+            p.stdout.close()
+        if (LABS_DIR / name).exists():
+            Lab.attach(name).destroy()
+
+
 @pytest.mark.slow
 def test_up_down_twenty_times_leaks_nothing() -> None:
     def zebras() -> int:

@@ -96,17 +96,8 @@ def ls() -> None:
         return
     table = Table("name", "status", "backend", "topology", "routers", "hosts", "created")
     for r in records:
-        lab = Lab(r)
-        from substrate.lab import pid_alive
-
-        if lab.alive():
-            status = "up"
-        elif r.status == "creating" and pid_alive(r.owner_pid):
-            status = "creating"
-        else:
-            status = "dead (harness lab down NAME)" if r.detached else "dead (harness lab cleanup)"
         table.add_row(
-            r.name, status, r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
+            r.name, Lab(r).condition_text(), r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
         )
     out.print(table)
@@ -197,13 +188,7 @@ def cleanup(
 
     check_root_and_tools(need_frr=False)
     rep = do_cleanup(all_labs=all_labs)
-    out.print(
-        f"removed {len(rep.labs)} lab(s){': ' + ', '.join(rep.labs) if rep.labs else ''}; "
-        f"{len(rep.namespaces)} stray namespace(s); {rep.processes} process(es) killed"
-        + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else "")
-        + (f"; faults cleared: {'; '.join(rep.faults_cleared)}" if rep.faults_cleared else ""),
-        highlight=False,
-    )
+    out.print(rep.summary(), highlight=False)
 
 
 @app.command("check")
