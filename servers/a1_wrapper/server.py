@@ -29,6 +29,7 @@ No agent text ever reaches a shell: FRR lines go to vtysh's stdin, everything el
 import threading
 import time
 from collections import OrderedDict
+from fnmatch import fnmatch
 from typing import Annotated, Any
 
 import anyio
@@ -39,7 +40,7 @@ from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, apply_fil
 from servers.a1_wrapper.vtysh import parse_transcript
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
 from substrate import addressing as addr
-from substrate.devstate import DeviceState, capture, restore
+from substrate.devstate import SYSCTLS, DeviceState, capture, restore
 from substrate.frr import ISIS_TAG
 from substrate.process import TRUNCATION_MARK
 from substrate.topology import Role
@@ -230,8 +231,9 @@ def render_state(state: DeviceState, is_router: bool) -> str:
         kind = f"{link.kind} " if link.kind else ""
         addrs = ", ".join(by_if.get(name, [])) or "no global addresses"
         parts.append(f"!   {name}: {kind}{'up' if link.up else 'DOWN'} mtu {link.mtu}; {addrs}")
-    sysctls = getattr(state, "sysctls", None)
-    if sysctls:
+    every = {**state.sysctls, **state.iface_sysctls}
+    sysctls = {k: v for k, v in every.items() if any(fnmatch(k, pat) for pat in SYSCTLS)}
+    if sysctls:  # the ones services depend on (the state holds every writable one)
         parts.append("! sysctls: " + ", ".join(f"{k}={v}" for k, v in sysctls.items()))
     return "\n".join(parts) + "\n"
 
