@@ -15,6 +15,7 @@ paths work and ``vtysh`` needs no ``-N``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,38 @@ def parse_isis_neighbors(text: str) -> list[IsisAdjacency]:
 
     walk(json.loads(text) if text.strip() else {})
     return out
+
+
+#: Commands :func:`isis_settled` reads from isisd's vty.
+ISIS_SUMMARY_JSON = "show isis summary json"
+ISIS_DATABASE = "show isis database"
+_LSP_ROW = re.compile(r"^\s*(\S+?)\s*(\*)?\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)\s+(\d+)\s+(\d+/\d+/\d+)\s*$")
+
+
+def parse_isis_database(text: str) -> dict[str, tuple[str, str]]:
+    """``show isis database`` as {LSP ID: (sequence number, checksum)}.
+
+    FRR 8.4's ``show isis database json`` is broken (every LSP overwrites the previous one under
+    the same keys), so the text is read -- by a row pattern anchored on the numeric columns, which
+    long names cannot shift: the LSP ID is the first word, with the own-LSP ``*`` glued to it or not.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        m = _LSP_ROW.match(line)
+        if m:
+            out[m.group(1).rstrip("*")] = (m.group(4).lower(), m.group(5).lower())
+    return out
+
+
+def isis_spf_pending(summary_json: str) -> bool:
+    """True when ``show isis summary json`` says an SPF run is scheduled at some level.
+
+    Raises:
+        ValueError: not JSON.
+    """
+    data = json.loads(summary_json)
+    return any(str(lv.get("spf", "no pending")) != "no pending"
+               for area in data.get("areas", []) for lv in area.get("levels", []) if isinstance(lv, dict))
 
 
 def daemon_argv(daemon: str) -> list[str]:

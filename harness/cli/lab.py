@@ -227,19 +227,13 @@ def check(
 @app.command("reset")
 @friendly_errors
 def reset(name: Annotated[str, typer.Argument(help="Lab name (deployed from a scenario).")]) -> None:
-    """Put a scenario lab back to its baseline without redeploying (only what differs is touched)."""
+    """Put a scenario lab back to its baseline without redeploying (only what differs is touched), and
+    verify that every node's full state equals its baseline (exit status 1 when one does not)."""
     from substrate import Lab
     from substrate.scenario.deploy import reset as do_reset
 
     rep = do_reset(Lab.attach(name))
-    out.print(
-        f"reset {name} in {rep.seconds:.2f} s: {len(rep.restored)} node(s) restored"
-        + (f" ({', '.join(r.node for r in rep.restored)})" if rep.restored else "")
-        + (f"; links re-created: {', '.join(rep.repaired_links)}" if rep.repaired_links else "")
-        + (f"; daemons restarted: {', '.join(rep.restarted_daemons)}" if rep.restarted_daemons else "")
-        + (f"; processes killed: {', '.join(rep.killed_processes)}" if rep.killed_processes else ""),
-        highlight=False,
-    )
+    out.print(f"reset {name} in {rep.seconds:.2f} s: {rep.summary()}", highlight=False)
     if rep.residual:
         for node, lines in rep.residual.items():
             err.print(f"{node}: not restored: {'; '.join(lines)[:500]}", highlight=False)
