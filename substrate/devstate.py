@@ -950,7 +950,9 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
               + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
     r = lab.sh(node, script, timeout_s=timeout_s, max_output=16 << 20)
     if r.timed_out:
-        raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?)")
+        ps = lab.exec(node, ["ps", "-eo", "pid,stat,etime,args"], timeout_s=5)
+        raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?); its processes: "
+                            + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
     head, _, _ = r.stdout.partition(_SEP)
     state = parse_capture(node, r.stdout, with_frr=full, router=router)
     try:
