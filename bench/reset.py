@@ -3,7 +3,11 @@
 damage, against destroying and deploying it again, measured in the same run.
 
 The damage: a tenant table flushed on one PE, the firewall ruleset flushed on another, an FRR
-configuration change and a core link down on a third (typical of a careless agent).
+configuration change and a core link down on a third (typical of a careless agent). A reset
+restores what differs and then verifies every node's full state, FRR's routes included once
+IS-IS has settled (after the link flap that is most of its time). Also timed: a reset of an
+untouched lab (compare and verify only). Wall and CPU seconds are printed: on a shared machine
+the load inflates wall time; CPU seconds (this process and the commands it ran) less so.
 
 Usage: sudo .venv/bin/python bench/reset.py [--repeat 3]
 """
