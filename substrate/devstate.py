@@ -1,31 +1,56 @@
-"""Device state: capture, compare and restore what services put on a node.
+"""Device state: capture, compare and restore everything a command can change on a node.
 
-A :class:`DeviceState` is the part of a node's state that services and agents change and that a
-reset or a rollback must put back exactly:
+A :class:`DeviceState` is a node's full state as the kernel and FRR hold it, normalised so that
+two captures of an unchanged node are equal and any change a command makes shows:
 
-- kernel routes of every table that are not derived from addresses (proto ``kernel``) and not
-  installed by FRR (zebra/IS-IS/BGP/static protocols: FRR re-installs those from its config),
-  including SRv6 ``seg6`` encapsulation and ``seg6local`` behaviours with their counters flag;
-- policy-routing rules (``ip rule``, both families);
-- interface addresses (not link-local), interface admin state and MTU, virtual devices;
-- the nftables ruleset (counter values normalised away when comparing);
-- a few sysctls (forwarding, SRv6, netfilter hooks for SRv6 decapsulation: :data:`SYSCTLS`) and the SRv6 encapsulation source (``ip sr tunsrc``);
-- FRR's running configuration (routers).
+- routes of every table of both families (``ip -N -s -d -j route show table all``), split into
+  the routes services and agents add (:attr:`~DeviceState.routes4`/``routes6``), the routes the
+  kernel derives from addresses and links (``proto kernel``, local-table entries:
+  :attr:`~DeviceState.kernel_routes`) and the routes FRR installs (:attr:`~DeviceState.frr_routes`,
+  *dynamic*: they follow the network, see below); every attribute is kept (metrics, preference,
+  source prefix, nexthop flags, SRv6 encapsulation and ``seg6local`` behaviours with their counters
+  flag); an attribute this module does not know is kept as a ``?key=value`` marker, so it still
+  counts as a difference even though no command re-creates it;
+- policy-routing rules in kernel order (rules of equal priority are evaluated in list order);
+- every address with its flags (``noprefixroute``, ``nodad``, deprecated, ...), link-local and
+  loopback addresses included, IPv4 addresses in order per interface (primary first);
+- every interface's settable attributes (admin state, MTU, MAC, txqueuelen, group, alias, ARP /
+  multicast / promiscuous flags, address generation mode, master, offload sizes, kind-specific
+  data such as bridge parameters);
+- permanent and no-ARP neighbour entries and proxy entries; nexthop objects not owned by zebra;
+- the nftables ruleset (counter values, quota usage and set-element expiry normalised away);
+- every writable sysctl under ``/proc/sys/net`` (read-only entries, such as connection counts,
+  are not state a command can change);
+- queueing disciplines (``tc qdisc``), the SRv6 encapsulation source and HMAC keys;
+- FRR (routers): each daemon's running configuration from its vty socket, hence also the set
+  of daemons running, and vtysh's merged running configuration (the ``frr-reload`` target).
 
-Each item is kept in canonical ``ip`` command syntax, so the same string is both the comparison
-key and the command that re-creates it. :func:`restore` computes the difference between the
-current and the target state and applies only that (one ``ip -batch`` per family, one ``nft -f``,
-``frr-reload.py`` only when FRR's configuration differs), then captures again and reports
-anything it could not put back. Used by lab reset (scenario baseline) and by the A1 server's
-snapshot/rollback.
+Everything but the FRR routes is *configuration-like*: it changes only when a command changes it,
+so two captures compare equal at any time (:meth:`DeviceState.same_as`). The FRR routes are
+*dynamic*: they follow IS-IS and move during convergence (a link that just came back, a fault);
+they are compared only when asked (``dynamic=True``, what lab reset does once the underlay has
+converged), with nexthops sorted and zebra's nexthop-object ids left out (they are renumbered
+whenever zebra restarts).
+
+Each item is kept in canonical command syntax (``ip route``, ``ip rule``, ``ip addr``, ...), so
+the same string is both the comparison key and the command that re-creates it. :func:`restore`
+computes the difference between the current and the target state and applies only that, in an
+order that works (FRR configuration, links, sysctls, addresses, derived routes, routes, rules,
+neighbours, nexthops, nftables, SRv6, qdiscs), then captures again and repeats (up to
+:data:`RESTORE_PASSES` times: some repairs undo others, e.g. bouncing an address removes the
+routes through it); what is still different is reported as residual. Used by lab reset (scenario
+baseline), the A1 server's snapshot/rollback and A3-T's rollback.
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import re
+import shlex
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -37,17 +62,15 @@ from substrate.topology import Role
 if TYPE_CHECKING:
     from substrate.lab import Lab
 
-#: Route protocols whose routes FRR owns (RTPROT_* numbers and iproute2 names): zebra 11,
+#: Version of the DeviceState schema (a baseline recorded with another version is refused).
+SCHEMA_VERSION = 3
+#: Route protocol numbers whose routes FRR owns (RTPROT_*, FRR zebra/rt_netlink.h): zebra 11,
 #: bgp 186, isis 187, ospf 188, rip 189, ripng 190, nhrp 191, eigrp 192, ldp 193, sharp 194,
-#: pbr 195, static 196, openfabric 197, srte 198 (FRR lib/route_types / zebra/rt_netlink.h).
-FRR_PROTOCOLS = frozenset(
-    {"zebra", "bgp", "isis", "ospf", "rip", "ripng", "nhrp", "eigrp", "ldp", "sharp", "pbr", "static",
-     "openfabric", "srte"} | {str(n) for n in (11, *range(186, 199))}
-)
-_SKIP_TYPES = frozenset({"local", "broadcast", "anycast", "multicast"})
-_SEP = "\n@@ANIBENCH@@ "
-
-#: Sysctls (paths under /proc/sys) that services depend on and a restore puts back.
+#: pbr 195, static 196, openfabric 197, srte 198. (RTPROT_STATIC 4, which iproute2 also calls
+#: ``static``, is not FRR's: such a route is an agent's and is restored like any other.)
+FRR_PROTOCOLS = frozenset({"11", *(str(n) for n in range(186, 199))})
+#: The sysctls services depend on (what the A1 running configuration shows); every writable one
+#: is captured and restored.
 SYSCTLS = (
     "net/ipv4/ip_forward",
     "net/ipv4/conf/*/forwarding",
@@ -60,18 +83,80 @@ SYSCTLS = (
     "net/ipv6/icmp/echo_ignore_all",
     "net/netfilter/nf_hooks_lwtunnel",
 )
-#: One command in the node, few processes (capture runs on every reset, for every node): one
-#: ``ip -batch`` per family for routes, rules and addresses, then links, nftables, sysctls, the
-#: SRv6 tunnel source and (routers) FRR's running configuration.
+#: How many capture-and-repair passes :func:`restore` makes at most.
+RESTORE_PASSES = 4
+_SEP = "\n@@ANIBENCH@@ "
+#: One command in the node, few processes (capture runs on every reset, for every node).
+#: Numeric output (``-N``) everywhere: names of protocols are ambiguous (``static`` is both 4 and
+#: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip6; printf 'route show table all\nrule show\naddr show\nlink show\nneigh show nud permanent\n' | ip -6 -s -d -j -batch -
-s ip4; printf 'route show table all\nrule show\naddr show\nneigh show nud permanent\n' | ip -4 -s -d -j -batch -
+s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+s rule6; ip -6 -N -d -j rule show
+s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
-s sysctl; cd /proc/sys && for k in SYSCTL_PATHS; do [ -e "$k" ] && read -r v < "$k" && echo "$k:$v"; done; cd /
-s tunsrc; ip sr tunsrc show 2>/dev/null
-""".replace("SYSCTL_PATHS", " ".join(SYSCTLS))
+"""
+#: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
+#: a kernel without nexthop objects prints nothing for that line).
+_IP_DOCS = ("routes6", "routes4", "rules4", "addr", "neigh", "proxy", "link")
+#: Every writable sysctl under /proc/sys/net, one file at a time (the full capture).
+_SYSCTL_FULL = "s sysctl; grep -r . /proc/sys/net 2>/dev/null\n"
+#: The sysctls outside per-interface directories (the fast capture: netlink gives those in bulk,
+#: see substrate.netlink); ``all`` and ``default`` are files only.
+_SYSCTL_FAST = """s sysctl; shopt -s extglob nullglob
+eval 'grep -r . /proc/sys/net/!(ipv4|ipv6) /proc/sys/net/ipv[46]/!(conf|neigh) /proc/sys/net/ipv[46]/conf/@(all|default) /proc/sys/net/ipv[46]/neigh/default /proc/sys/net/ipv6/conf/!(all|default)/stable_secret 2>/dev/null'
+"""
+#: Added to the capture when the read-only sysctls of this kernel are not known yet (once per process).
+_READONLY_SECTION = "s ro; find /proc/sys/net -type f ! -perm -u=w 2>/dev/null\n"
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
+
+_RTN = {"0": "unspec", "1": "unicast", "2": "local", "3": "broadcast", "4": "anycast", "5": "multicast", "6": "blackhole",
+        "7": "unreachable", "8": "prohibit", "9": "throw", "10": "nat", "11": "xresolve"}  # fmt: skip
+_TABLES = {"254": "main", "255": "local", "253": "default", "0": "unspec"}
+_SCOPES = {"0": "global", "200": "site", "253": "link", "254": "host", "255": "nowhere"}
+#: iproute2 names some callers (and older captures) use, to numbers.
+_PROTO_NUM = {"unspec": "0", "redirect": "1", "kernel": "2", "boot": "3", "static": "4", "ra": "9", "dhcp": "16",
+              "zebra": "11", "bgp": "186", "isis": "187", "ospf": "188", "rip": "189", "ripng": "190", "nhrp": "191",
+              "eigrp": "192", "ldp": "193", "sharp": "194", "pbr": "195", "openfabric": "197", "srte": "198"}  # fmt: skip
+_SCOPE_NUM = {v: k for k, v in _SCOPES.items()} | {"universe": "0"}
+_RTN_NUM = {v: k for k, v in _RTN.items()}
+_TABLE_NUM = {v: k for k, v in _TABLES.items()}
+
+#: Route keys read into the canonical form (anything else becomes a ``?key=value`` marker).
+_ROUTE_KEYS = frozenset({
+    "type", "dst", "src", "table", "metric", "protocol", "scope", "tos", "dsfield", "prefsrc", "gateway", "via", "dev",
+    "encap", "mode", "segs", "action", "nh4", "nh6", "iif", "oif", "flavors", "lblen", "nflen", "vrftable", "stats64",
+    "nexthops", "nhid", "nh_info", "flags", "pref", "metrics", "expires", "cache", "uid", "rt_offload", "rt_trap",
+    "rt_offload_failed", "weight",
+})  # fmt: skip
+_METRIC_WORDS = {"mtu": "mtu", "advmss": "advmss", "window": "window", "rtt": "rtt", "rttvar": "rttvar",
+                 "ssthresh": "ssthresh", "cwnd": "cwnd", "initcwnd": "initcwnd", "initrwnd": "initrwnd",
+                 "hoplimit": "hoplimit", "reordering": "reordering", "quickack": "quickack", "rto_min": "rto_min",
+                 "fastopen_no_cookie": "fastopen_no_cookie", "congestion": "congctl"}  # fmt: skip
+_RULE_KEYS = frozenset({"priority", "not", "src", "srclen", "dst", "dstlen", "iif", "oif", "fwmark", "fwmask", "tos",
+                        "dsfield", "ipproto", "sport", "dport", "table", "action", "protocol", "flags", "l3mdev",
+                        "suppress_prefixlen", "suppress_ifgroup", "target", "uid_start", "uid_end", "realms",
+                        "flow_from", "flow_to"})  # fmt: skip
+_ADDR_FLAGS = ("nodad", "home", "mngtmpaddr", "noprefixroute", "autojoin")
+_ADDR_KEYS = frozenset({"family", "local", "address", "prefixlen", "broadcast", "anycast", "scope", "label",
+                        "valid_life_time", "preferred_life_time", "secondary", "tentative", "deprecated", "dadfailed",
+                        "dynamic", "optimistic", "permanent", "stable-privacy", "metric", *_ADDR_FLAGS})  # fmt: skip
+#: Interface flags a command sets (``ip link set``): the rest (LOWER_UP, NO-CARRIER, ...) follow the peer.
+_LINK_FLAGS = {"NOARP": "arp", "PROMISC": "promisc", "ALLMULTI": "allmulticast", "MULTICAST": "multicast", "DYNAMIC": "dynamic"}
+#: Link keys that are not state a command on the node sets (counters, indexes, the peer's view, driver limits).
+_LINK_IGNORED = frozenset({
+    "ifindex", "link_index", "link_netnsid", "operstate", "qdisc", "stats", "stats64", "promiscuity", "allmulti",
+    "num_tx_queues", "num_rx_queues", "min_mtu", "max_mtu", "link_type", "parentbus", "parentdev", "event",
+    "ifname", "addr_info", "tso_max_size", "tso_max_segs", "flags", "linkinfo", "mtu", "address", "txqlen", "group",
+    "ifalias", "inet6_addr_gen_mode", "master", "proto_down", "gso_max_size", "gso_max_segs", "gro_max_size",
+    "linkmode", "perm_address", "gso_ipv4_max_size", "gro_ipv4_max_size", "link",
+})  # fmt: skip
+#: Kind-specific data derived from other state or moving by itself (bridge ids follow the ports'
+#: and the bridge's MAC; timers and topology-change state move).
+_VOLATILE_INFO = re.compile(r".*_timer$|^topology_change.*|^(root|bridge)_id$|^root_(port|path_cost)$|^designated_.*")
+_NEIGH_KEEP = frozenset({"PERMANENT", "NOARP"})
+#: Device kinds whose carrier is their own state, not a peer's.
+_OWN_CARRIER = frozenset({"bridge"})
 
 
 class SnapshotError(SubstrateError):
@@ -79,94 +164,178 @@ class SnapshotError(SubstrateError):
 
 
 class LinkState(BaseModel):
-    """Interface facts a restore checks: kind (veth, bridge, ...), admin state, MTU."""
+    """An interface's settable attributes (what ``ip link set`` changes; see module docstring)."""
 
     kind: str = ""
     up: bool
     mtu: int
+    address: str = Field(default="", description="MAC address (not kept for a bridge: see carrier).")
+    carrier: bool | None = Field(
+        default=None, description="Carrier of a device whose carrier is its own (a bridge: a port-less bridge has "
+        "carrier until its MAC is set by hand, and its MAC is random, hence not compared); None for devices whose "
+        "carrier follows a peer (veth).")
+    txqlen: int | None = None
+    group: str = ""
+    alias: str = ""
+    flags: list[str] = Field(default_factory=list, description="Settable flags set (NOARP, PROMISC, ALLMULTI, MULTICAST, DYNAMIC).")
+    addrgenmode: str = ""
+    master: str = ""
+    linkmode: str = ""
+    protodown: bool = False
+    offload: dict[str, int] = Field(default_factory=dict, description="gso_max_size, gso_max_segs, gro_max_size, ...")
+    info: dict[str, Any] = Field(default_factory=dict, description="Kind-specific data (bridge parameters), timers left out.")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Attributes this module does not restore (compared only).")
 
 
 class DeviceState(BaseModel):
-    """Restorable state of one node (see module docstring). JSON-serialisable, versioned."""
+    """Full state of one node (see module docstring). JSON-serialisable, versioned."""
 
-    schema_version: int = 1
+    schema_version: int = SCHEMA_VERSION
     node: str
     taken_at: float = Field(default_factory=time.time)
-    routes4: list[str] = Field(default_factory=list, description="IPv4 routes as `route add` arguments.")
-    routes6: list[str] = Field(default_factory=list, description="IPv6 routes as `route add` arguments.")
-    rules4: list[str] = Field(default_factory=list, description="IPv4 rules as `rule add` arguments.")
-    rules6: list[str] = Field(default_factory=list, description="IPv6 rules as `rule add` arguments.")
-    addresses: list[str] = Field(default_factory=list, description="`addr add ADDR/LEN dev IF` arguments.")
+    routes4: list[str] = Field(default_factory=list, description="IPv4 routes outside FRR and the kernel's own, as `route add` arguments.")
+    routes6: list[str] = Field(default_factory=list, description="IPv6 routes outside FRR and the kernel's own, as `route add` arguments.")
+    kernel_routes: list[str] = Field(
+        default_factory=list, description="Routes the kernel derives from addresses and links (proto kernel, local "
+        "table), as `-4|-6 route add` arguments: a flush removes them and they do not come back by themselves.")
+    frr_routes: list[str] = Field(
+        default_factory=list, description="Routes FRR installed (dynamic: compared only with dynamic=True), as "
+        "`-4|-6 ROUTE` with nexthops sorted.")
+    rules4: list[str] = Field(default_factory=list, description="IPv4 rules as `rule add` arguments, in kernel order.")
+    rules6: list[str] = Field(default_factory=list, description="IPv6 rules as `rule add` arguments, in kernel order.")
+    addresses: list[str] = Field(default_factory=list, description="Global addresses: `ADDR/LEN dev IF [attributes]`.")
+    host_addresses: list[str] = Field(
+        default_factory=list, description="Link-local and loopback addresses (the kernel makes them; a flush removes them).")
     links: dict[str, LinkState] = Field(default_factory=dict)
     nft: str = Field(default="", description="`nft list ruleset` output.")
-    sysctls: dict[str, str] = Field(default_factory=dict, description="Values of SYSCTLS (path -> value; globs expanded).")
+    sysctls: dict[str, str] = Field(
+        default_factory=dict, description="Writable sysctls under /proc/sys/net outside per-interface directories "
+        "(path -> value; conf/all and conf/default included).")
+    iface_sysctls: dict[str, str] = Field(
+        default_factory=dict, description="Writable sysctls of per-interface directories (conf/IF, neigh/IF): read in "
+        "a full capture only (what a restore writes back); compared through link_settings and neigh_settings.")
+    link_settings: dict[str, str] = Field(
+        default_factory=dict, description="Per interface, its IPv4/IPv6 settings (every conf/IF sysctl) and IPv6 "
+        "token as one comparable string (substrate.netlink).")
+    neigh_settings: dict[str, str] = Field(
+        default_factory=dict, description="Per neighbour table and interface, its parameters (every neigh/IF sysctl) "
+        "as one comparable string (substrate.netlink).")
     neighbors: list[str] = Field(
-        default_factory=list, description="Permanent neighbour entries as `neigh replace` arguments (an agent's "
-        "static ARP/ND entry outlives its run otherwise).")
+        default_factory=list, description="Permanent and no-ARP neighbour entries (`neigh replace` arguments) and proxy "
+        "entries (`proxy ADDR dev IF`).")
+    nexthops: list[str] = Field(default_factory=list, description="Nexthop objects not owned by zebra, as `nexthop add` arguments.")
+    qdiscs: list[str] = Field(default_factory=list, description="Queueing disciplines: `dev IF PARENT KIND handle H {options}`.")
     tunsrc: str = ""
+    hmac: list[str] = Field(default_factory=list, description="SRv6 HMAC keys: `KEYID ALGO SECRET`.")
     frr_config: str | None = Field(default=None, description="FRR running configuration (routers), vtysh's merged view.")
     frr_daemons: dict[str, str] | None = Field(
         default=None,
         description="Each FRR daemon's own running configuration, read from its vty socket (fast; see "
-        "substrate.vty). When both states have it, FRR equality is judged on it.",
+        "substrate.vty). When both states have it, FRR equality is judged on it (daemon set included).",
     )
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What equality is judged on: everything but timestamps and counter values (FRR is
-        compared by :meth:`frr_same`)."""
-        d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons"})
+    def fingerprint(self, *, dynamic: bool = False) -> dict[str, Any]:
+        """What equality is judged on: everything but timestamps and counter values, with sets
+        sorted and ordered lists (rules, IPv4 addresses per interface) in order; FRR's
+        configuration is compared by :meth:`frr_same`; FRR routes only when ``dynamic``."""
+        d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons", "frr_routes", "iface_sysctls"})
         d["nft"] = normalize_nft(self.nft)
-        for k in ("routes4", "routes6", "addresses", "neighbors"):
+        for k in ("routes4", "routes6", "kernel_routes", "neighbors", "nexthops", "qdiscs", "hmac", "host_addresses"):
             d[k] = sorted(d[k])
+        d["addresses"] = address_order(self.addresses)
+        if dynamic:
+            d["frr_routes"] = sorted(self.frr_routes)
         return d
 
     def frr_same(self, other: DeviceState) -> bool:
-        """FRR configurations are equal: the daemons' configurations merged (as vtysh merges
-        them) when both states read the daemons, else vtysh's merged configuration (None, when
-        FRR could not be read, equals only None)."""
+        """FRR configurations are equal: the same daemons answer and their configurations merged
+        (as vtysh merges them) are equal, when both states read the daemons, else vtysh's merged
+        configuration (None, when FRR could not be read, equals only None)."""
         if self.frr_daemons is not None and other.frr_daemons is not None:
-            return canonical_frr(self.frr_daemons) == canonical_frr(other.frr_daemons)
+            return sorted(self.frr_daemons) == sorted(other.frr_daemons) and \
+                canonical_frr(self.frr_daemons) == canonical_frr(other.frr_daemons)  # fmt: skip
         return self.frr_config == other.frr_config
 
-    def same_as(self, other: DeviceState) -> bool:
-        """True when both states are equal for every restorable item."""
-        return self.fingerprint() == other.fingerprint() and self.frr_same(other)
+    def same_as(self, other: DeviceState, *, dynamic: bool = False) -> bool:
+        """True when both states are equal for every configuration-like item (and the FRR routes
+        too when ``dynamic``)."""
+        return self.fingerprint(dynamic=dynamic) == other.fingerprint(dynamic=dynamic) and self.frr_same(other)
 
-    def diff(self, target: DeviceState) -> list[str]:
-        """Human-readable differences, as ``+ item`` (in target, missing here) / ``- item``."""
+    def diff(self, target: DeviceState, *, dynamic: bool = False) -> list[str]:
+        """Human-readable differences, as ``+ item`` (in target, missing here) / ``- item`` /
+        ``~ item: here -> target``. Empty exactly when :meth:`same_as` holds."""
         out: list[str] = []
-        a, b = self.fingerprint(), target.fingerprint()
-        for key in ("routes4", "routes6", "rules4", "rules6", "addresses", "neighbors"):
+        a, b = self.fingerprint(dynamic=dynamic), target.fingerprint(dynamic=dynamic)
+        keys = ["routes4", "routes6", "kernel_routes", "addresses", "host_addresses", "neighbors", "nexthops", "qdiscs", "hmac"]
+        for key in [*keys, *(["frr_routes"] if dynamic else [])]:
             have, want = set(a[key]), set(b[key])
             out += [f"+ {key}: {x}" for x in sorted(want - have)]
             out += [f"- {key}: {x}" for x in sorted(have - want)]
+            if have == want and a[key] != b[key]:
+                out.append(f"~ {key}: order differs")
+        for key in ("rules4", "rules6"):
+            have, want = a[key], b[key]
+            out += [f"+ {key}: {x}" for x in want if x not in have]
+            out += [f"- {key}: {x}" for x in have if x not in want]
+            if sorted(have) == sorted(want) and have != want:
+                out.append(f"~ {key}: order differs: {have} -> {want}")
         for name in sorted(set(self.links) | set(target.links)):
             x, y = self.links.get(name), target.links.get(name)
             if x != y:
-                out.append(f"~ link {name}: {_link_text(x)} -> {_link_text(y)}")
+                out.append(f"~ link {name}: {_link_text(x, y)}")
         if a["nft"] != b["nft"]:
             out.append("~ nftables ruleset differs")
-        for k in sorted(set(self.sysctls) | set(target.sysctls)):
-            if self.sysctls.get(k) != target.sysctls.get(k):
-                out.append(f"~ sysctl {k}: {self.sysctls.get(k)} -> {target.sysctls.get(k)}")
+        for k in sorted(set(a["sysctls"]) | set(b["sysctls"])):
+            if a["sysctls"].get(k) != b["sysctls"].get(k):
+                out.append(f"~ sysctl {k}: {a['sysctls'].get(k)} -> {b['sysctls'].get(k)}")
+        for what, mine, theirs in (("conf", self.link_settings, target.link_settings),
+                                   ("neigh", self.neigh_settings, target.neigh_settings)):
+            for k in sorted(set(mine) | set(theirs)):
+                if mine.get(k) != theirs.get(k):
+                    dev = k.split("/")[-1]
+                    mine_v, theirs_v = self.iface_sysctls, target.iface_sysctls
+                    keys = [x for x in sorted(set(mine_v) & set(theirs_v))
+                            if _sysctl_iface(x) == dev and x.split("/")[2] == what and mine_v[x] != theirs_v[x]]
+                    detail = ", ".join(f"{x}: {mine_v[x]} -> {theirs_v[x]}" for x in keys[:8])
+                    out.append(f"~ sysctls {what}/{k}: " + (detail or ("absent" if k not in mine else "only here" if k not in theirs
+                                                                       else "values differ (netlink)")))
         if self.tunsrc != target.tunsrc:
             out.append(f"~ sr tunsrc {self.tunsrc!r} -> {target.tunsrc!r}")
         if not self.frr_same(target):
-            out.append("~ FRR running configuration differs")
+            mine, theirs = sorted(self.frr_daemons or {}), sorted(target.frr_daemons or {})
+            out.append("~ FRR running configuration differs" +
+                       (f" (daemons {', '.join(mine) or 'none'} -> {', '.join(theirs) or 'none'})" if mine != theirs else ""))
         return out
+
+
+def address_order(addresses: Iterable[str]) -> list[str]:
+    """Addresses in comparison order: IPv6 sorted (a set), IPv4 grouped by interface in their
+    kernel order (the first is the primary: it sources the node's packets)."""
+    v6 = sorted(a for a in addresses if ":" in a.split()[0])
+    v4: dict[str, list[str]] = {}
+    for a in addresses:
+        if ":" not in a.split()[0]:
+            v4.setdefault(_addr_dev(a), []).append(a)
+    return v6 + [a for dev in sorted(v4) for a in v4[dev]]
 
 
 _FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
 
 
 def canonical_frr(daemons: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
+    """See :func:`_canonical_frr` (cached: reset compares the same baseline texts again and again)."""
+    return _canonical_frr(tuple(daemons.values()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_frr(texts: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
     """The daemons' own running configurations merged into one canonical form: stanzas (a
     top-level line and its indented lines) from every daemon, the lines of stanzas with the same
     head united, sorted. vtysh shows the same union; a daemon's copy of a line the others also
     carry (vtysh pushes e.g. ``description`` or ``log`` to every daemon at start-up, while
     frr-reload sends them to one) does not make two equivalent configurations differ."""
     merged: dict[str, set[str]] = {}
-    for text in daemons.values():
+    for text in texts:
         head = ""
         for raw in text.splitlines():
             line = raw.rstrip()
@@ -180,14 +349,52 @@ def canonical_frr(daemons: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
     return sorted((h, tuple(sorted(body))) for h, body in merged.items())
 
 
-def _link_text(x: LinkState | None) -> str:
-    return "absent" if x is None else f"{x.kind or 'dev'} {'up' if x.up else 'down'} mtu {x.mtu}"
+def _negate(line: str) -> str:
+    """The FRR command undoing ``line`` (``no X`` for ``X``, ``X`` for ``no X``)."""
+    return line[3:] if line.startswith("no ") else f"no {line}"
+
+
+def frr_config_delta(have: dict[str, str], want: dict[str, str]) -> list[str]:
+    """vtysh configuration lines turning the daemons' configurations ``have`` into ``want`` (both
+    merged by :func:`canonical_frr`): per stanza, ``no <line>`` for lines gone and the new lines;
+    ``no <stanza>`` for a stanza gone, the whole stanza for one missing (FRR CLI negation).
+
+    A quick path for the usual agent change (a few lines); FRR has commands this cannot undo
+    this way (nested address families, order-dependent lists): :func:`restore` checks the result
+    and falls back to ``frr-reload.py``, then to a restart."""
+    h, w = dict(canonical_frr(have)), dict(canonical_frr(want))
+    out: list[str] = []
+    for head in sorted(set(h) | set(w), key=lambda x: (x not in w, x)):  # additions first, removals last
+        hb, wb = h.get(head), w.get(head)
+        if hb == wb:
+            continue
+        if wb is None:
+            out.append(_negate(head))
+            continue
+        out.append(head)
+        if hb is None and not wb:
+            continue
+        out += [_negate(x) for x in hb or () if x not in wb] + [x for x in wb if x not in (hb or ())]
+        out.append("exit")
+    return out
+
+
+def _link_text(x: LinkState | None, y: LinkState | None) -> str:
+    if x is None or y is None:
+        def one(s: LinkState | None) -> str:
+            return "absent" if s is None else f"{s.kind or 'dev'} {'up' if s.up else 'down'} mtu {s.mtu}"
+
+        return f"{one(x)} -> {one(y)}"
+    dx, dy = x.model_dump(), y.model_dump()
+    return ", ".join(f"{k} {dx[k]!r} -> {dy[k]!r}" for k in dx if dx[k] != dy[k])
 
 
 def normalize_nft(text: str) -> str:
-    """nftables ruleset text with counter values and quota usage removed (they change with traffic)."""
+    """nftables ruleset text without what changes with traffic: counter values, quota usage,
+    set-element expiry."""
     text = re.sub(r"counter packets \d+ bytes \d+", "counter", text)
     text = re.sub(r"(quota (?:over )?\d+ \w+) used \d+ \w+", r"\1", text)
+    text = re.sub(r" expires \S+", "", text)
     return "\n".join(line.rstrip() for line in text.strip().splitlines())
 
 
@@ -201,6 +408,12 @@ def normalize_frr(text: str) -> str:
 
 
 # -- canonical forms -------------------------------------------------------------------------
+
+
+def _num(v: Any, names: dict[str, str]) -> str:
+    """A numeric iproute2 field as its number (names some callers use are mapped back)."""
+    s = str(v)
+    return s if s.isdigit() else names.get(s, s)
 
 
 def _dst(route: dict[str, Any], family: int) -> str:
@@ -218,6 +431,10 @@ def _gw(nh: dict[str, Any]) -> str:
         fam = "inet6" if via.get("family") == "inet6" else "inet"
         return f"via {fam} {via['host']}"
     return ""
+
+
+def _marker(key: str, value: Any) -> str:
+    return f"?{key}={json.dumps(value, sort_keys=True, separators=(',', ':'))}"
 
 
 def _encap(route: dict[str, Any]) -> str:
@@ -239,50 +456,110 @@ def _encap(route: dict[str, Any]) -> str:
         if "stats64" in route:
             parts.append("count")
         return " ".join(parts)
-    raise SnapshotError(f"cannot represent route with encap {enc!r}: {route}")
+    return _marker("encap", enc)
 
 
-def route_args(route: dict[str, Any], family: int, table: str = "main") -> str | None:
-    """Canonical ``route add`` arguments of one ``ip -s -d -j route show table T`` entry, or None
-    when the route is not restorable state (address-derived, FRR-owned, local-table bookkeeping).
+def _natural_scope(rtype: str, has_gateway: bool, family: int) -> str:
+    """The scope ``ip route add`` gives a route when none is named (iproute2 ip/iproute.c)."""
+    if family == 6:
+        return "0"
+    if rtype in ("2", "10"):
+        return "254"
+    if rtype in ("3", "5", "4"):
+        return "253"
+    if rtype in ("1", "0") and not has_gateway:
+        return "253"
+    return "0"
 
-    Routes are read one table at a time because with ``table all`` iproute2's JSON gives the
-    route's table and a seg6local End.DT6 ``table`` parameter the same key."""
-    rtype = route.get("type", "unicast")
-    proto = str(route.get("protocol", "boot"))
-    if rtype in _SKIP_TYPES or proto in FRR_PROTOCOLS or proto == "kernel":
+
+def _nexthop_text(nh: dict[str, Any]) -> str:
+    seg = ["nexthop"]
+    if nh.get("encap"):
+        seg.append(_encap(nh))
+    seg += [_gw(nh), f"dev {nh['dev']}" if "dev" in nh else ""]
+    if nh.get("weight", 1) != 1:
+        seg.append(f"weight {nh['weight']}")
+    if "onlink" in (nh.get("flags") or []):
+        seg.append("onlink")
+    return " ".join(x for x in seg if x)
+
+
+def _route_class(route: dict[str, Any]) -> str:
+    """Who owns a route: ``frr`` (FRR's protocol numbers), ``kernel`` (protocol kernel: derived
+    from addresses and links) or ``service`` (anyone else: services, agents)."""
+    proto = _num(route.get("protocol", "3"), _PROTO_NUM)
+    return "frr" if proto in FRR_PROTOCOLS else "kernel" if proto == "2" else "service"
+
+
+def route_args(route: dict[str, Any], family: int, table: str = "main", *, owned: str = "service") -> str | None:
+    """Canonical arguments of one ``ip -N -s -d -j route show table T`` entry, or None when the
+    route is not of the ``owned`` class: ``"service"`` (routes services and agents add),
+    ``"kernel"`` (derived from addresses and links: protocol kernel), ``"frr"`` (FRR's protocols;
+    nexthops sorted, zebra's nexthop-object id left out).
+
+    Key attributes come first (type, destination, source prefix, table, metric, protocol, TOS):
+    ``route del`` needs exactly these (:func:`substrate.routes.route_key`), and putting the
+    route's table before ``encap`` keeps it apart from a seg6local End.DT6 ``table`` parameter.
+    Routes are read one table at a time (``table all`` output is split by its table key) because
+    iproute2's JSON gives both tables the same key."""
+    rtype = _num(route.get("type", "1"), _RTN_NUM)
+    proto = _num(route.get("protocol", "3"), _PROTO_NUM)
+    cls = "frr" if proto in FRR_PROTOCOLS else "kernel" if proto == "2" else "service"
+    if cls != owned:
         return None
-    parts = [] if rtype == "unicast" else [rtype]
+    table = _TABLES.get(_num(table, _TABLE_NUM), table)
+    parts = [] if rtype == "1" else [_RTN.get(rtype, rtype)]
     parts.append(_dst(route, family))
-    # key attributes first (table, metric, proto): `route del` needs exactly these, and putting the
-    # route's table before `encap` keeps it apart from a seg6local End.DT6 `table` parameter
+    if route.get("src"):
+        parts.append(f"from {route['src']}")
     if table != "main":
         parts.append(f"table {table}")
     if "metric" in route:
         parts.append(f"metric {route['metric']}")
-    if proto != "boot":
-        parts.append(f"proto {proto}")
+    if proto != "3":
+        parts.append(f"proto {_PROTO_NAMES.get(proto, proto)}")
+    for key in ("tos", "dsfield"):
+        if key in route:
+            parts.append(f"tos {route[key]}")
     enc = _encap(route)
     if enc:
         parts.append(enc)
-    if "nexthops" in route:
-        for nh in route["nexthops"]:
-            seg = ["nexthop", _gw(nh), f"dev {nh['dev']}" if "dev" in nh else ""]
-            if nh.get("weight", 1) != 1:
-                seg.append(f"weight {nh['weight']}")
-            parts.append(" ".join(x for x in seg if x))
+    if "nhid" in route and cls != "frr":
+        parts.append(f"nhid {route['nhid']}")
+    elif "nexthops" in route:
+        hops = [_nexthop_text(nh) for nh in route["nexthops"]]
+        parts += sorted(hops) if cls == "frr" else hops
     else:
         gw = _gw(route)
         if gw:
             parts.append(gw)
         if "dev" in route:
             parts.append(f"dev {route['dev']}")
+        if "onlink" in (route.get("flags") or []):
+            parts.append("onlink")
     if "prefsrc" in route:
         parts.append(f"src {route['prefsrc']}")
-    scope = route.get("scope")
-    if scope and scope not in ("global", "universe") and not (scope == "link" and "gateway" not in route and rtype == "unicast"):
-        parts.append(f"scope {scope}")
+    scope = _num(route.get("scope", "0"), _SCOPE_NUM)
+    if scope != _natural_scope(rtype, bool(_gw(route)), family):
+        parts.append(f"scope {_SCOPES.get(scope, scope)}")
+    if route.get("pref", "medium") != "medium":
+        parts.append(f"pref {route['pref']}")
+    for m in route.get("metrics") or []:
+        for k, v in (m.items() if isinstance(m, dict) else []):
+            if k == "ecn":
+                parts.append("features ecn")
+            elif k in _METRIC_WORDS:
+                parts.append(f"{_METRIC_WORDS[k]} {v}" if v is not None else _METRIC_WORDS[k])
+            else:
+                parts.append(_marker(f"metric.{k}", v))
+    if "expires" in route:
+        parts.append("?expires")
+    parts += [_marker(k, route[k]) for k in sorted(route) if k not in _ROUTE_KEYS]
     return " ".join(parts)
+
+
+#: Protocol numbers written as names in canonical routes (unambiguous ones only).
+_PROTO_NAMES = {"2": "kernel"}
 
 
 def route_del_args(args: str) -> str:
@@ -291,32 +568,188 @@ def route_del_args(args: str) -> str:
 
 
 def rule_args(rule: dict[str, Any]) -> str:
-    """Canonical ``rule add`` arguments of one ``ip -j rule`` entry. The three default rules
-    (local 0, main 32766, default 32767) are state like any other: ``ip rule flush`` removes
-    main and default, which cuts the node's own traffic off while tenant traffic still flows."""
-    prio = rule.get("priority")
-    table = str(rule.get("table", ""))
-    parts = [f"priority {prio}"]
-    if rule.get("not"):
+    """Canonical ``rule add`` arguments of one ``ip -N -d -j rule`` entry. The three default rules
+    (local 0, main 32766, default 32767, protocol kernel) are state like any other: ``ip rule
+    flush`` removes main and default, which cuts the node's own traffic off while tenant traffic
+    still flows."""
+    parts = [f"priority {rule.get('priority')}"]
+    if "not" in rule:
         parts.append("not")
     if rule.get("src", "all") != "all":
         parts.append(f"from {rule['src']}/{rule['srclen']}" if "srclen" in rule else f"from {rule['src']}")
     if rule.get("dst", "all") != "all":
         parts.append(f"to {rule['dst']}/{rule['dstlen']}" if "dstlen" in rule else f"to {rule['dst']}")
-    for key, word in (("iif", "iif"), ("oif", "oif"), ("ipproto", "ipproto"), ("tos", "tos")):
+    for key, word in (("iif", "iif"), ("oif", "oif"), ("ipproto", "ipproto"), ("tos", "tos"), ("dsfield", "tos"),
+                      ("l3mdev", "l3mdev"), ("realms", "realms")):
         if key in rule:
-            parts.append(f"{word} {rule[key]}")
+            parts.append(word if rule[key] is None else f"{word} {rule[key]}")
     if "fwmark" in rule:
         parts.append(f"fwmark {rule['fwmark']}" + (f"/{rule['fwmask']}" if "fwmask" in rule else ""))
     for key in ("sport", "dport"):
         if key in rule:
             parts.append(f"{key} {rule[key]}")
+    if "uid_start" in rule:
+        parts.append(f"uidrange {rule['uid_start']}-{rule.get('uid_end', rule['uid_start'])}")
+    if "suppress_prefixlen" in rule:
+        parts.append(f"suppress_prefixlength {rule['suppress_prefixlen']}")
+    if "suppress_ifgroup" in rule:
+        parts.append(f"suppress_ifgroup {rule['suppress_ifgroup']}")
     action = rule.get("action")
-    if action in ("blackhole", "unreachable", "prohibit"):
+    table = _num(rule.get("table", ""), _TABLE_NUM)
+    if action in ("blackhole", "unreachable", "prohibit", "nop"):
         parts.append(action)
+    elif action == "goto" or "target" in rule:
+        parts.append(f"goto {rule.get('target')}")
     elif table:
-        parts.append(f"lookup {table}")
+        parts.append(f"lookup {_TABLES.get(table, table)}")
+    proto = _num(rule.get("protocol", "0"), _PROTO_NUM)
+    if proto != "0":
+        parts.append(f"protocol {_PROTO_NAMES.get(proto, proto)}")
+    parts += [_marker(k, rule[k]) for k in sorted(rule) if k not in _RULE_KEYS]
     return " ".join(parts)
+
+
+def _natural_addr_scope(ip: str) -> str:
+    if ip.startswith("127.") or ip == "::1":
+        return "254"
+    if ip.lower().startswith("fe8") or ip.lower().startswith("fe9") or ip.lower().startswith("fea") or ip.lower().startswith("feb"):
+        return "253"
+    return "0"
+
+
+def _natural_broadcast(ip: str, prefixlen: int) -> str | None:
+    """The broadcast address ``ip addr add ... brd +`` (and zebra) give an IPv4 address."""
+    if ":" in ip or prefixlen > 30:
+        return None
+    return str(ipaddress.ip_interface(f"{ip}/{prefixlen}").network.broadcast_address)
+
+
+def addr_args(ifname: str, ai: dict[str, Any]) -> str:
+    """Canonical ``addr add`` arguments of one ``ip -N -d -j addr`` entry: ``ADDR/LEN dev IF``
+    followed by what differs from a plain ``addr add`` (peer, a broadcast other than the
+    network's, scope, label, flags,
+    ``preferred_lft 0`` for a deprecated address); lifetimes other than forever and unknown
+    attributes become ``?`` markers."""
+    if "address" in ai and ai.get("address") != ai.get("local"):
+        parts = [f"{ai['local']} peer {ai['address']}/{ai['prefixlen']} dev {ifname}"]
+    else:
+        parts = [f"{ai['local']}/{ai['prefixlen']} dev {ifname}"]
+    if ai.get("broadcast") and ai["broadcast"] != _natural_broadcast(str(ai["local"]), int(ai["prefixlen"])):
+        parts.append(f"brd {ai['broadcast']}")
+    scope = _num(ai.get("scope", "0"), _SCOPE_NUM)
+    if scope != _natural_addr_scope(str(ai["local"])):
+        parts.append(f"scope {_SCOPES.get(scope, scope)}")
+    if ai.get("label") and ai["label"] != ifname:
+        parts.append(f"label {ai['label']}")
+    parts += [f for f in _ADDR_FLAGS if ai.get(f)]
+    if ai.get("deprecated") or ai.get("preferred_life_time") == 0:
+        parts.append("preferred_lft 0")
+    forever = 4294967295
+    if ai.get("valid_life_time", forever) != forever or ai.get("preferred_life_time", forever) not in (forever, 0):
+        parts.append("?lifetime=finite")
+    if ai.get("dadfailed"):
+        parts.append("?dadfailed")
+    parts += [_marker(k, ai[k]) for k in sorted(ai) if k not in _ADDR_KEYS]
+    return " ".join(parts)
+
+
+def _addr_dev(args: str) -> str:
+    words = args.split()
+    return words[words.index("dev") + 1] if "dev" in words else ""
+
+
+def _addr_del(args: str) -> str:
+    """``addr del`` arguments of a canonical address (address, peer, device)."""
+    words = args.split()
+    return " ".join(words[: words.index("dev") + 2])
+
+
+def _addr_add(args: str) -> str:
+    """``addr add`` arguments of a canonical address (markers dropped; the kernel default
+    lifetimes are forever)."""
+    return " ".join(w for w in args.split() if not w.startswith("?"))
+
+
+def _link_state(link: dict[str, Any]) -> LinkState:
+    info = link.get("linkinfo") or {}
+    data = {k: v for k, v in (info.get("info_data") or {}).items() if not _VOLATILE_INFO.match(k)}
+    extra = {k: v for k, v in link.items() if k not in _LINK_IGNORED}
+    if info.get("info_slave_kind"):
+        extra["slave_kind"] = info["info_slave_kind"]
+    kind = info.get("info_kind", "")
+    own_carrier = kind in _OWN_CARRIER
+    return LinkState(
+        kind=kind, up="UP" in link.get("flags", []), mtu=link.get("mtu", 0),
+        address="" if own_carrier else link.get("address", ""),
+        carrier=("LOWER_UP" in link.get("flags", [])) if own_carrier else None,
+        txqlen=link.get("txqlen"), group=str(link.get("group", "")),
+        alias=link.get("ifalias", ""), flags=sorted(f for f in link.get("flags", []) if f in _LINK_FLAGS),
+        addrgenmode=link.get("inet6_addr_gen_mode", ""), master=link.get("master", ""), linkmode=link.get("linkmode", ""),
+        protodown=bool(link.get("proto_down")), info=data, extra=extra,
+        offload={k: link[k] for k in ("gso_max_size", "gso_max_segs", "gro_max_size", "gso_ipv4_max_size", "gro_ipv4_max_size")
+                 if k in link},
+    )  # fmt: skip
+
+
+def _neigh_args(n: dict[str, Any]) -> str | None:
+    if "proxy" in n:
+        return f"proxy {n['dst']} dev {n['dev']}"
+    state = set(n.get("state") or [])
+    if not state & _NEIGH_KEEP or not n.get("dst") or not n.get("dev"):
+        return None
+    parts = [f"{n['dst']} dev {n['dev']}"]
+    if n.get("lladdr"):
+        parts.append(f"lladdr {n['lladdr']}")
+    parts.append("nud permanent" if "PERMANENT" in state else "nud noarp")
+    if "router" in n:
+        parts.append("router")
+    if "extern_learn" in n:
+        parts.append("extern_learn")
+    return " ".join(parts)
+
+
+def _nexthop_args(nh: dict[str, Any]) -> str | None:
+    """Canonical ``nexthop add`` arguments of an ``ip -N -d -j nexthop`` object, or None for
+    zebra's own (protocol 11: zebra manages them with the routes that use them)."""
+    proto = _num(nh.get("protocol", "0"), _PROTO_NUM)
+    if proto == "11":
+        return None
+    parts = [f"id {nh['id']}"]
+    if nh.get("group"):
+        parts.append("group " + "/".join(f"{g['id']}" + (f",{g['weight']}" if g.get("weight", 1) != 1 else "") for g in nh["group"]))
+    if nh.get("encap"):
+        parts.append(_encap(nh))
+    gw = _gw(nh)
+    if gw:
+        parts.append(gw)
+    if nh.get("dev"):
+        parts.append(f"dev {nh['dev']}")
+    if "blackhole" in nh:
+        parts.append("blackhole")
+    if "fdb" in nh:
+        parts.append("fdb")
+    if "onlink" in (nh.get("flags") or []):
+        parts.append("onlink")
+    if proto not in ("0", "3"):
+        parts.append(f"proto {proto}")
+    return " ".join(parts)
+
+
+def _qdisc_args(q: dict[str, Any]) -> str:
+    if q.get("root"):
+        where = "root"
+    elif q.get("parent") in ("ffff:fff1",) or q.get("kind") in ("ingress", "clsact"):
+        where = "ingress" if q.get("kind") == "ingress" else "clsact"
+    else:
+        where = f"parent {q.get('parent')}"
+    opts = json.dumps(q.get("options") or {}, sort_keys=True, separators=(",", ":"))
+    return f"dev {q.get('dev')} {where} {q.get('kind')} handle {q.get('handle')} {opts}"
+
+
+def _default_qdisc(args: str) -> bool:
+    """The qdisc a device gets by itself (a ``noqueue`` root)."""
+    words = args.split()
+    return len(words) > 3 and words[2] == "root" and words[3] == "noqueue"
 
 
 # -- capture ---------------------------------------------------------------------------------
@@ -330,19 +763,36 @@ def _sections(text: str) -> dict[str, str]:
     return out
 
 
-def _json(text: str) -> list[dict[str, Any]]:
+def _json(text: str) -> Any:
     text = text.strip()
     return json.loads(text) if text else []
 
 
-def _json_seq(text: str) -> list[list[Any]]:
-    """The JSON documents ``ip -j -batch`` printed one after another, with every object as a list
-    of (key, value) pairs: iproute2 gives a seg6local End.DT6 ``table`` parameter and the route's
-    own ``table`` the same key, and only the order tells them apart."""
-    dec = json.JSONDecoder(object_pairs_hook=lambda pairs: pairs)
+def _route_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A route object of ``ip -j route`` as a dict. iproute2 gives a seg6local End.DT6 ``table``
+    parameter and the route's own ``table`` the same key; the route's is the one after ``dev``
+    (or the only one when the route is not a seg6local with a table parameter), kept as
+    ``#table``."""
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k == "table" and ("dev" in d or d.get("encap") != "seg6local" or "table" in d):
+            d["#table"] = v
+        else:
+            d[k] = v
+    return d
+
+
+_ROUTE_DECODER = json.JSONDecoder(object_pairs_hook=_route_object)
+_DECODER = json.JSONDecoder()
+
+
+def _json_seq(text: str, route_docs: Iterable[int] = ()) -> list[Any]:
+    """The JSON documents ``ip -j -batch`` printed one after another; those at the positions
+    ``route_docs`` are routes (see :func:`_route_object`)."""
+    routes = set(route_docs)
     out, i, text = [], 0, text.strip()
     while i < len(text):
-        doc, end = dec.raw_decode(text, i)
+        doc, end = (_ROUTE_DECODER if len(out) in routes else _DECODER).raw_decode(text, i)
         out.append(doc)
         i = end
         while i < len(text) and text[i].isspace():
@@ -350,36 +800,48 @@ def _json_seq(text: str) -> list[list[Any]]:
     return out
 
 
-def _to_dict(v: Any) -> Any:
-    if isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
-        return {k: _to_dict(x) for k, x in v}
-    if isinstance(v, list):
-        return [_to_dict(x) for x in v]
-    return v
+def _route_dict(route: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A route object (:func:`_route_object`) without its own table, and that table."""
+    d = dict(route)
+    return d, str(d.pop("#table", "254"))
 
 
-def _route_dict(pairs: list[tuple[str, Any]]) -> tuple[dict[str, Any], str]:
-    """A route entry as a dict whose ``table`` is the seg6local parameter (if any), and the
-    route's own table: the ``table`` key that comes after ``dev`` (or the only one when the
-    route is not a seg6local with a table parameter)."""
-    d: dict[str, Any] = {}
-    route_table = "main"
-    seen_dev = False
-    for k, v in pairs:
-        if k == "dev":
-            seen_dev = True
-        if k == "table":
-            if d.get("encap") == "seg6local" and not seen_dev and "table" not in d:
-                d["table"] = v
-            else:
-                route_table = str(v)
+#: Read-only sysctls of the running kernel, with interface names replaced by ``*`` (learnt from
+#: the first capture of the process: the same for every node and lab).
+_READONLY: set[str] | None = None
+
+
+def _sysctl_pattern(key: str) -> str:
+    parts = key.split("/")
+    if len(parts) >= 5 and parts[2] in ("conf", "neigh"):
+        parts[3] = "*"
+    return "/".join(parts)
+
+
+def _learn_readonly(find_output: str) -> None:
+    global _READONLY
+    _READONLY = {_sysctl_pattern(ln.strip()[10:]) for ln in find_output.splitlines() if ln.startswith("/proc/sys/")}
+
+
+def _sysctls(text: str) -> dict[str, str]:
+    """``grep -r . /proc/sys/net`` output as {path under /proc/sys: value}, without the
+    read-only entries (counters and limits no command in the node can change)."""
+    ro = _READONLY or set()
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        path, sep, value = line.partition(":")
+        if not sep or not path.startswith("/proc/sys/"):
             continue
-        d[k] = _to_dict(v)
-    return d, route_table
+        key = path[10:]
+        if _sysctl_pattern(key) in ro:
+            continue
+        out[key] = f"{out[key]}\n{value}" if key in out else value
+    return out
 
 
-def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
-    """Build a DeviceState from the capture script's output.
+def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) -> DeviceState:
+    """Build a DeviceState from the capture script's output. On a node without FRR
+    (``router`` false) a route with an FRR protocol number is an ordinary route someone added.
 
     Raises:
         SnapshotError: a section is missing or unreadable.
@@ -388,38 +850,63 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
     try:
         state = DeviceState(node=node)
         addrs: list[tuple[str, list[dict[str, Any]]]] = []
-        for fam in (4, 6):
-            docs = _json_seq(sec[f"ip{fam}"])
-            routes_doc, rules_doc, addr_doc = docs[:3]
-            if fam == 6:
-                links_doc = [_to_dict(x) for x in docs[3]]
-            for n in (_to_dict(x) for x in docs[-1]):
-                if n.get("lladdr") and n.get("dst") and n.get("dev"):
-                    state.neighbors.append(f"{n['dst']} dev {n['dev']} lladdr {n['lladdr']} nud permanent")
+        kernel: list[str] = []
+        frr: list[str] = []
+        docs = _json_seq(sec["ip"], route_docs=(0, 1))
+        named = dict(zip(_IP_DOCS, docs, strict=False))
+        if len(docs) < len(_IP_DOCS):
+            raise ValueError(f"ip printed {len(docs)} documents, {len(_IP_DOCS)} expected")
+        for n in [*named["neigh"], *named["proxy"]]:
+            args = _neigh_args(n)
+            if args:
+                state.neighbors.append(args)
+        for fam in (6, 4):
             routes = []
-            for pairs in routes_doc:
-                route, table = _route_dict(pairs)
-                if table != "local":
-                    routes.append(route_args(route, fam, table))
+            for obj in named[f"routes{fam}"]:
+                route, table = _route_dict(obj)
+                cls = _route_class(route)
+                if cls == "frr" and not router:
+                    cls = "service"  # no FRR here: someone added it
+                args = route_args(route, fam, table, owned=_route_class(route))
+                if cls == "service":
+                    routes.append(args)
+                elif cls == "kernel":
+                    kernel.append(f"-{fam} {args}")
+                else:
+                    frr.append(f"-{fam} {args}")
             setattr(state, f"routes{fam}", sorted({r for r in routes if r}))
-            setattr(state, f"rules{fam}", [rule_args(_to_dict(r)) for r in rules_doc])
-            for iface in (_to_dict(i) for i in addr_doc):
-                addrs.append((iface["ifname"], iface.get("addr_info", [])))
+        state.rules4 = [rule_args(r) for r in named["rules4"]]
+        state.rules6 = [rule_args(r) for r in _json(sec["rule6"])]
+        for iface in named["addr"]:
+            addrs.append((iface["ifname"], iface.get("addr_info", [])))
+        state.kernel_routes = sorted(set(kernel))
+        state.frr_routes = sorted(set(frr))
         for ifname, infos in addrs:
             for ai in infos:
-                if ai.get("scope") == "link" or ai.get("dynamic") or ai.get("local") in ("127.0.0.1", "::1"):
-                    continue
-                state.addresses.append(f"{ai['local']}/{ai['prefixlen']} dev {ifname}")
-        state.addresses.sort()
-        for link in links_doc:
-            kind = (link.get("linkinfo") or {}).get("info_kind", "")
-            state.links[link["ifname"]] = LinkState(kind=kind, up="UP" in link.get("flags", []), mtu=link.get("mtu", 0))
+                args = addr_args(ifname, ai)
+                local = str(ai.get("local", ""))
+                host = _natural_addr_scope(local) != "0"
+                (state.host_addresses if host else state.addresses).append(args)
+        state.host_addresses.sort()
+        for link in named["link"]:
+            state.links[link["ifname"]] = _link_state(link)
+        for doc in docs[len(_IP_DOCS):]:
+            for x in doc:
+                if "tunsrc" in x:
+                    state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
+                elif "hmac" in x:
+                    state.hmac.append(f"{x['hmac']} {x.get('algo')} {x.get('secret', '')}")
+                elif "id" in x:
+                    args = _nexthop_args(x)
+                    if args:
+                        state.nexthops.append(args)
         state.nft = sec["nft"].strip()
-        for line in sec["sysctl"].split():
-            k, _, v = line.partition(":")
-            state.sysctls[k] = v
-        m = re.search(r"tunsrc addr (\S+)", sec.get("tunsrc", ""))
-        state.tunsrc = m.group(1) if m and m.group(1) != "::" else ""
+        if "ro" in sec:
+            _learn_readonly(sec["ro"])
+        values = _sysctls(sec["sysctl"])
+        state.sysctls = {k: v for k, v in values.items() if not _per_interface(k)}
+        state.iface_sysctls = {k: v for k, v in values.items() if _per_interface(k)}
+        state.qdiscs = sorted(_qdisc_args(q) for q in _json(sec.get("tc", "")))
         if with_frr:
             frr_text = sec.get("frr", "")
             state.frr_config = normalize_frr(frr_text) if "frr version" in frr_text else None
@@ -428,30 +915,78 @@ def parse_capture(node: str, text: str, with_frr: bool) -> DeviceState:
         raise SnapshotError(f"{node}: cannot parse device state ({type(e).__name__}: {e})") from None
 
 
-def capture(lab: Lab, node: str, *, frr: bool | str = True, timeout_s: float = 20.0) -> DeviceState:
-    """Capture one node's restorable state: one command inside the node for the kernel, the
-    FRR daemons' vty sockets for their configurations.
+def capture(lab: Lab, node: str, *, frr: bool | str = True, sysctls: str = "full", timeout_s: float = 60.0,
+            prelude: str = "") -> DeviceState:
+    """Capture one node's state: one command inside the node for the kernel, two netlink dumps
+    for per-interface settings, the FRR daemons' vty sockets for their configurations.
 
     Args:
         frr: ``True`` (or ``"full"``): FRR's merged running configuration through vtysh and
             each daemon's own; ``"fast"``: each daemon's own only (no vtysh: what reset needs
             to tell whether FRR changed, at a fraction of the cost); ``False``: the kernel state
             only, so it works on a node whose FRR is frozen.
+        sysctls: ``"full"``: every writable sysctl file (a state to restore to later: a
+            baseline, a snapshot); ``"fast"``: per-interface ones compared through netlink only
+            (enough to tell whether the node changed; :func:`restore` reads the files of an
+            interface whose settings changed).
         timeout_s: deadline of the capture command.
+        prelude: shell run in the node before the capture, in the same command (lab reset
+            revives the node this way); its output ends before the first section.
 
     Raises:
         NodeNotFoundError, SnapshotError.
     """
+    return capture_with_prelude(lab, node, frr=frr, sysctls=sysctls, timeout_s=timeout_s, prelude=prelude)[0]
+
+
+def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls: str = "full", timeout_s: float = 60.0,
+                         prelude: str = "") -> tuple[DeviceState, str]:
+    """:func:`capture`, also returning what ``prelude`` printed."""
+    from substrate import netlink
+
     router = lab.state(node).role is not Role.HOST
     full = router and frr in (True, "full")
-    script = _CAPTURE_SCRIPT + (_FRR_SECTION if full else "")
-    r = lab.sh(node, script, timeout_s=timeout_s)
+    script = (prelude + _CAPTURE_SCRIPT + (_SYSCTL_FULL if sysctls == "full" else _SYSCTL_FAST)
+              + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
+    r = lab.sh(node, script, timeout_s=timeout_s, max_output=16 << 20)
     if r.timed_out:
-        raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?)")
-    state = parse_capture(node, r.stdout, with_frr=full)
+        ps = lab.exec(node, ["ps", "-eo", "pid,stat,etime,args"], timeout_s=5)
+        raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?); its processes: "
+                            + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
+    head, _, _ = r.stdout.partition(_SEP)
+    state = parse_capture(node, r.stdout, with_frr=full, router=router)
+    try:
+        state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
+    except netlink.NetlinkError as e:
+        raise SnapshotError(f"{node}: {e}") from None
     if router and frr:
         state.frr_daemons = lab.frr_daemon_configs(node, timeout_s=min(5.0, timeout_s))
-    return state
+    return state, head
+
+
+def capture_frr_routes(lab: Lab, node: str, *, timeout_s: float = 10.0) -> list[str]:
+    """The routes FRR installed on ``node`` (:attr:`DeviceState.frr_routes`), read alone: what
+    a reset polls while the underlay settles.
+
+    Raises:
+        SnapshotError: the routing table could not be read.
+    """
+    r = lab.exec(node, ["ip", "-N", "-d", "-j", "-batch", "-"], input="route show table all root ::/0\nroute show table all root 0.0.0.0/0\n",
+                 timeout_s=timeout_s, max_output=16 << 20)
+    if not r.ok:
+        raise SnapshotError(f"{node}: cannot read the routing tables: {r.summary()}")
+    try:
+        docs = _json_seq(r.stdout, route_docs=(0, 1))
+        out = set()
+        for fam, doc in zip((6, 4), docs, strict=True):
+            for obj in doc:
+                route, table = _route_dict(obj)
+                f = route_args(route, fam, table, owned="frr")
+                if f:
+                    out.add(f"-{fam} {f}")
+        return sorted(out)
+    except (ValueError, TypeError, KeyError) as e:
+        raise SnapshotError(f"{node}: cannot parse the routing tables ({e})") from None
 
 
 def capture_many(lab: Lab, nodes: list[str] | None = None) -> dict[str, DeviceState]:
@@ -471,150 +1006,407 @@ class RestoreReport(BaseModel):
     actions: list[str] = Field(default_factory=list, description="What was applied, in order.")
     residual: list[str] = Field(default_factory=list, description="Differences left after the restore (empty = exact).")
     seconds: float = 0.0
+    final: DeviceState | None = Field(default=None, exclude=True, description="The node's last capture (not serialised).")
 
 
-def _batch(lab: Lab, node: str, family: int, lines: list[str], *, deleting: bool = False) -> list[str]:
-    """Run ``ip -F -force -batch``; error lines returned. When ``deleting``, "No such process"
-    (the object is already gone, e.g. a route removed with its device) is not an error."""
+def _batch(lab: Lab, node: str, argv: list[str], lines: list[str], *, deleting: bool = False) -> list[str]:
+    """Run a batch command (``ip -force -batch -``, ``tc -force -batch -``); error lines returned.
+    When ``deleting``, an object already gone ("No such process", "No such file", "Cannot find")
+    is not an error."""
     if not lines:
         return []
-    r = lab.exec(node, ["ip", f"-{family}", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=20)
+    r = lab.exec(node, argv, input="\n".join(lines) + "\n", timeout_s=20)
     if r.ok:
         return []
     errs = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("Command failed")]
     if deleting:
-        errs = [ln for ln in errs if "No such process" not in ln and "No such file or directory" not in ln]
-    return [f"ip -{family} batch: {' | '.join(errs)[:500]}"] if errs else []
+        gone = ("No such process", "No such file or directory", "Cannot find", "does not exist", "Nexthop id does not exist")
+        errs = [ln for ln in errs if not any(g in ln for g in gone)]
+    return [f"{' '.join(argv[:2])} batch: {' | '.join(errs)[:500]}"] if errs else []
+
+
+def _ip(lab: Lab, node: str, lines: list[str], family: int | None = None, *, deleting: bool = False) -> list[str]:
+    argv = ["ip", *([f"-{family}"] if family else []), "-force", "-batch", "-"]
+    return _batch(lab, node, argv, lines, deleting=deleting)
 
 
 def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *, verify: bool = True) -> RestoreReport:
     """Make ``target.node`` equal to ``target`` again, changing only what differs.
 
     Order: FRR configuration (``frr-reload.py --reload``, FRR's own tool for moving a running
-    config to a target file; zebra then adds or removes the addresses it owns), then, against a
-    fresh capture, virtual links and link states, addresses, nftables, rules, routes, sysctls. A deleted veth cannot be re-created from one node (its peer is elsewhere): it
-    is reported in ``residual`` for the lab-level repair.
+    config to a target file; zebra then adds or removes the addresses it owns), then against a
+    fresh capture the kernel state (:func:`_apply_kernel`). With ``verify``, the node is captured
+    again and what still differs is repaired again, up to :data:`RESTORE_PASSES` passes; if FRR
+    cannot be moved to the target by frr-reload, FRR is restarted from it. A deleted veth cannot
+    be re-created from one node (its peer is elsewhere): it is reported in ``residual`` for the
+    lab-level repair. FRR routes (dynamic) are not restored here: see lab reset.
 
     Args:
         lab: the lab.
         target: the state to return to (from :func:`capture`).
         current: the node's present state if already captured (saves one capture).
-        verify: capture again afterwards and report residual differences.
+        verify: capture again afterwards, repeat, and report residual differences.
 
     Raises:
         NodeNotFoundError, SnapshotError (capture failed).
     """
     t0 = time.monotonic()
     node = target.node
-    mode: bool | str = "fast" if target.frr_daemons is not None else True
-    cur = current or capture(lab, node, frr=mode)
+    mode: bool | str = "fast" if target.frr_daemons is not None else (target.frr_config is not None)
+    cur = current or capture(lab, node, frr=mode, sysctls="fast")
     rep = RestoreReport(node=node, changed=False)
+    rep.final = cur
     if cur.same_as(target):
         rep.seconds = time.monotonic() - t0
         return rep
     rep.changed = True
     errors: list[str] = []
-    # FRR first: zebra owns the addresses its configuration names, and removes them from the
-    # kernel itself; the kernel diff is then taken against what FRR left
-    if target.frr_config is not None and not cur.frr_same(target) and (cur.frr_config is not None or cur.frr_daemons):
-        rep.actions.append("frr-reload to target running-config")
-        errors += restore_frr(lab, node, target.frr_config)
-        cur = capture(lab, node, frr=mode)
+    # FRR's ways back, each tried when the one before did not get there: the configuration delta
+    # in one vtysh session (fast); frr-reload.py (FRR's own tool: zebra refuses some deltas, e.g.
+    # an IPv4 address configured on two ports); a restart from the target configuration (a
+    # daemon missing), as an operator would
+    frr_steps = ["delta", "reload", "restart"] if cur.frr_daemons is not None and target.frr_daemons is not None \
+        and sorted(cur.frr_daemons) == sorted(target.frr_daemons) else ["reload", "restart"]  # fmt: skip
+    for _attempt in range(RESTORE_PASSES if verify else 1):
+        errors = []
+        # FRR first: zebra owns the addresses its configuration names, and removes them from the
+        # kernel itself; the kernel diff is then taken against what FRR left
+        if target.frr_config is not None and not cur.frr_same(target) and (cur.frr_config is not None or cur.frr_daemons) \
+                and frr_steps:  # fmt: skip
+            step = frr_steps.pop(0)
+            if step == "delta":
+                lines = frr_config_delta(cur.frr_daemons or {}, target.frr_daemons or {})
+                rep.actions += [f"frr: {x}" for x in lines]
+                r = lab.exec(node, ["vtysh"], input="\n".join(["configure terminal", *lines, "end"]) + "\n", timeout_s=60)
+                errors += [] if r.ok else [f"vtysh: {(r.stderr or r.stdout).strip()[-300:]}"]
+            elif step == "reload":
+                rep.actions.append("frr-reload to target running-config")
+                errors += restore_frr(lab, node, target.frr_config)
+            else:
+                rep.actions.append("FRR restarted from the target configuration")
+                errors += restart_frr(lab, node, target.frr_config)
+            cur = capture(lab, node, frr=mode, sysctls="fast")
+        if not cur.same_as(target):
+            errors += _apply_kernel(lab, cur, target, rep)
+        if not verify:
+            break
+        cur = capture(lab, node, frr=mode, sysctls="fast")
+        if cur.same_as(target):
+            errors = []
+            break
+    rep.residual = errors + cur.diff(target) if verify and (errors or not cur.same_as(target)) else errors
+    rep.final = cur if verify else None
+    rep.seconds = time.monotonic() - t0
+    return rep
+
+
+def _order_sysctls(keys: Iterable[str]) -> list[str]:
+    """Global and ``all``/``default`` sysctls before per-interface ones (writing ``all`` changes
+    every interface's value; ``ip_forward`` changes every ``forwarding``)."""
+    def rank(k: str) -> tuple[int, str]:
+        if k in ("net/ipv4/ip_forward",):
+            return 0, k
+        iface = _sysctl_iface(k)
+        return (1 if iface in ("all",) else 2 if iface == "default" else 3 if iface is None else 4), k
+
+    return sorted(keys, key=rank)
+
+
+def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreReport) -> list[str]:  # noqa: C901
+    """One repair pass of the kernel state of ``cur`` towards ``target``; error lines returned."""
+    node = target.node
+    errors: list[str] = []
+    # -- links: remove what the target lacks, create missing virtual devices, set attributes
     link_lines: list[str] = []
+    deleted = [n for n in cur.links if n not in target.links]
+    if deleted:  # (deleting one end of a veth pair deletes the other: "Cannot find device" is fine)
+        rep.actions += [f"link del {name}" for name in deleted]
+        errors += _ip(lab, node, [f"link del {name}" for name in deleted], deleting=True)
+    created: set[str] = set()
     for name, want in target.links.items():
         have = cur.links.get(name)
+        if have is not None and have.kind == "bridge" == want.kind and (have.info != want.info or have.carrier != want.carrier):
+            # bridge parameters or a MAC set by hand (the carrier shows it): re-create the device
+            link_lines.append(f"link del {name}")
+            have = None
         if have is None:
-            if want.kind in ("bridge",):
-                link_lines += [f"link add {name} type {want.kind}"]
-                have = LinkState(kind=want.kind, up=False, mtu=want.mtu)
+            if want.kind == "bridge":
+                link_lines.append(f"link add {name} type bridge")
+                created.add(name)
+                have = LinkState(kind=want.kind, up=False, mtu=0, info=want.info, carrier=want.carrier)
             else:
                 errors.append(f"link {name} ({want.kind or 'device'}) is missing and cannot be re-created on one node")
                 continue
-        if have.mtu != want.mtu:
-            link_lines.append(f"link set {name} mtu {want.mtu}")
-        if have.up != want.up:
-            link_lines.append(f"link set {name} {'up' if want.up else 'down'}")
-    deleted = [n for n, have in cur.links.items() if n not in target.links and have.kind in ("bridge", "dummy", "vxlan", "tun", "veth")]
-    link_lines += [f"link del {name}" for name in deleted]
-    addr_add = sorted(set(target.addresses) - set(cur.addresses))
-    addr_del = [a for a in sorted(set(cur.addresses) - set(target.addresses)) if a.split()[-1] not in deleted]
+        link_lines += _link_set_lines(name, have, want)
+    if link_lines:
+        rep.actions += link_lines
+        errors += _ip(lab, node, link_lines)
+    # -- sysctls (after links: a re-created device starts with defaults; before addresses: an
+    # address cannot go back on an interface whose IPv6 is disabled)
+    existing = set(target.links) & (set(cur.links) | created)
+    # an interface whose settings (netlink) differ, or re-created: its files say which to write
+    moved = {i for i in existing if i in created or cur.link_settings.get(i) != target.link_settings.get(i)}
+    moved |= {k.split("/")[-1] for k in set(cur.neigh_settings) | set(target.neigh_settings)
+              if cur.neigh_settings.get(k) != target.neigh_settings.get(k) and k.split("/")[-1] in existing}
+    values = dict(cur.sysctls)
+    if moved:
+        have_files = {i for i in moved if i not in created and any(_sysctl_iface(k) == i for k in cur.iface_sysctls)}
+        values |= {k: v for k, v in cur.iface_sysctls.items() if _sysctl_iface(k) in have_files}
+        values |= _interface_sysctls(lab, node, moved - have_files)
+        lacking = sorted(i for i in moved if not any(_sysctl_iface(k) == i for k in target.iface_sysctls))
+        errors += [f"the settings of {i} differ, and the target state holds no sysctl values for it (a fast capture)"
+                   for i in lacking]
+    want = target.sysctls | {k: v for k, v in target.iface_sysctls.items() if _sysctl_iface(k) in moved}
+    changed = {k: v for k, v in want.items() if values.get(k) != v}
+    errors += _write_sysctls(lab, node, {k: changed[k] for k in _order_sysctls(changed)}, rep)
+    # -- addresses
+    n_before = len(rep.actions)
+    errors += _apply_addresses(lab, cur, target, rep, skip_devs=set(deleted))
+    # -- kernel-derived routes: the kernel re-derives them when links, sysctls or addresses
+    # change, so they are repaired only in a pass where those were already right (else the next
+    # pass sees what the kernel derived)
+    if not link_lines and not deleted and not changed and not moved and len(rep.actions) == n_before:
+        errors += _apply_kernel_routes(lab, cur, target, rep)
+    # -- routes, rules, neighbours, nexthops
+    for fam in (4, 6):
+        have_r, want_r = set(getattr(cur, f"routes{fam}")), set(getattr(target, f"routes{fam}"))
+        dels = [f"route del {route_del_args(x)}{_dev_of(x)}" for x in sorted(have_r - want_r)]
+        adds = [f"route replace {_strip_markers(x)}" for x in sorted(want_r - have_r)]
+        rep.actions += [f"-{fam} {x}" for x in dels + adds]
+        errors += _ip(lab, node, dels, fam, deleting=True)
+        errors += _ip(lab, node, adds, fam)
+        errors += _apply_rules(lab, node, fam, getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}"), rep)
+    have_n, want_n = set(cur.neighbors), set(target.neighbors)
+    dels = [f"neigh del {_neigh_key(x)}" for x in sorted(have_n - want_n)]
+    adds = [f"neigh {'add' if x.startswith('proxy ') else 'replace'} {x}" for x in sorted(want_n - have_n)]
+    rep.actions += dels + adds
+    errors += _ip(lab, node, dels, deleting=True)
+    errors += _ip(lab, node, adds)
+    have_h, want_h = set(cur.nexthops), set(target.nexthops)
+    dels = [f"nexthop del {x.split()[0]} {x.split()[1]}" for x in sorted(have_h - want_h)]
+    adds = [f"nexthop replace {x}" for x in sorted(want_h - have_h, key=lambda x: "group" in x)]
+    rep.actions += dels + adds
+    errors += _ip(lab, node, dels, deleting=True)
+    errors += _ip(lab, node, adds)
+    # -- nftables, SRv6, qdiscs
+    if normalize_nft(cur.nft) != normalize_nft(target.nft):
+        rep.actions.append("nft: replace ruleset")
+        r = lab.exec(node, ["nft", "-f", "-"], input="flush ruleset\n" + target.nft + "\n", timeout_s=20)
+        if not r.ok:
+            errors.append(f"nft: {r.stderr.strip()[:500]}")
+    if cur.tunsrc != target.tunsrc:
+        rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
+        errors += _ip(lab, node, [f"sr tunsrc set {target.tunsrc or '::'}"])
+    errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
+    errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
+    return errors
+
+
+def _strip_markers(args: str) -> str:
+    return " ".join(w for w in args.split() if not w.startswith("?"))
+
+
+def _link_set_lines(name: str, have: LinkState, want: LinkState) -> list[str]:
+    """``ip link set`` lines turning ``have`` into ``want`` (admin state last)."""
+    attrs: list[str] = []
+    if want.address and have.address != want.address and name != "lo":
+        attrs.append(f"address {want.address}")
+    if want.mtu and have.mtu != want.mtu:
+        attrs.append(f"mtu {want.mtu}")
+    if want.txqlen is not None and have.txqlen != want.txqlen:
+        attrs.append(f"txqueuelen {want.txqlen}")
+    if want.group and have.group != want.group:
+        attrs.append(f"group {want.group}")
+    if want.linkmode and have.linkmode != want.linkmode:
+        attrs.append(f"mode {want.linkmode.lower()}")
+    for flag, word in _LINK_FLAGS.items():
+        if (flag in have.flags) != (flag in want.flags):
+            on = flag in want.flags
+            attrs.append(f"{word} {('off' if on else 'on') if flag == 'NOARP' else ('on' if on else 'off')}")
+    if want.addrgenmode and have.addrgenmode != want.addrgenmode:
+        attrs.append(f"addrgenmode {want.addrgenmode}")
+    if have.protodown != want.protodown:
+        attrs.append(f"protodown {'on' if want.protodown else 'off'}")
+    if have.master != want.master:
+        attrs.append(f"master {want.master}" if want.master else "nomaster")
+    for k, v in want.offload.items():
+        if have.offload.get(k) != v:
+            attrs.append(f"{k} {v}")
+    lines = [f"link set {name} {' '.join(attrs)}"] if attrs else []
+    if have.alias != want.alias:
+        lines.append(f"link set {name} alias {shlex.quote(want.alias)}" if want.alias else f"link set {name} alias ''")
+    if have.up != want.up:
+        lines.append(f"link set {name} {'up' if want.up else 'down'}")
+    return lines
+
+
+def _apply_addresses(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreReport, skip_devs: set[str]) -> list[str]:
+    """Addresses: extra ones removed, missing or changed ones added; on an interface whose IPv4
+    addresses are in another order, all of them are re-added in the target's order."""
+    node = target.node
+    have_all = [*cur.addresses, *cur.host_addresses]
+    want_all = [*target.addresses, *target.host_addresses]
+    dels = [a for a in have_all if a not in want_all and _addr_dev(a) not in skip_devs]
+    adds = [a for a in want_all if a not in have_all]
+
+    def v4(addrs: list[str], dev: str) -> list[str]:
+        return [a for a in addrs if _addr_dev(a) == dev and ":" not in a.split()[0]]
+
+    for dev in sorted({_addr_dev(a) for a in want_all}):
+        h, w = v4(have_all, dev), v4(want_all, dev)
+        kept = [a for a in h if a in w]
+        if kept != [a for a in w if a in kept] or (kept and [a for a in w if a in h] != w[: len(kept)]):
+            # order differs (the primary changed): put the interface's IPv4 addresses back in order
+            dels += [a for a in h if a not in dels]
+            adds = [a for a in adds if a not in w] + w
     # an interface that comes (back) up gets the addresses FRR configures on it from zebra itself
     # (zebra installs configured addresses when the interface goes up); adding them too races
     # zebra, whose install then fails with EEXIST and leaves zebra, hence IS-IS, without the
     # address: wait for zebra's instead
     woken = {n for n, want in target.links.items() if want.up and not (cur.links.get(n) and cur.links[n].up)}
     zebra_owned = frr_interface_addresses(target.frr_config or "") if cur.frr_daemons or cur.frr_config else set()
-    from_zebra = [a for a in addr_add if a.split()[-1] in woken and a in zebra_owned]
-    link_lines += [f"addr del {a}" for a in addr_del] + [f"addr replace {a}" for a in addr_add if a not in from_zebra]
-    # sysctls of existing interfaces first (an address cannot be put back on an interface whose
-    # IPv6 is disabled); those of interfaces re-created below, after them
-    changed_sysctls = {k: v for k, v in target.sysctls.items() if v and cur.sysctls.get(k) != v}
-    late = {k: v for k, v in changed_sysctls.items() if _sysctl_iface(k) not in (None, "all", "default", *cur.links)}
-    errors += _write_sysctls(lab, node, {k: v for k, v in changed_sysctls.items() if k not in late}, rep)
-    if link_lines:
-        rep.actions += link_lines
-        r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(link_lines) + "\n", timeout_s=20)
-        if not r.ok:
-            errors.append(f"links/addresses: {r.stderr.strip()[:500]}")
+    from_zebra = [a for a in adds if _addr_dev(a) in woken and a in zebra_owned]
+    # and the kernel gives it its link-local address itself (adding it too races the kernel)
+    adds = [a for a in adds if not (_addr_dev(a) in woken and _natural_addr_scope(a.split()[0].split("/")[0]) == "253")]
+    lines = [f"addr del {_addr_del(a)}" for a in dels] + [f"addr add {_addr_add(a)}" for a in adds if a not in from_zebra]
+    rep.actions += lines
+    errors = _ip(lab, node, [f"addr del {_addr_del(a)}" for a in dels], deleting=True)
+    errors += _ip(lab, node, [f"addr add {_addr_add(a)}" for a in adds if a not in from_zebra])
     if from_zebra:
         rep.actions += [f"zebra: addr {a}" for a in from_zebra]
         missing = _wait_addresses(lab, node, from_zebra, timeout_s=5.0)
         if missing:  # zebra did not (FRR down or not configured after all): add them ourselves
-            lines = [f"addr replace {a}" for a in missing]
+            lines = [f"addr replace {_addr_add(a)}" for a in missing]
             rep.actions += lines
-            r = lab.exec(node, ["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=20)
-            if not r.ok:
-                errors.append(f"addresses: {r.stderr.strip()[:500]}")
-    if normalize_nft(cur.nft) != normalize_nft(target.nft):
-        rep.actions.append("nft: replace ruleset")
-        r = lab.exec(node, ["nft", "-f", "-"], input="flush ruleset\n" + target.nft + "\n", timeout_s=20)
-        if not r.ok:
-            errors.append(f"nft: {r.stderr.strip()[:500]}")
-    for fam in (4, 6):
-        have, want = getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}")
-        dels = [x for x in have if x not in want]
-        adds = [x for x in want if x not in have]
-        rep.actions += [f"-{fam} rule del {x}" for x in dels] + [f"-{fam} rule add {x}" for x in adds]
-        errors += _batch(lab, node, fam, [f"rule del {x}" for x in dels], deleting=True)
-        errors += _batch(lab, node, fam, [f"rule add {x}" for x in adds])
-        have_r, want_r = set(getattr(cur, f"routes{fam}")), set(getattr(target, f"routes{fam}"))
-        dels = [f"route del {route_del_args(x)}" for x in sorted(have_r - want_r)]
-        adds = [f"route replace {x}" for x in sorted(want_r - have_r)]
-        rep.actions += [f"-{fam} {x}" for x in dels + adds]
-        errors += _batch(lab, node, fam, dels, deleting=True)
-        errors += _batch(lab, node, fam, adds)
-        have_n = {x for x in cur.neighbors if (":" in x.split()[0]) == (fam == 6)}
-        want_n = {x for x in target.neighbors if (":" in x.split()[0]) == (fam == 6)}
-        dels = [f"neigh del {' '.join(x.split()[:3])}" for x in sorted(have_n - want_n)]
-        adds = [f"neigh replace {x}" for x in sorted(want_n - have_n)]
-        rep.actions += [f"-{fam} {x}" for x in dels + adds]
-        errors += _batch(lab, node, fam, dels, deleting=True)
-        errors += _batch(lab, node, fam, adds)
-    errors += _write_sysctls(lab, node, late, rep)
-    if cur.tunsrc != target.tunsrc:
-        rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
-        lab.exec(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"])
-    if target.frr_config is not None and not cur.frr_same(target):
-        # still different (FRR was down at capture, or the links it configures were missing)
-        rep.actions.append("frr-reload to target running-config")
-        errors += restore_frr(lab, node, target.frr_config)
-    if verify:
-        after = capture(lab, node, frr=mode)
-        if target.frr_config is not None and not after.frr_same(target):
-            # frr-reload could not get there (zebra refuses to undo some states, e.g. an IPv4
-            # address configured on two ports): restart FRR from the target configuration, as
-            # an operator would, then put the kernel state back against a fresh capture
-            rep.actions.append("FRR restarted from the target configuration")
-            errors = restart_frr(lab, node, target.frr_config)
-            sub = restore(lab, target.model_copy(update={"frr_config": None, "frr_daemons": None}), verify=False)
-            rep.actions += sub.actions
-            errors += sub.residual
-            after = capture(lab, node, frr=mode)
-        rep.residual = errors + after.diff(target) if errors or not after.same_as(target) else []
-    else:
-        rep.residual = errors
-    rep.seconds = time.monotonic() - t0
-    return rep
+            errors += _ip(lab, node, lines)
+    return [e for e in errors if "File exists" not in e]
+
+
+def _apply_kernel_routes(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreReport) -> list[str]:
+    """Routes the kernel derives from addresses and links. Missing ones are added back as they
+    were; an IPv6 local-table route of metric 0 cannot be (user routes get metric 1024), so the
+    address it comes from is removed and added again instead."""
+    node = target.node
+    have, want = set(cur.kernel_routes), set(target.kernel_routes)
+    errors: list[str] = []
+    dels = [x for x in sorted(have - want)]
+    bounce: set[str] = set()
+    adds: list[str] = []
+    for x in sorted(want - have):
+        fam, args = x.split(" ", 1)
+        words = args.split()
+        if fam == "-6" and "table local" in args and "metric 0" in args:
+            owner = _owner_address(words, [*target.addresses, *target.host_addresses])
+            if owner:
+                bounce.add(owner)
+                continue
+        adds.append(x)
+    for fam in ("-4", "-6"):
+        # `prepend`, not `replace` or `add`: fe80::/64 and ff00::/8 exist once per device with the
+        # same metric; a replace of one would take the others' place, an add is refused (EEXIST)
+        d = [f"route del {route_del_args(x.split(' ', 1)[1])}" + _dev_of(x) for x in dels if x.startswith(fam)]
+        a = [f"route prepend {_strip_markers(x.split(' ', 1)[1])}" for x in adds if x.startswith(fam)]
+        rep.actions += [f"{fam} {x}" for x in d + a]
+        errors += _ip(lab, node, d, int(fam[1]), deleting=True)
+        errors += [e for e in _ip(lab, node, a, int(fam[1])) if "File exists" not in e]
+    if bounce:
+        lines = [f"addr del {_addr_del(a)}" for a in sorted(bounce)] + [f"addr add {_addr_add(a)}" for a in sorted(bounce)]
+        rep.actions += [f"{x} (re-derive its local routes)" for x in lines]
+        errors += _ip(lab, node, lines)
+    return errors
+
+
+def _dev_of(route: str) -> str:
+    """`` dev IF`` of a single-nexthop canonical route (a route deletion names the device: the same
+    prefix exists once per device for kernel routes), else empty."""
+    words = route.split()
+    return f" dev {words[words.index('dev') + 1]}" if words.count("dev") == 1 else ""
+
+
+def _owner_address(route_words: list[str], addresses: list[str]) -> str | None:
+    """The address a local-table IPv6 route (``local A`` or ``anycast P``) is derived from."""
+    kind = route_words[0]
+    dst = route_words[1].split("/")[0]
+    dev = route_words[route_words.index("dev") + 1] if "dev" in route_words else ""
+    for a in addresses:
+        if _addr_dev(a) != dev or ":" not in a.split()[0]:
+            continue
+        iface = ipaddress.ip_interface(a.split()[0])
+        if kind == "local" and str(iface.ip) == dst:
+            return a
+        if kind == "anycast" and str(iface.network.network_address) == dst:
+            return a
+    return None
+
+
+def _apply_rules(lab: Lab, node: str, fam: int, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
+    """Rules: extra ones removed, missing ones added; where rules of one priority are in
+    another order (first match wins among them), that priority's rules are re-added in order."""
+    def prio(x: str) -> str:
+        return x.split()[1]
+
+    groups = sorted({prio(x) for x in have + want}, key=int)
+    dels: list[str] = []
+    adds: list[str] = []
+    for p in groups:
+        h = [x for x in have if prio(x) == p]
+        w = [x for x in want if prio(x) == p]
+        if h == w:
+            continue
+        kept = [x for x in h if x in w]
+        if kept == w[: len(kept)] and all(x in w for x in kept):
+            dels += [x for x in h if x not in w]
+            adds += w[len(kept):]
+        else:  # order differs: the whole priority group again, in the target's order
+            dels += h
+            adds += w
+    rep.actions += [f"-{fam} rule del {x}" for x in dels] + [f"-{fam} rule add {x}" for x in adds]
+    errors = _ip(lab, node, [f"rule del {_strip_markers(x)}" for x in dels], fam, deleting=True)
+    errors += _ip(lab, node, [f"rule add {_strip_markers(x)}" for x in adds], fam)
+    return errors
+
+
+def _neigh_key(args: str) -> str:
+    words = args.split()
+    if words[0] == "proxy":
+        return " ".join(words[:4])
+    return " ".join(words[:3])
+
+
+def _apply_hmac(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
+    if set(have) == set(want):
+        return []
+    script = []
+    for x in sorted(set(have) - set(want)):
+        script.append(f"echo | ip sr hmac set {x.split()[0]} {x.split()[1]}")
+    for x in sorted(set(want) - set(have)):
+        kid, algo, secret = x.split(" ", 2)
+        script.append(f"printf '%s\\n' {shlex.quote(secret)} | ip sr hmac set {kid} {algo}")
+    rep.actions += [f"sr hmac {x.split()[0]}" for x in sorted(set(have) ^ set(want))]
+    r = lab.sh(node, " && ".join(script) + " >/dev/null")
+    return [] if r.ok else [f"sr hmac: {r.stderr.strip()[:300]}"]
+
+
+def _apply_qdiscs(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
+    """Queueing disciplines back to the target's: an extra root qdisc is deleted (the device
+    falls back to its default), an extra ingress/clsact too. A non-default qdisc of the target
+    cannot be re-created from its JSON form: reported."""
+    if sorted(have) == sorted(want):
+        return []
+    lines: list[str] = []
+    errors: list[str] = []
+    for x in sorted(set(have) - set(want)):
+        words = x.split()
+        dev, where = words[1], words[2]
+        if where == "root" and not _default_qdisc(x):
+            lines.append(f"qdisc del dev {dev} root")
+        elif where in ("ingress", "clsact"):
+            lines.append(f"qdisc del dev {dev} {where}")
+    for x in sorted(set(want) - set(have)):
+        if not _default_qdisc(x):
+            errors.append(f"qdisc {x} is missing and cannot be re-created from its description")
+    rep.actions += [f"tc {x}" for x in lines]
+    return errors + _batch(lab, node, ["tc", "-force", "-batch", "-"], sorted(set(lines)), deleting=True)
 
 
 def restart_frr(lab: Lab, node: str, config: str) -> list[str]:
@@ -672,9 +1464,27 @@ def _wait_addresses(lab: Lab, node: str, wanted: list[str], timeout_s: float) ->
 
 
 def _sysctl_iface(key: str) -> str | None:
-    """The interface of a per-interface sysctl path (``net/ipv6/conf/eth1/forwarding`` -> eth1)."""
+    """The interface of a per-interface sysctl path (``net/ipv6/conf/eth1/forwarding`` -> eth1,
+    ``net/ipv4/neigh/eth1/...`` -> eth1)."""
     parts = key.split("/")
-    return parts[3] if len(parts) == 5 and parts[2] == "conf" else None
+    return parts[3] if len(parts) >= 5 and parts[2] in ("conf", "neigh") else None
+
+
+@functools.lru_cache(maxsize=65536)
+def _per_interface(key: str) -> bool:
+    """A sysctl of one interface's directory (``conf/eth1``, ``neigh/eth1``; not ``all``/``default``)
+    that netlink reports (the IPv6 stable secret is not in the devconf array: it is read as a file,
+    readable only once set -- and it cannot be unset)."""
+    return _sysctl_iface(key) not in (None, "all", "default") and not key.endswith("/stable_secret")
+
+
+def _interface_sysctls(lab: Lab, node: str, ifnames: Iterable[str]) -> dict[str, str]:
+    """The sysctl files of the given interfaces (``conf`` and ``neigh`` of both families)."""
+    paths = [f"/proc/sys/net/ipv{v}/{d}/{shlex.quote(i)}" for i in sorted(ifnames) for v in (4, 6) for d in ("conf", "neigh")]
+    if not paths:
+        return {}
+    r = lab.sh(node, f"grep -r . {' '.join(paths)} 2>/dev/null; true", max_output=16 << 20)
+    return _sysctls(r.stdout)
 
 
 def _write_sysctls(lab: Lab, node: str, values: dict[str, str], rep: RestoreReport) -> list[str]:
@@ -682,7 +1492,9 @@ def _write_sysctls(lab: Lab, node: str, values: dict[str, str], rep: RestoreRepo
     if not values:
         return []
     rep.actions += [f"sysctl {k}={v}" for k, v in values.items()]
-    r = lab.sh(node, "rc=0; " + "; ".join(f"echo {v} > /proc/sys/{k} || rc=1" for k, v in values.items()) + "; exit $rc")
+    script = "rc=0\n" + "\n".join(f"printf '%s\\n' {shlex.quote(v)} > /proc/sys/{shlex.quote(k)} || rc=1"
+                                  for k, v in values.items()) + "\nexit $rc\n"
+    r = lab.sh(node, script)
     return [] if r.ok else [f"sysctl: {r.stderr.strip()[:300]}"]
 
 
@@ -695,3 +1507,137 @@ def restore_frr(lab: Lab, node: str, config: str) -> list[str]:
     r = lab.sh(node, f"cat > {path} && /usr/lib/frr/frr-reload.py --reload --stdout {path}; rc=$?; rm -f {path}; exit $rc",
                input=config, timeout_s=60)
     return [] if r.ok else [f"frr-reload: {(r.stderr or r.stdout).strip()[-500:]}"]
+
+
+# -- FRR and the kernel ------------------------------------------------------------------------
+
+
+def _route_projection(args: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    """(destination, {(gateway, device)}) of a canonical route (``-4|-6`` prefix allowed)."""
+    words = args.split()
+    if words[0] in ("-4", "-6"):
+        words = words[1:]
+    dst = words[1] if words[0] in _RTN_NUM and words[0] != "unicast" else words[0]
+    hops: set[tuple[str, str]] = set()
+    gw = ""
+    for i, w in enumerate(words):
+        if w == "via":
+            gw = words[i + 2] if words[i + 1] in ("inet", "inet6") else words[i + 1]
+        elif w == "dev":
+            hops.add((gw, words[i + 1]))
+            gw = ""
+    return dst, frozenset(hops)
+
+
+class FibDesync(BaseModel):
+    """Where a router's kernel FRR routes disagree with zebra's view (:func:`fib_desync`)."""
+
+    failed: list[str] = Field(default_factory=list, description="Routes zebra failed to install.")
+    missing: list[str] = Field(default_factory=list, description="Routes zebra installed that the kernel lacks.")
+    nexthops: list[str] = Field(default_factory=list, description="Routes whose kernel nexthops differ from zebra's.")
+    regroup: dict[int, list[tuple[str, str]]] = Field(
+        default_factory=dict, description="For those routes: zebra's nexthop-group id -> the (gateway, device) "
+        "nexthops zebra installed in it (what the kernel's group must hold).")
+    unknown: list[str] = Field(
+        default_factory=list, description="Kernel routes with an FRR protocol that zebra does not know (put there by "
+        "someone else), as canonical `-4|-6 ROUTE`.")
+
+    def restart_needed(self, *, strict: bool) -> list[str]:
+        """Why FRR must be restarted: zebra failed to install routes (it will not retry), and,
+        when ``strict`` (the underlay has converged, so nothing is in flight), any route zebra
+        installed that the kernel lacks or holds with other nexthops (once
+        :func:`repair_nexthop_groups` could not fix them)."""
+        return self.failed + (self.missing + self.nexthops if strict else [])
+
+    def __bool__(self) -> bool:
+        return bool(self.failed or self.missing or self.nexthops or self.unknown)
+
+
+def repair_nexthop_groups(lab: Lab, node: str, desync: FibDesync) -> list[str]:
+    """Put zebra's nexthops back into the kernel's nexthop groups zebra's routes use.
+
+    When a link goes down, the kernel drops the nexthops through it from every group; when it
+    comes back, zebra 8.4 re-uses its groups as installed without re-installing them, so the
+    routes keep fewer paths than zebra (and the baseline) have -- after every link flap, the
+    ``link_down`` fault included. Each such group is replaced (``ip nexthop replace id G group
+    ...``, protocol zebra) by the kernel nexthops matching zebra's (gateway, device) pairs.
+
+    Returns:
+        What could not be repaired this way (a nexthop zebra wants that the kernel lacks).
+    """
+    if not desync.regroup:
+        return []
+    r = lab.exec(node, ["ip", "-N", "-j", "nexthop", "show"], timeout_s=10)
+    try:
+        have = json.loads(r.stdout or "[]") if r.ok else []
+    except ValueError:
+        have = []
+    single = {(str(n.get("gateway", "")), str(n.get("dev", ""))): n["id"] for n in have
+              if "group" not in n and str(n.get("protocol")) == "11"}
+    kinds = {n["id"]: ("group" if "group" in n else "single") for n in have}
+    lines, unfixable = [], []
+    for gid, hops in sorted(desync.regroup.items()):
+        ids = [single.get(h) for h in sorted(hops)]
+        if None in ids or not ids:
+            unfixable.append(f"nexthop group {gid}: the kernel lacks a nexthop of {sorted(hops)}")
+        elif kinds.get(gid) == "group":
+            lines.append(f"nexthop replace id {gid} group {'/'.join(str(i) for i in ids)} proto zebra")
+        elif kinds.get(gid) == "single" and len(hops) == 1:
+            gw, dev = sorted(hops)[0]
+            lines.append(f"nexthop replace id {gid}" + (f" via {gw}" if gw else "") + f" dev {dev} proto zebra")
+        else:
+            unfixable.append(f"nexthop group {gid} is not in the kernel as zebra has it")
+    errors = _ip(lab, node, lines)
+    return unfixable + errors
+
+
+def fib_desync(lab: Lab, node: str, state: DeviceState) -> FibDesync:
+    """Compare the kernel's FRR routes of ``node`` (``state.frr_routes``) with what zebra says it
+    installed (``show ip route json`` / ``show ipv6 route json`` on zebra's vty). Zebra re-installs
+    a route deleted under it, but not the routes ``ip nexthop flush`` removed (it marks them
+    failed), and it ignores a route someone else adds with its protocol number. Empty when they
+    agree or FRR does not answer."""
+    from substrate.vty import VtyError
+
+    kernel: dict[str, frozenset[tuple[str, str]]] = {}
+    canonical: dict[str, str] = {}
+    for r in state.frr_routes:
+        if " table " in r:
+            continue
+        dst, hops = _route_projection(r)
+        kernel[dst] = hops
+        canonical[dst] = r
+    zebra: dict[str, frozenset[tuple[str, str]]] = {}
+    groups: dict[str, int] = {}
+    out = FibDesync()
+    try:
+        answers = lab.vty(node, "zebra", "show ip route json", "show ipv6 route json", timeout_s=5)
+    except VtyError:
+        return out
+    for text, status in answers:
+        if status != 0:
+            return FibDesync()
+        for prefix, entries in json.loads(text or "{}").items():
+            for e in entries:
+                if e.get("protocol") in ("connected", "kernel", "local") or not e.get("selected"):
+                    continue
+                if e.get("failed"):
+                    out.failed.append(f"zebra failed to install {prefix} ({e.get('protocol')})")
+                    zebra[prefix] = kernel.get(prefix, frozenset())
+                    continue
+                if not e.get("installed"):  # queued for the kernel: zebra knows it, the kernel may lag
+                    zebra[prefix] = kernel.get(prefix, frozenset())
+                    continue
+                zebra[prefix] = frozenset((nh.get("ip", ""), nh.get("interfaceName", "")) for nh in e.get("nexthops", [])
+                                          if nh.get("fib") and not nh.get("blackhole") and nh.get("interfaceName"))
+                if e.get("installedNexthopGroupId"):
+                    groups[prefix] = int(e["installedNexthopGroupId"])
+    for prefix, hops in sorted(zebra.items()):
+        if prefix not in kernel:
+            out.missing.append(f"{prefix} installed by zebra is missing from the kernel")
+        elif kernel[prefix] != hops:
+            out.nexthops.append(f"{prefix}: kernel nexthops {sorted(kernel[prefix])} != zebra's {sorted(hops)}")
+            if prefix in groups and hops:
+                out.regroup[groups[prefix]] = sorted(hops)
+    out.unknown = [canonical[p] for p in sorted(set(kernel) - set(zebra))]
+    return out

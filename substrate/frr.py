@@ -14,6 +14,11 @@ paths work and ``vtysh`` needs no ``-N``.
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
 from substrate import addressing as addr
 from substrate.topology import Role, Topology
 
@@ -32,6 +37,82 @@ HELLO_MULTIPLIER = 3
 #: node) admitted without PAM, which needs host files a node does not get (/etc/pam.d; FRR's
 #: vtysh.conf ``username USER nopassword``).
 VTYSH_CONF = "service integrated-vtysh-config\nusername root nopassword\n"
+#: The IS-IS neighbour command whose structured answer :func:`parse_isis_neighbors` reads.
+ISIS_NEIGHBOR_JSON = "show isis neighbor json"
+
+
+@dataclass(frozen=True)
+class IsisAdjacency:
+    """One IS-IS adjacency as FRR reports it."""
+
+    neighbor: str  #: the neighbour's dynamic hostname (node name), or its system id without one
+    interface: str
+    level: int
+    state: str  #: Up, Initializing, Down
+
+
+def parse_isis_neighbors(text: str) -> list[IsisAdjacency]:
+    """The adjacencies in FRR's ``show isis neighbor json`` answer.
+
+    FRR 8.4 answers ``{"areas": [{"area": TAG, "circuits": [{"adj": HOST, "interface": IF,
+    "level": N, "state": "Up", ...}, {"circuit": 0}, ...]}]}`` (a passive circuit is an object
+    without ``adj``). Structured output, because the text table prints the system id, interface
+    and level columns with fixed widths that names of 10 characters or more run together
+    (``ethernetlong012  Up``: issue 17). Any object carrying an interface and a state is read,
+    wherever it sits, so a later FRR that nests the list differently is read too.
+
+    Raises:
+        ValueError: ``text`` is not JSON (the daemon answered with an error).
+    """
+    out: list[IsisAdjacency] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            if "interface" in x and "state" in x and ("adj" in x or "system-id" in x):
+                level = x.get("level", 0)
+                out.append(IsisAdjacency(neighbor=str(x.get("adj") or x.get("system-id")), interface=str(x["interface"]),
+                                         level=int(level) if str(level).isdigit() else 0, state=str(x["state"])))
+                return
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(json.loads(text) if text.strip() else {})
+    return out
+
+
+#: Commands :func:`isis_settled` reads from isisd's vty.
+ISIS_SUMMARY_JSON = "show isis summary json"
+ISIS_DATABASE = "show isis database"
+_LSP_ROW = re.compile(r"^\s*(\S+?)\s*(\*)?\s+(\d+)\s+(0x[0-9a-fA-F]+)\s+(0x[0-9a-fA-F]+)\s+(\d+)\s+(\d+/\d+/\d+)\s*$")
+
+
+def parse_isis_database(text: str) -> dict[str, tuple[str, str]]:
+    """``show isis database`` as {LSP ID: (sequence number, checksum)}.
+
+    FRR 8.4's ``show isis database json`` is broken (every LSP overwrites the previous one under
+    the same keys), so the text is read -- by a row pattern anchored on the numeric columns, which
+    long names cannot shift: the LSP ID is the first word, with the own-LSP ``*`` glued to it or not.
+    """
+    out: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        m = _LSP_ROW.match(line)
+        if m:
+            out[m.group(1).rstrip("*")] = (m.group(4).lower(), m.group(5).lower())
+    return out
+
+
+def isis_spf_pending(summary_json: str) -> bool:
+    """True when ``show isis summary json`` says an SPF run is scheduled at some level.
+
+    Raises:
+        ValueError: not JSON.
+    """
+    data = json.loads(summary_json)
+    return any(str(lv.get("spf", "no pending")) != "no pending"
+               for area in data.get("areas", []) for lv in area.get("levels", []) if isinstance(lv, dict))
 
 
 def daemon_argv(daemon: str) -> list[str]:

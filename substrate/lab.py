@@ -81,6 +81,8 @@ class LabRecord(BaseModel):
     detached: bool = Field(
         default=False, description="Outlives its creator (harness lab up); set only once the bring-up is complete.")
     owner_pid: int = Field(description="PID of the process that created the lab.")
+    owner_start: int = Field(
+        default=0, description="Start time of the owner (clock ticks since boot; 0: unknown), guards against PID reuse.")
     created_at: float
     topology: Topology
     nodes: dict[str, NodeState] = Field(default_factory=dict)
@@ -190,7 +192,8 @@ class Lab:
                 f"lab {name!r} already exists (harness lab down {name}; or harness lab cleanup if it is a leftover)"
             ) from None
         record = LabRecord(
-            name=name, backend=backend, owner_pid=os.getpid(), created_at=time.time(), topology=topology
+            name=name, backend=backend, owner_pid=os.getpid(), owner_start=_pid_start(os.getpid()), created_at=time.time(),
+            topology=topology,
         )
         lab = cls(record)
         lab._save()
@@ -317,6 +320,31 @@ class Lab:
         return self.record.status == "up" and bool(self.record.nodes) and all(
             pid_alive(s.init_pid, s.init_start) for s in self.record.nodes.values()
         )
+
+    def owner_alive(self) -> bool:
+        """True while the process that created the lab runs (the same process: PIDs are reused)."""
+        return pid_alive(self.record.owner_pid, self.record.owner_start)
+
+    def condition(self) -> Literal["up", "creating", "orphaned", "dead"]:
+        """What the lab is, as :func:`cleanup` judges it: ``creating`` (its owner is still bringing
+        it up), ``up`` (running, and detached or owned by a live process), ``orphaned`` (running,
+        but its owner died without removing it: a crashed campaign; cleanup removes it) or
+        ``dead`` (a node or the bring-up died)."""
+        owner = self.owner_alive()
+        if self.record.status == "creating":
+            return "creating" if owner else "dead"
+        if not self.alive():
+            return "dead"
+        return "up" if self.record.detached or owner else "orphaned"
+
+    def condition_text(self) -> str:
+        """:meth:`condition` with what to do about it, for listings."""
+        c = self.condition()
+        if c == "orphaned":
+            return f"orphaned: owner PID {self.record.owner_pid} is gone (harness lab cleanup)"
+        if c == "dead":
+            return "dead (harness lab down NAME)" if self.record.detached else "dead (harness lab cleanup)"
+        return c
 
     # -- running commands ----------------------------------------------------------------------
 
@@ -498,16 +526,17 @@ class Lab:
 
     def missing_adjacencies(self, router: str) -> set[str]:
         """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        from substrate.frr import ISIS_NEIGHBOR_JSON, parse_isis_neighbors
         from substrate.vty import VtyError
 
         want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
         if not want:
             return set()
         try:
-            text = self.vty(router, "isisd", "show isis neighbor", timeout_s=5)[0][0]
-        except VtyError:
+            up = {a.interface for a in parse_isis_neighbors(self.vty(router, "isisd", ISIS_NEIGHBOR_JSON, timeout_s=5)[0][0])
+                  if a.state == "Up"}
+        except (VtyError, ValueError):
             return want
-        up = {m.group(1) for m in re.finditer(r"^\s*\S+\s+(\S+)\s+\d\s+Up\b", text, re.M)}
         return want - up
 
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
@@ -569,10 +598,30 @@ class CleanupReport:
     """What :func:`cleanup` removed."""
 
     labs: list[str] = field(default_factory=list)
-    namespaces: list[str] = field(default_factory=list)
-    processes: int = 0
+    namespaces: list[str] = field(default_factory=list, metadata={"doc": "Stray namespaces (of no lab record)."})
+    lab_namespaces: int = 0  # namespaces removed with the labs in ``labs``
+    processes: int = 0  # every process stopped: those of the removed labs and of stray namespaces
     kept: list[str] = field(default_factory=list)
     faults_cleared: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line saying what was removed and kept."""
+        return (f"removed {len(self.labs)} lab(s){': ' + ', '.join(self.labs) if self.labs else ''}"
+                + (f" ({self.lab_namespaces} namespace(s))" if self.labs else "")
+                + f"; {len(self.namespaces)} stray namespace(s); {self.processes} process(es) killed"
+                + (f"; kept running: {', '.join(self.kept)}" if self.kept else "")
+                + (f"; faults cleared: {'; '.join(self.faults_cleared)}" if self.faults_cleared else ""))
+
+
+def _netns_pids(namespaces: Iterable[str]) -> set[int]:
+    """Live processes inside the given network namespaces (``ip netns pids``)."""
+    from substrate.process import run_bounded
+
+    pids: set[int] = set()
+    for ns in namespaces:
+        r = run_bounded(["ip", "netns", "pids", ns], timeout_s=5)
+        pids.update(int(p) for p in r.stdout.split() if p.isdigit() and pid_alive(int(p)))
+    return pids
 
 
 def _list_netns() -> list[str]:
@@ -609,13 +658,13 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
             except (OSError, ValueError):
                 record = None
             if record is not None and not all_labs:
-                owner_alive = pid_alive(record.owner_pid)
-                creating = record.status == "creating" and owner_alive
                 lab = Lab(record)
+                owner_alive = lab.owner_alive()
+                condition = lab.condition()
                 # a detached lab (harness lab up) is the user's until harness lab down, even with a
                 # dead node; a lab owned by a process is a leftover once that process is gone
-                if creating or record.detached or (lab.alive() and owner_alive):
-                    if not owner_alive and not creating:
+                if condition == "creating" or record.detached or condition == "up":
+                    if not owner_alive and condition != "creating":
                         # a kept lab may still carry faults of a run whose process crashed
                         from substrate.faults import clear_all
 
@@ -625,6 +674,10 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                     keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)
                     continue
             if record is not None:
+                names = {s.netns for s in record.nodes.values()} | {f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes}
+                present = [ns for ns in names if ns in set(_list_netns())]
+                report.processes += len(_netns_pids(present))  # what destroying it stops
+                report.lab_namespaces += len(present)
                 try:
                     Lab(record).destroy()
                 except SubstrateError:

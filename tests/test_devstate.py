@@ -30,6 +30,64 @@ def test_route_canonical_form_keeps_route_table_apart_from_dt6_table() -> None:
     assert route_args(enc, 6) == "::/0 encap seg6 mode encap.red segs fcbb:bb00:2:e000:: dev eth1"
 
 
+def test_every_route_attribute_is_kept_and_routes_are_classed_by_owner() -> None:
+    """Issue 17 (4): what a command can change must show. Protocol numbers, not names (Debian's
+    rt_protos.d calls both 4 and FRR's 196 `static`); proto-4 routes are an agent's, not FRR's."""
+    base = {"dst": "fd99::/64", "dev": "eth1", "protocol": "4", "metric": 1024, "pref": "high",
+            "metrics": [{"mtu": 1300}], "flags": ["onlink"], "expires": 299}
+    assert route_args(base, 6) == "fd99::/64 metric 1024 proto 4 dev eth1 onlink pref high mtu 1300 ?expires"
+    assert route_args({**base, "protocol": "196"}, 6) is None  # FRR's static
+    assert route_args({**base, "protocol": "196"}, 6, owned="frr").startswith("fd99::/64 metric 1024 proto 196")
+    kernel = {"type": "2", "dst": "10.0.1.1", "dev": "eth5", "protocol": "2", "scope": "254", "prefsrc": "10.0.1.1"}
+    assert route_args(kernel, 4, "255", owned="kernel") == "local 10.0.1.1/32 table local proto kernel dev eth5 src 10.0.1.1"
+    assert route_args(kernel, 4, "255") is None
+    # an attribute this module does not know still counts (as a marker no command re-creates)
+    assert route_args({"dst": "fd98::/64", "dev": "eth1", "protocol": "3", "newattr": 5}, 6).endswith("?newattr=5")
+    ecmp = {"dst": "fd00::9", "protocol": "187", "metric": 20, "nhid": 33, "nexthops": [
+        {"gateway": "fe80::b", "dev": "eth2", "weight": 1}, {"gateway": "fe80::a", "dev": "eth1", "weight": 1}]}
+    assert route_args(ecmp, 6, owned="frr") == ("fd00::9/128 metric 20 proto 187 nexthop via fe80::a dev eth1 "
+                                                "nexthop via fe80::b dev eth2")  # sorted, zebra's group id left out
+
+
+def test_rules_addresses_and_links_keep_what_a_command_sets() -> None:
+    from substrate.devstate import _link_state, addr_args, address_order, rule_args
+
+    assert rule_args({"priority": 0, "src": "all", "table": "255", "protocol": "2"}) == "priority 0 lookup local protocol kernel"
+    assert rule_args({"priority": 1000, "src": "all", "iif": "eth5", "table": "101", "protocol": "0"}) == \
+        "priority 1000 iif eth5 lookup 101"  # fmt: skip
+    # the network's broadcast (zebra's, `brd +`) is the plain form; flags and deprecation are not
+    assert addr_args("eth5", {"family": "inet", "local": "10.0.1.1", "prefixlen": 24, "broadcast": "10.0.1.255",
+                              "scope": "0", "label": "eth5"}) == "10.0.1.1/24 dev eth5"
+    assert addr_args("eth1", {"family": "inet6", "local": "fd99::1", "prefixlen": 64, "scope": "0", "nodad": True,
+                              "noprefixroute": True, "deprecated": True, "preferred_life_time": 0}) == \
+        "fd99::1/64 dev eth1 nodad noprefixroute preferred_lft 0"  # fmt: skip
+    assert addr_args("eth1", {"local": "fe80::1", "prefixlen": 64, "scope": "253"}) == "fe80::1/64 dev eth1"
+    # IPv4 order per interface is kept (the first is the primary), IPv6 is a set
+    assert address_order(["10.0.0.2/24 dev e1", "fd99::2/64 dev e1", "10.0.0.1/24 dev e1", "fd99::1/64 dev e1"]) == \
+        ["fd99::1/64 dev e1", "fd99::2/64 dev e1", "10.0.0.2/24 dev e1", "10.0.0.1/24 dev e1"]  # fmt: skip
+    veth = _link_state({"ifname": "eth1", "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP", "NOARP"], "mtu": 1400,
+                        "address": "02:00:00:00:00:01", "txqlen": 10, "group": "7", "ifalias": "x",
+                        "linkinfo": {"info_kind": "veth"}, "operstate": "UP", "stats64": {"rx": {}}})
+    assert (veth.up, veth.mtu, veth.flags, veth.txqlen, veth.group, veth.alias, veth.carrier) == \
+        (True, 1400, ["MULTICAST", "NOARP"], 10, "7", "x", None)  # fmt: skip
+    bridge = _link_state({"ifname": "sr0", "flags": ["UP"], "mtu": 1500, "address": "02:aa:00:00:00:01",
+                          "linkinfo": {"info_kind": "bridge", "info_data": {"stp_state": 0, "hello_timer": 1.5, "bridge_id": "x"}}})
+    assert bridge.address == "" and bridge.carrier is False and bridge.info == {"stp_state": 0}
+
+
+def test_isis_database_and_spf_state_are_read_whatever_the_name_length() -> None:
+    from substrate.frr import isis_spf_pending, parse_isis_database
+
+    text = ("Area CORE:\nIS-IS Level-2 link-state database:\nLSP ID                  PduLen  SeqNumber   Chksum  Holdtime  ATT/P/OL\n"
+            "r1.00-00             *    120   0x0000000d  0xe4e5     684    0/0/0\n"
+            "globalconne1.00-00        131   0x0000000E  0x5A56     722    0/0/0\n"
+            "globalconne12345.00-00*   131   0x00000001  0x0001    1200    0/0/0\n    3 LSPs\n")
+    assert parse_isis_database(text) == {"r1.00-00": ("0x0000000d", "0xe4e5"), "globalconne1.00-00": ("0x0000000e", "0x5a56"),
+                                         "globalconne12345.00-00": ("0x00000001", "0x0001")}
+    assert not isis_spf_pending('{"areas":[{"levels":[{"id":2,"spf":"no pending"}]}]}')
+    assert isis_spf_pending('{"areas":[{"levels":[{"id":2,"spf":"pending, due in 700 msec"}]}]}')
+
+
 def test_nft_counters_do_not_count_as_a_difference() -> None:
     a = "table inet f {\n chain c {\n  ip daddr 10.0.0.1 counter packets 5 bytes 420 drop\n }\n}"
     b = a.replace("packets 5 bytes 420", "packets 0 bytes 0")
@@ -101,7 +159,7 @@ def test_neighbour_entries_and_interface_sysctls_are_restored(line3) -> None:
     disable_ipv6 outlived a reset and damaged the next run."""
     lab = line3
     base = capture(lab, "r2")
-    assert base.sysctls["net/ipv6/conf/eth1/disable_ipv6"] == "0" and base.neighbors == []
+    assert base.iface_sysctls["net/ipv6/conf/eth1/disable_ipv6"] == "0" and base.neighbors == []
     lab.check([lab.sh("r2", "ip -6 neigh replace fd00:1:1::99 lladdr 02:00:00:00:00:01 dev eth1 nud permanent; "
                             "echo 1 > /proc/sys/net/ipv6/icmp/echo_ignore_all; "
                             "echo 1 > /proc/sys/net/ipv6/conf/eth2/disable_ipv6")])

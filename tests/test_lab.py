@@ -162,6 +162,65 @@ def test_underlay_isis_and_locators(grid3: Lab) -> None:
     assert (end[0]["lblen"], end[0]["nflen"]) == (32, 16)
 
 
+#: FRR 8.4's `show isis neighbor json` for two adjacencies on 15-character interfaces (the text
+#: table runs `ethernetlong001` and the level column together) and one passive circuit.
+ISIS_NEIGHBOR_JSON_SAMPLE = """{"areas":[{"area":"CORE","circuits":[
+ {"circuit":0,"adj":"globalconne2","interface":"ethernetlong001","level":2,"state":"Up","expires-in":"3s","snpa":"2020.2020.2020"},
+ {"circuit":0,"adj":"globalconne3","interface":"ethernetlong002","level":2,"state":"Initializing","expires-in":"2s"},
+ {"circuit":0}]}]}"""
+
+
+@pytest.mark.parametrize("text", [ISIS_NEIGHBOR_JSON_SAMPLE])
+def test_isis_neighbors_are_read_from_structured_output(text: str) -> None:
+    from substrate.frr import IsisAdjacency, parse_isis_neighbors
+
+    assert parse_isis_neighbors(text) == [IsisAdjacency("globalconne2", "ethernetlong001", 2, "Up"),
+                                          IsisAdjacency("globalconne3", "ethernetlong002", 2, "Initializing")]
+    assert parse_isis_neighbors("") == []
+    with pytest.raises(ValueError):
+        parse_isis_neighbors("% Unknown command: show isis neighbor json")
+
+
+def test_longest_names_the_validator_accepts_deploy_and_converge(tmp_path: Path) -> None:
+    """Issue 17 (6): nodes of 12 characters (the node-name limit) and interfaces of 15 (Linux's
+    limit) passed validation, then `lab up` failed: the adjacency columns of FRR's text table ran
+    together. The lab must converge and the observer must see each adjacency Up."""
+    from substrate.scenario.model import Invariant
+    from substrate.scenario.observer import observe
+
+    node, ifa, ifb = "globalconne", "ethernetlong001", "ethernetlong002"
+    assert len(f"{node}1") == 12 and len(ifa) == 15
+    spec = tmp_path / "long.yaml"
+    spec.write_text(f"""name: longnames
+nodes:
+  {node}1: {{role: PE}}
+  {node}2: {{role: P}}
+  {node}3: {{role: PE}}
+  customerhst1: {{role: host}}
+links:
+  - [{node}1:{ifa}, {node}2:{ifa}]
+  - [{node}2:{ifb}, {node}3:{ifa}]
+  - [customerhst1:{ifa}, {node}1:{ifb}]
+""")
+    topo = Topology.from_yaml(spec)
+    with Lab.create(topo, unique_name("t-long"), converge_timeout_s=60) as lab:
+        assert all(lab.missing_adjacencies(rt) == set() for rt in lab.routers())
+        invs = [Invariant(id=f"isis/{n}/{i}", kind="isis_adjacency", service="underlay",
+                          params={"node": n, "interface": i, "neighbor": peer})
+                for n, i, peer in [(f"{node}1", ifa, f"{node}2"), (f"{node}2", ifa, f"{node}1"), (f"{node}2", ifb, f"{node}3"),
+                                   (f"{node}3", ifa, f"{node}2")]]
+        verdicts = observe(lab, invs)
+        assert [v.detail for v in verdicts if not v.ok] == []
+        assert "Up" in verdicts[0].evidence[0].output
+        # and a broken adjacency is seen as such (the check can fail)
+        lab.check([lab.exec(f"{node}3", ["ip", "link", "set", ifa, "down"])])
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and lab.missing_adjacencies(f"{node}2") != {ifb}:
+            time.sleep(0.2)
+        assert lab.missing_adjacencies(f"{node}2") == {ifb}
+        assert [v.ok for v in observe(lab, invs)] == [True, True, False, False]
+
+
 def _packets(lab: Lab, node: str, prefix: str) -> int:
     out = json.loads(lab.exec(node, ["ip", "-6", "-s", "-j", "route", "show", prefix]).stdout)
     return sum(x["stats64"]["packets"] for x in out if x.get("encap") == "seg6local")
@@ -294,6 +353,44 @@ def test_cleanup_removes_crashed_labs_only() -> None:
     finally:
         keep.destroy()
     assert_gone(keep.name)
+
+
+def test_ls_and_cleanup_tell_the_truth_about_a_lab_whose_owner_was_killed() -> None:
+    """Issue 17 (Also): after `kill -9` of a campaign's harness during a run, `lab ls` still showed
+    its lab `up` although its owner was dead, and `lab cleanup` said "0 process(es) killed" while
+    it stopped every process of that lab."""
+    name = unique_name("t-orph")
+    code = (f"import time; from substrate import Lab, Topology; Lab.create(Topology.from_spec('line:2'), {name!r}); "
+            "print('up', flush=True); time.sleep(600)")  # a campaign's lab: owned by its process, not detached
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+
+    def listed() -> str:
+        out = subprocess.run([*HARNESS, "lab", "ls"], capture_output=True, text=True, cwd=REPO, timeout=60,
+                             env={**os.environ, "COLUMNS": "200"}).stdout
+        return next((ln for ln in out.splitlines() if name in ln), "")
+
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "up"
+        assert " up " in listed() and "orphaned" not in listed()
+        p.kill()
+        p.wait(timeout=10)
+        assert "orphaned" in listed() and f"owner PID {p.pid}" in listed()
+        namespaces, pids = lab_netns(name), lab_processes(name)
+        assert namespaces and pids
+        rep = cleanup()
+        assert name in rep.labs and name not in rep.kept
+        assert rep.processes >= len(pids) and rep.lab_namespaces >= len(namespaces)
+        assert f"{rep.processes} process(es) killed" in rep.summary() and rep.processes > 0
+        assert_gone(name)
+        assert lab_processes(name) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=10)
+        if p.stdout is not None:
+            p.stdout.close()
+        if (LABS_DIR / name).exists():
+            Lab.attach(name).destroy()
 
 
 @pytest.mark.slow

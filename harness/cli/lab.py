@@ -96,17 +96,8 @@ def ls() -> None:
         return
     table = Table("name", "status", "backend", "topology", "routers", "hosts", "created")
     for r in records:
-        lab = Lab(r)
-        from substrate.lab import pid_alive
-
-        if lab.alive():
-            status = "up"
-        elif r.status == "creating" and pid_alive(r.owner_pid):
-            status = "creating"
-        else:
-            status = "dead (harness lab down NAME)" if r.detached else "dead (harness lab cleanup)"
         table.add_row(
-            r.name, status, r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
+            r.name, Lab(r).condition_text(), r.backend, r.topology.name, str(len(r.topology.routers)), str(len(r.topology.hosts)),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
         )
     out.print(table)
@@ -225,13 +216,7 @@ def cleanup(
 
     check_root_and_tools(need_frr=False)
     rep = do_cleanup(all_labs=all_labs)
-    out.print(
-        f"removed {len(rep.labs)} lab(s){': ' + ', '.join(rep.labs) if rep.labs else ''}; "
-        f"{len(rep.namespaces)} stray namespace(s); {rep.processes} process(es) killed"
-        + (f"; kept running: {', '.join(rep.kept)}" if rep.kept else "")
-        + (f"; faults cleared: {'; '.join(rep.faults_cleared)}" if rep.faults_cleared else ""),
-        highlight=False,
-    )
+    out.print(rep.summary(), highlight=False)
 
 
 @app.command("check")
@@ -270,19 +255,13 @@ def check(
 @app.command("reset")
 @friendly_errors
 def reset(name: Annotated[str, typer.Argument(help="Lab name (deployed from a scenario).")]) -> None:
-    """Put a scenario lab back to its baseline without redeploying (only what differs is touched)."""
+    """Put a scenario lab back to its baseline without redeploying (only what differs is touched), and
+    verify that every node's full state equals its baseline (exit status 1 when one does not)."""
     from substrate import Lab
     from substrate.scenario.deploy import reset as do_reset
 
     rep = do_reset(Lab.attach(name))
-    out.print(
-        f"reset {name} in {rep.seconds:.2f} s: {len(rep.restored)} node(s) restored"
-        + (f" ({', '.join(r.node for r in rep.restored)})" if rep.restored else "")
-        + (f"; links re-created: {', '.join(rep.repaired_links)}" if rep.repaired_links else "")
-        + (f"; daemons restarted: {', '.join(rep.restarted_daemons)}" if rep.restarted_daemons else "")
-        + (f"; processes killed: {', '.join(rep.killed_processes)}" if rep.killed_processes else ""),
-        highlight=False,
-    )
+    out.print(f"reset {name} in {rep.seconds:.2f} s: {rep.summary()}", highlight=False)
     if rep.residual:
         for node, lines in rep.residual.items():
             err.print(f"{node}: not restored: {'; '.join(lines)[:500]}", highlight=False)

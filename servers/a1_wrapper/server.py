@@ -33,6 +33,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from fnmatch import fnmatch
 from typing import Annotated, Any
 
 import anyio
@@ -46,7 +47,7 @@ from servers.a1_wrapper.vtysh import run_lines
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
 from servers.common.server import cancel_event, note_cancelled
 from substrate import addressing as addr
-from substrate.devstate import DeviceState, capture, restore
+from substrate.devstate import SYSCTLS, DeviceState, capture, restore
 from substrate.frr import ISIS_TAG
 from substrate.topology import Role
 
@@ -234,8 +235,9 @@ def render_state(state: DeviceState, is_router: bool) -> str:
         kind = f"{link.kind} " if link.kind else ""
         addrs = ", ".join(by_if.get(name, [])) or "no global addresses"
         parts.append(f"!   {name}: {kind}{'up' if link.up else 'DOWN'} mtu {link.mtu}; {addrs}")
-    sysctls = getattr(state, "sysctls", None)
-    if sysctls:
+    every = {**state.sysctls, **state.iface_sysctls}
+    sysctls = {k: v for k, v in every.items() if any(fnmatch(k, pat) for pat in SYSCTLS)}
+    if sysctls:  # the ones services depend on (the state holds every writable one)
         parts.append("! sysctls: " + ", ".join(f"{k}={v}" for k, v in sysctls.items()))
     return "\n".join(parts) + "\n"
 

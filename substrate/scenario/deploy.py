@@ -6,12 +6,17 @@ A scenario whose invariants do not all pass is refused: the lab is destroyed and
 what failed (draft section 6: "every pre-existing service passes its invariants before the run").
 The scenario and the baseline device state of every node are kept in the lab's directory.
 
-Reset: back to that baseline without redeploying. Faults are cleared, processes an agent left
-running in a node are killed, stopped processes resumed, dead FRR daemons restarted (all of a
-router's daemons when zebra died: :func:`substrate.faults.restart_daemons`), deleted links
-re-created, then every node whose state differs from the baseline is restored (only what
-differs), the underlay is left converged, and transactions an ANI server left unfinished in the
-journal are closed (:func:`substrate.journal.close_unfinished`).
+Reset: back to that baseline without redeploying, and verified. Faults are cleared, processes an
+agent left running in a node are killed, stopped processes resumed, dead FRR daemons restarted
+(all of a router's FRR when zebra died), deleted links re-created (with their baseline MAC
+addresses, so that link-local addresses and the routes through them come back the same), then every node's full state
+(:class:`~substrate.devstate.DeviceState`) is compared with its baseline and whatever differs is
+restored and verified; /etc/frr files are put back; where the kernel lost routes zebra believes
+installed (``ip nexthop flush`` does that), FRR is restarted; once the underlay has converged, the
+routes FRR installed are compared with the baseline's too. What still differs is the report's
+``residual``: a reset that leaves a difference is not exact, and a run on it fails as a harness
+error (never silently). Transactions an ANI server left unfinished in the journal are closed
+(:func:`substrate.journal.close_unfinished`).
 """
 
 from __future__ import annotations
@@ -24,10 +29,24 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from substrate.devstate import DeviceState, RestoreReport, capture, capture_many, restore
+from substrate.devstate import (
+    SCHEMA_VERSION,
+    DeviceState,
+    RestoreReport,
+    capture,
+    capture_many,
+    capture_frr_routes,
+    capture_with_prelude,
+    FibDesync,
+    fib_desync,
+    repair_nexthop_groups,
+    restart_frr,
+    restore,
+)
 from substrate.errors import SubstrateError
 from substrate.journal import close_unfinished
 from substrate.lab import Lab
+from substrate.routes import route_key
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
 from substrate.scenario.observer import Verdict, observe
@@ -105,18 +124,34 @@ def load_scenario(lab: Lab) -> Scenario:
 
 
 def load_baseline(lab: Lab) -> dict[str, DeviceState]:
-    """Baseline device state of every node of a scenario lab.
+    """Baseline device state of every node of a scenario lab (read once per process while the
+    file is unchanged: the states are shared, never modify them).
 
     Raises:
         SubstrateError: the lab was not deployed from a scenario (it has no baseline).
     """
+    path = lab.dir / BASELINE_FILE
     try:
-        data = json.loads((lab.dir / BASELINE_FILE).read_text())
+        stamp = path.stat().st_mtime_ns
+        cached = _BASELINES.get(str(path))
+        if cached and cached[0] == stamp:  # a campaign resets the same lab again and again
+            return dict(cached[1])
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         raise SubstrateError(
             f"lab {lab.name} has no baseline: it was not deployed from a scenario (harness lab up --scenario FILE)"
         ) from None
-    return {k: DeviceState.model_validate(v) for k, v in data.items()}
+    old = sorted({v.get("schema_version", 1) for v in data.values()} - {SCHEMA_VERSION})
+    if old:
+        raise SubstrateError(f"lab {lab.name}'s baseline was recorded by another anibench version (device-state schema "
+                             f"{old[0]}, this one reads {SCHEMA_VERSION}): redeploy it (harness lab down, lab up --scenario)")
+    states = {k: DeviceState.model_validate(v) for k, v in data.items()}
+    _BASELINES[str(path)] = (stamp, states)
+    return dict(states)
+
+
+#: Baselines read in this process: path -> (modification time, states).
+_BASELINES: dict[str, tuple[int, dict[str, DeviceState]]] = {}
 
 
 def baseline_epoch(lab: Lab) -> str:
@@ -228,27 +263,46 @@ def restore_frr_files(lab: Lab) -> list[str]:
 
 
 class ResetReport(BaseModel):
-    """What :func:`reset` did."""
+    """What :func:`reset` did and what it verified."""
 
     seconds: float
-    restored: list[RestoreReport] = Field(default_factory=list, description="Nodes that needed changes.")
+    restored: list[RestoreReport] = Field(default_factory=list, description="Nodes that needed changes (none: the lab was at its baseline).")
     repaired_links: list[str] = Field(default_factory=list)
     restarted_daemons: list[str] = Field(default_factory=list)
+    frr_restarted: list[str] = Field(
+        default_factory=list, description="Routers whose FRR was restarted because the kernel lost routes zebra "
+        "believed installed (`node: why`).")
     frr_files_restored: list[str] = Field(
         default_factory=list, description="/etc/frr files put back to the baseline copy (e.g. after `write memory`).")
     killed_processes: list[str] = Field(
         default_factory=list, description="Processes left running in a node (by an agent), killed: `node:pid:command`.")
+    notes: list[str] = Field(default_factory=list, description="Other things the reset did (unfinished journal transactions closed).")
+    verified: int = Field(default=0, description="Nodes whose full state was compared with the baseline and found equal.")
     residual: dict[str, list[str]] = Field(default_factory=dict, description="Differences left (empty = exact).")
-    stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage (revive, capture+restore, repair, converge).")
+    stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage (capture+restore, repair, converge, verify).")
 
     @property
     def exact(self) -> bool:
         return not self.residual
 
+    def summary(self) -> str:
+        """One line: what was restored and whether every node now equals its baseline."""
+        what = (f"{len(self.restored)} node(s) restored ({', '.join(r.node for r in self.restored)})" if self.restored
+                else "nothing to restore")
+        extra = [f"links re-created: {', '.join(self.repaired_links)}" if self.repaired_links else "",
+                 f"daemons restarted: {', '.join(self.restarted_daemons)}" if self.restarted_daemons else "",
+                 f"FRR restarted: {', '.join(self.frr_restarted)}" if self.frr_restarted else "",
+                 f"/etc/frr files put back: {', '.join(self.frr_files_restored)}" if self.frr_files_restored else "",
+                 f"processes killed: {', '.join(self.killed_processes)}" if self.killed_processes else ""]
+        verdict = (f"verified: all {self.verified} nodes equal their baseline" if self.exact
+                   else f"NOT at the baseline: {len(self.residual)} node(s) still differ ({', '.join(sorted(self.residual))})")
+        return "; ".join([what, *[e for e in extra if e], verdict])
 
-def repair_links(lab: Lab, states: dict[str, DeviceState]) -> list[str]:
+
+def repair_links(lab: Lab, states: dict[str, DeviceState], baseline: dict[str, DeviceState] | None = None) -> list[str]:
     """Re-create veth pairs of the topology whose end is missing in some node (deleted by an
-    agent or a fault). Returns the links re-created, as ``a:if--b:if``."""
+    agent or a fault), with the MAC addresses of the ``baseline`` (hence the same link-local
+    addresses and routes through them). Returns the links re-created, as ``a:if--b:if``."""
     from substrate.backends.netns import ip_batch
 
     repaired = []
@@ -259,20 +313,41 @@ def repair_links(lab: Lab, states: dict[str, DeviceState]) -> list[str]:
         for ep in (a, b):  # delete the surviving end, then re-create the pair
             if ep.interface in states[ep.node].links:
                 lab.exec(ep.node, ["ip", "link", "del", ep.interface])
-        r = ip_batch([f"link add name {a.interface} netns {lab.state(a.node).netns} type veth "
-                      f"peer name {b.interface} netns {lab.state(b.node).netns}"])
+
+        def mac(ep) -> str:  # noqa: ANN001
+            link = (baseline or {}).get(ep.node, DeviceState(node=ep.node)).links.get(ep.interface)
+            return f" address {link.address}" if link and link.address else ""
+
+        r = ip_batch([f"link add name {a.interface} netns {lab.state(a.node).netns}{mac(a)} type veth "
+                      f"peer name {b.interface} netns {lab.state(b.node).netns}{mac(b)}"])
         if r.ok:
             repaired.append(f"{a}--{b}")
     return repaired
 
 
-def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
-    """Put ``lab`` back to its scenario baseline (see module docstring).
+def _revive_lines(head: str, node: str) -> tuple[list[str], list[str]]:
+    """(dead daemons, killed processes as node:pid:comm) from the revive prelude's output."""
+    lines = head.splitlines()
+    return [ln[2:] for ln in lines if ln.startswith("D ")], [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
+
+
+def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float = 30.0) -> ResetReport:
+    """Put ``lab`` back to its scenario baseline and verify it (see module docstring).
+
+    Args:
+        converge_timeout_s: bound on the wait for the IS-IS underlay.
+        verify_timeout_s: bound on the wait for FRR's routes to equal the baseline's once the
+            underlay has converged (ECMP sets and metrics settle a little after the prefixes).
+
+    Returns:
+        The report; ``exact`` is false when some node still differs from its baseline
+        (``residual`` says how): callers must treat that as a failure.
 
     Raises:
-        SubstrateError: the lab has no baseline, or a node is dead (redeploy).
+        SubstrateError: the lab has no baseline (or one of another schema), or a node is dead
+            (redeploy); ConvergenceTimeout: the underlay did not converge.
     """
-    from substrate.faults import clear_all, restart_daemons
+    from substrate.faults import clear_all
     from substrate.netconf import stop_server as stop_netconf
 
     t0 = time.monotonic()
@@ -289,44 +364,191 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0) -> ResetReport:
     # commits whose timers would roll a device back in a later run): a reset ends it; the next
     # use starts a fresh one
     stop_netconf(lab)
-    restarted = []
-
+    restarted: list[str] = []
     killed: list[str] = []
 
-    def revive(node: str) -> tuple[list[str], list[str]]:
-        lines = lab.sh(node, _REVIVE.format(daemons=" ".join(lab.state(node).daemons)), timeout_s=5).stdout.splitlines()
-        dead = [ln[2:] for ln in lines if ln.startswith("D ")]
-        strays = [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
-        started = restart_daemons(lab, node, dead, load_config=False) if dead else []  # after zebra: all of them
-        return [f"{node}:{d}" for d in started], strays
+    def check_and_restore(node: str, revive: bool = True) -> tuple[DeviceState, RestoreReport]:
+        # one command per node: revive it (strays killed, processes resumed, /tmp emptied, dead
+        # daemons named), then capture; restored at once if it differs, while the other nodes
+        # are still being captured
+        prelude = _REVIVE.format(daemons=" ".join(lab.state(node).daemons)) if revive else ""
+        cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
+        dead, strays = _revive_lines(head, node)
+        killed.extend(strays)
+        if "zebra" in dead:
+            # every daemon depends on zebra, and they do not all re-send their routes to a new
+            # one: restart the node's FRR as a whole, as watchfrr does
+            errors = restart_frr(lab, node, baseline[node].frr_config or "")
+            if errors:
+                raise SubstrateError(f"{node}: FRR could not be restarted after zebra died: {'; '.join(errors)}")
+            restarted.extend(f"{node}:{d}" for d in lab.state(node).daemons)
+            cur = capture(lab, node, frr="fast", sysctls="fast")
+        elif dead:
+            for d in dead:
+                lab.start_daemon(node, d, load_config=False)
+            restarted.extend(f"{node}:{d}" for d in dead)
+            cur = capture(lab, node, frr="fast", sysctls="fast")
+        rep = restore(lab, baseline[node], cur)
+        return rep.final or cur, rep
 
-    for found, strays in lab.map(revive, lab.node_names()):
-        restarted += found
-        killed += strays
-    lap("revive")
-
-    def check_and_restore(node: str) -> tuple[DeviceState, RestoreReport]:
-        # pipelined: a node is restored as soon as its own capture shows a difference, while
-        # the other nodes are still being captured
-        cur = capture(lab, node, frr="fast")
-        return cur, restore(lab, baseline[node], cur)
-
-    results = dict(zip(lab.node_names(), lab.map(check_and_restore, lab.node_names()), strict=True))
+    nodes = lab.node_names()
+    results = dict(zip(nodes, lab.map(check_and_restore, nodes), strict=True))
     lap("capture+restore")
-    repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()})
+    repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()}, baseline)
     if repaired:
         again = sorted({ep.split(":")[0] for lk in repaired for ep in lk.split("--")})
-        results.update(zip(again, lab.map(check_and_restore, again), strict=True))
+        first = {n: results[n][1] for n in again}
+        redo = dict(zip(again, lab.map(lambda n: check_and_restore(n, revive=False), again), strict=True))
+        for n, (cur, rep) in redo.items():  # the first pass's actions count too
+            rep.actions = first[n].actions + rep.actions
+            rep.changed = rep.changed or first[n].changed
+            results[n] = (cur, rep)
         lap("repair")
-    reports = [rep for _, rep in results.values() if rep.changed]
-    frr_files = restore_frr_files(lab)  # last: restoring FRR may write frr.conf (frr-reload, restart)
+    changed = bool(repaired or restarted or any(rep.changed for _, rep in results.values()))
+    # FRR's routes: where the kernel and zebra disagree, zebra will not fix it by itself
+    routers = lab.routers()
+    suspects = [n for n in routers if not results[n][0].same_as(baseline[n], dynamic=True) and results[n][0].same_as(baseline[n])]
+    frr_restarted = _resync_frr(lab, baseline, {n: results[n][0] for n in suspects}, results, strict=False)
+    if frr_restarted:
+        changed = True
+        lap("resync")
     lab.wait_converged(timeout_s=converge_timeout_s)
     lap("converge")
-    residual = {r.node: r.residual for r in reports if r.residual}
+    dyn: dict[str, list[str]] = {}
+    if changed or suspects:
+        # the routes FRR installed must come back too (see _verify_frr_routes)
+        dyn, more = _verify_frr_routes(lab, baseline, routers, results, verify_timeout_s, converge_timeout_s)
+        frr_restarted += more
+        lap("verify")
+    residual = {n: rep.residual for n, (_, rep) in results.items() if rep.residual}
+    for n, routes in dyn.items():
+        have, want = set(routes), set(baseline[n].frr_routes)
+        residual.setdefault(n, []).extend([f"+ frr_routes: {x}" for x in sorted(want - have)] +
+                                          [f"- frr_routes: {x}" for x in sorted(have - want)])
     # transactions an ANI server left unfinished (it died): every device is at the baseline now
     # and the processes it left in the nodes were killed above, so they are closed, not replayed
-    close_unfinished(lab, "lab reset: every device put back to its baseline")
+    notes = [f"unfinished transaction {x} closed (abandoned)"
+             for x in close_unfinished(lab, "lab reset: every device put back to its baseline")]
+    frr_files = restore_frr_files(lab)  # last: restoring FRR (frr-reload, restarts) may write frr.conf
+    reports = [rep for _, rep in results.values() if rep.changed]
     _new_epoch(lab)
     return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
-                       restarted_daemons=restarted, killed_processes=killed, frr_files_restored=frr_files,
+                       restarted_daemons=restarted, frr_restarted=frr_restarted, killed_processes=killed,
+                       frr_files_restored=frr_files, notes=notes, verified=len([n for n in nodes if n not in residual]),
                        residual=residual, stages=stages)
+
+
+def isis_unsettled(lab: Lab, routers: list[str]) -> list[str]:
+    """Why IS-IS may still move the routes of ``routers`` (empty when it is settled): an SPF run
+    is scheduled on a router, or two routers' link-state databases differ (flooding in flight).
+    Routes that equal the baseline's while either holds can change a moment later."""
+    from substrate.frr import ISIS_DATABASE, ISIS_SUMMARY_JSON, isis_spf_pending, parse_isis_database
+    from substrate.vty import VtyError
+
+    def read(node: str) -> tuple[bool, dict[str, tuple[str, str]]] | str:
+        try:
+            (summary, _), (db, _) = lab.vty(node, "isisd", ISIS_SUMMARY_JSON, ISIS_DATABASE, timeout_s=5)
+            return isis_spf_pending(summary), parse_isis_database(db)
+        except (VtyError, ValueError) as e:
+            return f"{node}: isisd did not answer ({e})"
+
+    out: list[str] = []
+    dbs: dict[str, dict[str, tuple[str, str]]] = {}
+    for node, got in zip(routers, lab.map(read, routers), strict=True):
+        if isinstance(got, str):
+            out.append(got)
+            continue
+        if got[0]:
+            out.append(f"{node}: an SPF run is pending")
+        dbs[node] = got[1]
+    if len({tuple(sorted(d.items())) for d in dbs.values()}) > 1:
+        out.append("the routers' IS-IS databases differ (flooding in flight)")
+    return out
+
+
+def _verify_frr_routes(lab: Lab, baseline: dict[str, DeviceState], routers: list[str],
+                       results: dict[str, tuple[DeviceState, RestoreReport]], timeout_s: float,
+                       converge_timeout_s: float) -> tuple[dict[str, list[str]], list[str]]:
+    """Poll until every router's FRR routes equal its baseline's and IS-IS is settled (so that
+    they stay so: :func:`isis_unsettled`). Where IS-IS has settled and a router's routes still
+    differ, its kernel and zebra disagree: that is repaired once (:func:`_resync_frr`).
+
+    Returns:
+        The routes of the routers that still differ after ``timeout_s`` (every router, with a
+        note, when only IS-IS never settled), and the FRR restarts made.
+    """
+    deadline = time.monotonic() + timeout_s
+    attempts: dict[str, int] = {}
+    seen: dict[str, list[str]] = {}
+    restarts: list[str] = []
+    routes: dict[str, list[str]] = {}
+    while True:
+        # IS-IS first (a few vty reads): the routing tables are read once it has settled
+        unsettled = isis_unsettled(lab, routers)
+        if unsettled and time.monotonic() < deadline:
+            time.sleep(0.2)  # poll interval, not a settle delay: the loop exits as soon as state holds
+            continue
+        routes = dict(zip(routers, lab.map(lambda n: capture_frr_routes(lab, n), routers), strict=True))
+        differ = {n: r for n, r in routes.items() if sorted(r) != sorted(baseline[n].frr_routes)}
+        if not differ and not unsettled:
+            return {}, restarts
+        # a router is repaired again only when its routes moved since (zebra may have moved too)
+        todo = [n for n in sorted(differ) if attempts.get(n, 0) < 3 and seen.get(n) != differ[n]] if not unsettled else []
+        if todo:
+            states = {n: results[n][0].model_copy(update={"frr_routes": differ[n]}) for n in todo}
+            more = _resync_frr(lab, baseline, states, results, strict=True)
+            for n in todo:
+                attempts[n] = attempts.get(n, 0) + 1
+                seen[n] = differ[n]
+            restarts += more
+            if more:
+                lab.wait_converged(timeout_s=converge_timeout_s)
+            continue
+        if time.monotonic() >= deadline:
+            return differ or {n: [*routes[n], f"?IS-IS not settled: {'; '.join(unsettled)[:300]}"] for n in routers}, restarts
+        time.sleep(0.2)  # poll interval, not a settle delay: the loop exits as soon as state holds
+
+
+def _resync_frr(lab: Lab, baseline: dict[str, DeviceState], states: dict[str, DeviceState],
+                results: dict[str, tuple[DeviceState, RestoreReport]], *, strict: bool) -> list[str]:
+    """Where the kernel's FRR routes of a router of ``states`` disagree with zebra
+    (:func:`substrate.devstate.fib_desync`): nexthop groups missing members are given zebra's
+    nexthops back (:func:`substrate.devstate.repair_nexthop_groups`); routes with an FRR protocol
+    zebra does not know (seen on two reads 0.2 s apart: zebra may be mid-update) are deleted;
+    where zebra cannot or will not re-install (:meth:`FibDesync.restart_needed`), FRR is
+    restarted from its baseline configuration and the node's kernel state restored again.
+    Returns ``node: why`` of the restarts."""
+    restarts: list[str] = []
+
+    def fix(node: str) -> None:
+        d = fib_desync(lab, node, states[node])
+        if not strict:  # the underlay is moving: only what zebra will never fix counts yet
+            d = FibDesync(failed=d.failed, unknown=d.unknown)
+        if not d:
+            return
+        prev = results[node][1]
+        prev.changed = True
+        if d.regroup:
+            unfixable = repair_nexthop_groups(lab, node, d)
+            prev.actions.append(f"nexthop groups {sorted(d.regroup)} given back zebra's nexthops")
+            d = fib_desync(lab, node, capture(lab, node, frr="fast", sysctls="fast"))
+            d.nexthops += unfixable
+        if d.unknown:
+            time.sleep(0.2)
+            again = fib_desync(lab, node, capture(lab, node, frr="fast", sysctls="fast"))
+            d.unknown = [x for x in again.unknown if x in d.unknown]
+        for x in d.unknown:
+            fam, args = x.split(" ", 1)
+            prev.actions.append(f"{fam} route del {route_key(args)} (an FRR protocol, unknown to zebra)")
+            lab.exec(node, ["ip", fam, "route", "del", *route_key(args).split()])
+        why = d.restart_needed(strict=strict)
+        if why:
+            errors = restart_frr(lab, node, baseline[node].frr_config or "")
+            rep = restore(lab, baseline[node])
+            prev.actions += ["FRR restarted: the kernel lost routes zebra had installed", *rep.actions]
+            prev.residual = errors + rep.residual
+            results[node] = (rep.final or results[node][0], prev)
+            restarts.append(f"{node}: {why[0]}" + (f" (and {len(why) - 1} more)" if len(why) > 1 else ""))
+
+    lab.map(fix, sorted(states))
+    return sorted(restarts)

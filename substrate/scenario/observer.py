@@ -285,16 +285,22 @@ def check_route_absent(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     return not found, detail, evidence
 
 
-_NEIGHBOR_ROW = re.compile(r"^\s*(\S+)\s+(\S+)\s+(\d)\s+(\S+)", re.M)
-
-
 def check_isis_adjacency(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    from substrate.frr import ISIS_NEIGHBOR_JSON, parse_isis_neighbors
+
     p = inv.params
-    r = ctx.shared(p["node"], ["vtysh", "-c", "show isis neighbor"])
-    for sysid, iface, _level, state in _NEIGHBOR_ROW.findall(r.stdout):
-        if sysid == p["neighbor"] and iface == p["interface"]:
-            return state == "Up", f"{p['node']} {iface} -> {sysid}: {state}", [_ev(r)]
-    return False, f"{p['node']} has no IS-IS adjacency to {p['neighbor']} on {p['interface']}", [_ev(r)]
+    r = ctx.shared(p["node"], ["vtysh", "-c", ISIS_NEIGHBOR_JSON])
+    try:
+        adjacencies = parse_isis_neighbors(r.stdout)
+    except ValueError:
+        return False, f"{p['node']}: IS-IS did not answer {ISIS_NEIGHBOR_JSON!r} with JSON", [_ev(r)]
+    # the evidence lists the adjacencies read (the JSON itself is long and hard to read)
+    ev = [Evidence(node=r.node, command=ISIS_NEIGHBOR_JSON, exit_code=r.returncode,
+                   output="; ".join(f"{a.interface} -> {a.neighbor} L{a.level} {a.state}" for a in adjacencies)[:EXCERPT])]
+    for a in adjacencies:
+        if a.neighbor == p["neighbor"] and a.interface == p["interface"]:
+            return a.state == "Up", f"{p['node']} {a.interface} -> {a.neighbor}: {a.state}", ev
+    return False, f"{p['node']} has no IS-IS adjacency to {p['neighbor']} on {p['interface']}", ev
 
 
 def check_nft_rule(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:

@@ -1,0 +1,158 @@
+"""Read-only rtnetlink dumps in a node's network namespace, from the host process.
+
+Device-state capture must see every per-interface IPv4/IPv6 setting and neighbour-table parameter
+(``/proc/sys/net/ipv{4,6}/{conf,neigh}/IF/*``: about a thousand files on a router, the largest
+part of a capture's cost when read one file at a time). The kernel gives all of them in two dumps:
+``RTM_GETLINK`` carries each interface's IPv4 and IPv6 ``devconf`` arrays (``IFLA_AF_SPEC``:
+``IFLA_INET_CONF``, ``IFLA_INET6_CONF``, and the IPv6 token), and ``RTM_GETNEIGHTBL`` each
+table's per-interface parameters (``NDTA_PARMS``). They are compared as raw values, so a setting
+this module has no name for still counts; the files are read only for an interface whose values
+changed (to know which to write back).
+
+The socket is opened from a thread that enters the namespace (``setns(2)`` affects the calling
+thread only) and returns at once; the dump then runs from the host. Nothing is written and no
+packet leaves the host namespace. Sources: linux/rtnetlink.h, linux/if_link.h, linux/neighbour.h,
+net/ipv4/devinet.c (inet_fill_link_af), net/ipv6/addrconf.c (inet6_fill_link_af).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+from substrate.errors import SubstrateError
+
+CLONE_NEWNET = 0x40000000
+RTM_NEWLINK, RTM_GETLINK = 16, 18
+RTM_NEWNEIGHTBL, RTM_GETNEIGHTBL = 64, 66
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+IFLA_IFNAME, IFLA_AF_SPEC, IFLA_EXT_MASK = 3, 26, 29
+RTEXT_FILTER_SKIP_STATS = 1 << 3
+IFLA_INET_CONF = 1
+IFLA_INET6_CONF, IFLA_INET6_TOKEN = 2, 7
+NDTA_NAME, NDTA_PARMS = 1, 6
+NDTPA_IFINDEX, NDTPA_REFCNT, NDTPA_REACHABLE_TIME = 1, 2, 3
+#: Neighbour parameters that move by themselves: the reference count and the reachable time the
+#: kernel draws at random around the base reachable time (RFC 4861 section 6.3.2).
+_NDTPA_VOLATILE = frozenset({NDTPA_REFCNT, NDTPA_REACHABLE_TIME})
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_lock = threading.Lock()
+
+
+class NetlinkError(SubstrateError):
+    """A namespace could not be entered or a dump failed."""
+
+
+def _socket_in(netns_path: str) -> socket.socket:
+    """A NETLINK_ROUTE socket bound to the network namespace at ``netns_path``."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(netns_path, os.O_RDONLY)
+    except OSError as e:
+        os.close(own)
+        raise NetlinkError(f"cannot open {netns_path}: {e.strerror}") from None
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise NetlinkError(f"cannot enter {netns_path}: {os.strerror(ctypes.get_errno())}")
+        try:
+            return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:  # never go on in a node's namespace
+                os._exit(70)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
+def _attrs(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """(type, payload) of the netlink attributes in ``buf[start:end]``."""
+    end = len(buf) if end is None else end
+    p = start
+    while p + 4 <= end:
+        alen, atype = struct.unpack_from("HH", buf, p)
+        if alen < 4:
+            break
+        yield atype & 0x3FFF, buf[p + 4 : p + alen]
+        p += (alen + 3) & ~3
+
+
+def _dump(netns_path: str, msg_type: int, body: bytes, want: int) -> list[bytes]:
+    """The messages of type ``want`` answering one dump request (each: header stripped)."""
+    with _lock:  # setns and socket creation are quick; one thread at a time keeps them simple
+        sock = _socket_in(netns_path)
+    with sock:
+        sock.settimeout(10)
+        sock.send(struct.pack("IHHII", 16 + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body)
+        out: list[bytes] = []
+        while True:
+            buf = sock.recv(1 << 20)
+            off = 0
+            while off + 16 <= len(buf):
+                length, mtype, _flags, _seq, _pid = struct.unpack_from("IHHII", buf, off)
+                if mtype == NLMSG_DONE:
+                    return out
+                if mtype == NLMSG_ERROR:
+                    (err,) = struct.unpack_from("i", buf, off + 16)
+                    if err:
+                        raise NetlinkError(f"dump {msg_type} failed: {os.strerror(-err)}")
+                elif mtype == want:
+                    out.append(buf[off + 16 : off + length])
+                off += (length + 3) & ~3
+
+
+def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Every per-interface IP setting and neighbour parameter of the namespace, each as one
+    comparable string (two dumps):
+
+    - per interface, its IPv4 and IPv6 settings (every ``conf/IF`` sysctl) and IPv6 token:
+      ``{ifname: "token:...;v4:1,0,...;v6:1,64,..."}``;
+    - per neighbour table and interface (``arp_cache/eth1``; ``arp_cache/-``: the table's own),
+      its parameters (every ``neigh/IF`` sysctl) but the volatile ones (reference count,
+      randomised reachable time).
+
+    Raises:
+        NetlinkError.
+    """
+    body = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0) + struct.pack("HHI", 8, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
+    links: dict[str, str] = {}
+    names: dict[int, str] = {}
+    for msg in _dump(netns_path, RTM_GETLINK, body, RTM_NEWLINK):
+        (index,) = struct.unpack_from("i", msg, 4)
+        name, parts = "", []
+        for atype, payload in _attrs(msg, 16):
+            if atype == IFLA_IFNAME:
+                name = payload.rstrip(b"\0").decode(errors="replace")
+            elif atype == IFLA_AF_SPEC:
+                for family, inner in _attrs(payload):
+                    for ctype, value in _attrs(inner):
+                        if family == socket.AF_INET and ctype == IFLA_INET_CONF:
+                            parts.append("v4:" + ",".join(map(str, struct.unpack(f"{len(value) // 4}I", value))))
+                        elif family == socket.AF_INET6 and ctype == IFLA_INET6_CONF:
+                            parts.append("v6:" + ",".join(map(str, struct.unpack(f"{len(value) // 4}i", value))))
+                        elif family == socket.AF_INET6 and ctype == IFLA_INET6_TOKEN:
+                            parts.append("token:" + value.hex())
+        if name:
+            names[index] = name
+            links[name] = ";".join(sorted(parts))
+    neigh: dict[str, str] = {}
+    for msg in _dump(netns_path, RTM_GETNEIGHTBL, struct.pack("Bxxx", socket.AF_UNSPEC), RTM_NEWNEIGHTBL):
+        table, dev, params = "", "-", []
+        for atype, payload in _attrs(msg, 4):  # after struct ndtmsg (family, padding)
+            if atype == NDTA_NAME:
+                table = payload.rstrip(b"\0").decode(errors="replace")
+            elif atype == NDTA_PARMS:
+                for ptype, value in _attrs(payload):
+                    if ptype == NDTPA_IFINDEX:
+                        (idx,) = struct.unpack("I", value[:4])
+                        dev = names.get(idx, f"#{idx}") if idx else "-"
+                    elif ptype not in _NDTPA_VOLATILE:
+                        params.append(f"{ptype}={value.hex()}")
+        if table:
+            neigh[f"{table}/{dev}"] = ",".join(sorted(params))
+    return links, neigh
