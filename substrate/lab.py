@@ -10,7 +10,7 @@ Lifecycle: a lab made with ``with Lab.create(...) as lab:`` is destroyed when th
 whether normally, by an exception, by Ctrl-C or by SIGTERM (see :mod:`substrate.signals`). A
 failed bring-up destroys what it had created before raising. ``Lab.create(..., detached=True)``
 (what ``harness lab up`` does) leaves the lab running after the creating process exits, until
-``Lab.attach(name).destroy()`` (``harness lab down``). :func:`cleanup` removes what crashed
+``Lab.attach(name).destroy()`` (``harness lab down``). :func:`substrate.cleanup.cleanup` removes what crashed
 processes left behind, and only that: anibench's namespaces (prefix ``anibench-``), the processes
 inside them, and lab records whose owner is gone.
 """
@@ -27,9 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field
 
 from substrate import addressing as addr
 from substrate.errors import (
@@ -42,8 +41,9 @@ from substrate.errors import (
     NodeNotFoundError,
     SubstrateError,
 )
-from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
+from substrate.paths import LABS_DIR, lab_dir
 from substrate.process import DEFAULT_MAX_OUTPUT, ExecResult
+from substrate.record import LabRecord, NodeState, pid_alive, pid_start
 from substrate.signals import cleanup_shield, terminate_gracefully
 from substrate.topology import Role, Topology
 
@@ -52,38 +52,12 @@ R = TypeVar("R")
 
 #: Lab names: used in namespace names and paths.
 LAB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
-RECORD_SCHEMA_VERSION = 1
 #: Parallelism for per-node operations (exec fan-out). Commands are mostly waiting on the kernel
 #: or on FRR, so more threads than cores pays off.
 DEFAULT_WORKERS = 16
-
-
-class NodeState(BaseModel):
-    """Runtime state of one deployed node."""
-
-    name: str
-    role: Role
-    netns: str = Field(description="Name of the node's network namespace (ip netns).")
-    init_pid: int = Field(default=0, description="Host PID of the node's init (PID 1 inside the node).")
-    init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
-    daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
-
-
-class LabRecord(BaseModel):
-    """What is persisted about a lab (``lab.json``); versioned."""
-
-    schema_version: int = RECORD_SCHEMA_VERSION
-    name: str
-    backend: str = "netns"
-    status: Literal["creating", "up"] = "creating"
-    detached: bool = Field(
-        default=False, description="Outlives its creator (harness lab up); set only once the bring-up is complete.")
-    owner_pid: int = Field(description="PID of the process that created the lab.")
-    created_at: float
-    topology: Topology
-    nodes: dict[str, NodeState] = Field(default_factory=dict)
-    features: str = ""
-    meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
+#: Kept importable from here (they moved to substrate.record with the lab record).
+__all__ = ["Lab", "LabRecord", "NodeInfo", "NodeState", "pid_alive", "require_up", "validate_lab_name"]
+_pid_start = pid_start
 
 
 @dataclass
@@ -103,27 +77,6 @@ def validate_lab_name(name: str) -> str:
             f"invalid lab name {name!r}: use 1-24 characters, lowercase letters, digits and '-', starting with a letter or digit"
         )
     return name
-
-
-def _pid_start(pid: int) -> int:
-    """Start time of a process (field 22 of /proc/PID/stat), 0 if it does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def pid_alive(pid: int, start: int | None = None) -> bool:
-    """True if ``pid`` runs (not a zombie) and, if ``start`` is given, is the same process as
-    when recorded (PIDs are reused)."""
-    if pid <= 0:
-        return False
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z" and (not start or int(fields[19]) == start)
 
 
 class Lab:
@@ -158,8 +111,8 @@ class Lab:
             name: lab name (see :data:`LAB_NAME_RE`); unique on the machine.
             backend: registered backend name (``netns``).
             detached: keep the lab after this process exits (else a context manager or
-                :func:`cleanup` destroys it). Takes effect once the lab has converged (see
-                :meth:`detach`): a bring-up whose process dies is a leftover for :func:`cleanup`.
+                :func:`substrate.cleanup.cleanup` destroys it). Takes effect once the lab has converged (see
+                :meth:`detach`): a bring-up whose process dies is a leftover for :func:`substrate.cleanup.cleanup`.
             converge_timeout_s: bound on the wait for IS-IS convergence.
             frr_extra: per router, extra configuration blocks appended to its frr.conf.
             progress: called with a short message at each bring-up stage.
@@ -219,7 +172,7 @@ class Lab:
 
         Called when the bring-up is complete (by :meth:`create`, or by a caller that deploys more
         on the lab first, e.g. a scenario): until then the lab belongs to its creating process,
-        and :func:`cleanup` removes it if that process dies.
+        and :func:`substrate.cleanup.cleanup` removes it if that process dies.
         """
         self.record.detached = True
         self._save()
@@ -551,84 +504,6 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         with cleanup_shield():
             self.destroy()
-
-
-@dataclass
-class CleanupReport:
-    """What :func:`cleanup` removed."""
-
-    labs: list[str] = field(default_factory=list)
-    namespaces: list[str] = field(default_factory=list)
-    processes: int = 0
-    kept: list[str] = field(default_factory=list)
-    faults_cleared: list[str] = field(default_factory=list)
-
-
-def _list_netns() -> list[str]:
-    try:
-        return sorted(p.name for p in Path("/run/netns").iterdir())
-    except OSError:
-        return []
-
-
-def cleanup(all_labs: bool = False) -> CleanupReport:
-    """Remove leftovers of crashed labs; only anibench's.
-
-    A lab is a leftover when it was not detached (``harness lab up`` detaches once the bring-up
-    is complete, so a bring-up killed half-way is a leftover too) and its owner process is gone or
-    one of its nodes died, or when its record is unreadable. Detached labs
-    are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
-    belong to no kept lab are removed with every process inside them. With ``all_labs`` every
-    anibench lab goes, running or not.
-
-    Returns:
-        What was removed and which labs were kept.
-    """
-    from substrate.backends.netns import delete_netns, kill_netns_processes
-
-    report = CleanupReport()
-    keep_ns: set[str] = set()
-    if LABS_DIR.is_dir():
-        for d in sorted(LABS_DIR.iterdir()):
-            if not d.is_dir():
-                continue
-            try:
-                record = LabRecord.model_validate_json((d / "lab.json").read_text())
-            except (OSError, ValueError):
-                record = None
-            if record is not None and not all_labs:
-                owner_alive = pid_alive(record.owner_pid)
-                creating = record.status == "creating" and owner_alive
-                lab = Lab(record)
-                # a detached lab (harness lab up) is the user's until harness lab down, even with a
-                # dead node; a lab owned by a process is a leftover once that process is gone
-                if creating or record.detached or (lab.alive() and owner_alive):
-                    if not owner_alive and not creating:
-                        # a kept lab may still carry faults of a run whose process crashed
-                        from substrate.faults import clear_all
-
-                        report.faults_cleared += clear_all(lab)
-                    report.kept.append(record.name)
-                    keep_ns.update(s.netns for s in record.nodes.values())
-                    keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)
-                    continue
-            if record is not None:
-                try:
-                    Lab(record).destroy()
-                except SubstrateError:
-                    pass
-            shutil.rmtree(d, ignore_errors=True)
-            report.labs.append(d.name)
-    for ns in _list_netns():
-        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns:
-            continue
-        m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
-        if m and pid_alive(int(m.group(1))) and not all_labs:
-            continue  # a feature probe running right now
-        report.processes += kill_netns_processes([ns])
-        delete_netns([ns])
-        report.namespaces.append(ns)
-    return report
 
 
 def require_up(lab: Lab) -> Lab:

@@ -36,10 +36,11 @@ from substrate.errors import BringUpError, ExecError
 from substrate.features import check_root_and_tools, require
 from substrate.paths import netns_name
 from substrate.process import ExecResult, run_bounded
+from substrate.record import NodeState, pid_alive, pid_start
 from substrate.topology import Role
 
 if TYPE_CHECKING:
-    from substrate.lab import Lab, NodeState
+    from substrate.backends import LabHandle as Lab
 
 #: Environment of every command run in a node (nothing of the caller's environment leaks in).
 NODE_ENV = {
@@ -136,7 +137,6 @@ class NetnsBackend:
 
     def deploy(self, lab: Lab, frr_extra: dict[str, list[str]], say: Callable[[str], None]) -> None:
         from substrate.features import probe
-        from substrate.lab import NodeState
 
         rec, topo = lab.record, lab.topology
         rec.features = probe().line()
@@ -249,9 +249,7 @@ class NetnsBackend:
             if len(words) == 2 and words[0] == "ready" and words[1].isdigit():
                 st = lab.record.nodes[name]
                 st.init_pid = int(words[1])
-                from substrate.lab import _pid_start
-
-                st.init_start = _pid_start(st.init_pid)
+                st.init_start = pid_start(st.init_pid)
             else:
                 err = b""
                 if select.select([p.stderr], [], [], 0.2)[0]:
@@ -265,8 +263,6 @@ class NetnsBackend:
     # -- exec ----------------------------------------------------------------------------------
 
     def exec_prefix(self, lab: Lab, node: NodeState, *, confined: bool) -> list[str]:
-        from substrate.lab import pid_alive
-
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running (harness lab cleanup; then redeploy)")
         prefix = [_tool("nsenter"), "-t", str(node.init_pid), "-m", "-u", "-i", "-n", "-p", "--"]
@@ -277,8 +273,6 @@ class NetnsBackend:
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """A daemon's vty socket seen from the host: the node's /run through its init's root."""
-        from substrate.lab import pid_alive
-
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running")
         return Path(f"/proc/{node.init_pid}/root/run/frr/{daemon}.vty")
@@ -290,8 +284,6 @@ class NetnsBackend:
     # -- destroy -------------------------------------------------------------------------------
 
     def destroy(self, lab: Lab) -> None:
-        from substrate.lab import pid_alive
-
         rec = lab.record
         for st in rec.nodes.values():
             if st.init_pid and pid_alive(st.init_pid, st.init_start):
