@@ -45,6 +45,7 @@ from substrate.paths import LABS_DIR, lab_dir
 from substrate.process import DEFAULT_MAX_OUTPUT, ExecResult
 from substrate.record import LabRecord, NodeState, pid_alive, pid_start
 from substrate.signals import cleanup_shield, terminate_gracefully
+from substrate.startup import needs_startup, run_startup
 from substrate.topology import Role, Topology
 
 T = TypeVar("T")
@@ -58,6 +59,10 @@ DEFAULT_WORKERS = 16
 #: Kept importable from here (they moved to substrate.record with the lab record).
 __all__ = ["Lab", "LabRecord", "NodeInfo", "NodeState", "pid_alive", "require_up", "validate_lab_name"]
 _pid_start = pid_start
+#: Default bounds on the wait for convergence (seconds): the substrate's underlay; a lab whose
+#: routers run their own configuration (OSPF on broadcast links waits 40 s: substrate.igp).
+UNDERLAY_CONVERGE_S = 60.0
+OWN_CONFIG_CONVERGE_S = 120.0
 
 
 @dataclass
@@ -100,7 +105,7 @@ class Lab:
         *,
         backend: str = "netns",
         detached: bool = False,
-        converge_timeout_s: float = 60.0,
+        converge_timeout_s: float | None = None,
         frr_extra: dict[str, list[str]] | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> Lab:
@@ -113,13 +118,17 @@ class Lab:
             detached: keep the lab after this process exits (else a context manager or
                 :func:`substrate.cleanup.cleanup` destroys it). Takes effect once the lab has converged (see
                 :meth:`detach`): a bring-up whose process dies is a leftover for :func:`substrate.cleanup.cleanup`.
-            converge_timeout_s: bound on the wait for IS-IS convergence.
+            converge_timeout_s: bound on the wait for convergence (default: 60 s; 120 s when a
+                router runs its own configuration, whose OSPF may wait 40 s before electing a
+                designated router: substrate.igp).
             frr_extra: per router, extra configuration blocks appended to its frr.conf.
             progress: called with a short message at each bring-up stage.
 
         Returns:
-            The lab, converged: every router has every other router's loopback, locator and
-            base-host prefixes in its kernel routing table.
+            The lab, converged: every underlay router has every other underlay router's loopback,
+            locator and base-host prefixes in its kernel routing table; every router with its own
+            configuration has the IGP adjacencies it asks for (substrate.igp). The nodes' start-up
+            steps (hostname, sysctls, exec commands: substrate.startup) have run.
 
         Raises:
             SubstrateError: bad name. EnvironmentProblem: not root, FRR or a kernel feature missing.
@@ -150,7 +159,13 @@ class Lab:
                 be.deploy(lab, frr_extra or {}, say)
                 record.status = "up"
                 lab._save()
-                say("waiting for IS-IS convergence")
+                if any(needs_startup(n) for n in topology.nodes):
+                    say("running the nodes' start-up commands")
+                    run_startup(lab)
+                own = any(n.self_configured for n in topology.routers)
+                say("waiting for the IGP to converge" if own else "waiting for IS-IS convergence")
+                if converge_timeout_s is None:
+                    converge_timeout_s = OWN_CONFIG_CONVERGE_S if own else UNDERLAY_CONVERGE_S
                 lab.wait_converged(timeout_s=converge_timeout_s)
                 if detached:
                     lab.detach()
@@ -250,7 +265,7 @@ class Lab:
         return [n.name for n in self.topology.routers]
 
     def state(self, node: str) -> NodeState:
-        """Runtime state of a node.
+        """Runtime state of a node (by its name, or for an imported node its name in the file).
 
         Raises:
             NodeNotFoundError: unknown node (the message lists the nodes).
@@ -258,6 +273,9 @@ class Lab:
         try:
             return self.record.nodes[node]
         except KeyError:
+            for n in self.topology.nodes:  # an imported node by its name in the source file (PC1 for pc1)
+                if n.source is not None and n.source.name == node and n.name in self.record.nodes:
+                    return self.record.nodes[n.name]
             raise NodeNotFoundError(
                 f"lab {self.name!r} has no node {node!r}; nodes: {', '.join(self.node_names())}"
             ) from None
@@ -418,11 +436,14 @@ class Lab:
     # -- state checks --------------------------------------------------------------------------
 
     def expected_underlay_prefixes(self, router: str) -> set[str]:
-        """Prefixes ``router`` must have learnt through IS-IS: every other router's loopback and
-        locator, and every other PE's base-host links."""
+        """Prefixes ``router`` must have learnt through IS-IS: every other underlay router's
+        loopback and locator, and every other PE's base-host links (none for a router that runs
+        its own configuration)."""
         out: set[str] = set()
+        if self.topology.node(router).self_configured:
+            return out
         for n in self.topology.routers:
-            if n.name == router or n.node_id is None:
+            if n.name == router or n.node_id is None or n.self_configured:
                 continue
             out.add(str(addr.loopback(n.node_id).network))
             out.add(str(addr.locator(n.node_id)))
@@ -442,10 +463,17 @@ class Lab:
         return self.expected_underlay_prefixes(router) - have
 
     def missing_adjacencies(self, router: str) -> set[str]:
-        """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        """Core interfaces of ``router`` towards other underlay routers without an IS-IS adjacency
+        in state Up (a router with its own configuration: see substrate.igp)."""
         from substrate.vty import VtyError
 
-        want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
+        topo = self.topology
+        if topo.node(router).self_configured:
+            return set()
+        want = {
+            lk.endpoint_of(router).interface for lk in topo.core_links()
+            if router in (lk.a.node, lk.b.node) and not topo.node(lk.peer_of(router).node).self_configured
+        }  # fmt: skip
         if not want:
             return set()
         try:
@@ -456,8 +484,9 @@ class Lab:
         return want - up
 
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
-        """Poll until every router has all its IS-IS adjacencies Up and every expected underlay
-        prefix in its kernel FIB.
+        """Poll until every underlay router has all its IS-IS adjacencies Up and every expected
+        underlay prefix in its kernel FIB, and every router with its own configuration has the
+        IGP adjacencies it asks for (:func:`substrate.igp.missing_adjacencies`).
 
         Returns:
             Seconds waited.
@@ -465,24 +494,34 @@ class Lab:
         Raises:
             ConvergenceTimeout: after ``timeout_s``, naming a router and what it still misses.
         """
+        from substrate.igp import missing_adjacencies
+
         t0 = time.monotonic()
         pending = set(routers if routers is not None else self.routers())
+        own = sorted(r for r in pending if self.topology.node(r).self_configured)
+        pending -= set(own)
         missing: dict[str, set[str]] = {}
 
         def still_missing(rt: str) -> tuple[str, set[str]]:
             gaps = self.missing_underlay_prefixes(rt)
             return rt, gaps or {f"adjacency on {i}" for i in self.missing_adjacencies(rt)}
 
-        while pending:
+        own_pending = bool(own)
+        while pending or own_pending:
             results = self.map(still_missing, sorted(pending))
             missing = {rt: m for rt, m in results if m}
             pending = set(missing)
-            if not pending:
+            if own_pending:  # adjacencies are judged from both ends: ask every such router each time
+                gaps = missing_adjacencies(self, own)
+                missing.update(gaps)
+                own_pending = bool(gaps)
+            if not missing:
                 break
             if time.monotonic() - t0 > timeout_s:
-                rt = sorted(pending)[0]
+                rt = sorted(missing)[0]
+                what = "the routers' own IGP" if own_pending and not pending else "IS-IS" if not own_pending else "the IGP"
                 raise ConvergenceTimeout(
-                    f"lab {self.name}: IS-IS not converged after {timeout_s:.0f} s; {len(pending)} router(s) incomplete, "
+                    f"lab {self.name}: {what} not converged after {timeout_s:.0f} s; {len(missing)} router(s) incomplete, "
                     f"e.g. {rt} lacks {', '.join(sorted(missing[rt])[:4])}"
                 )
             time.sleep(0.1)  # poll interval, not a settle delay: the loop exits as soon as state holds

@@ -218,7 +218,7 @@ def test_bad_lab_name_is_refused() -> None:
 
 def test_failed_bringup_leaves_nothing(monkeypatch) -> None:
     name = unique_name("t-fail")
-    with pytest.raises(BringUpError, match="FRR failed to start"):
+    with pytest.raises(BringUpError, match=r"r1: FRR 8.4 refused 1 line\(s\) of its frr.conf: line \d+: % Unknown command: +bogus-command"):
         Lab.create(Topology.from_spec("line:2:nohosts"), name, frr_extra={"r1": ["router isis CORE\n bogus-command"]})
     assert_gone(name)
 

@@ -9,10 +9,11 @@ Bring-up (all steps batched or parallel; see ``bench/lab_up.py`` for the figures
    then a minimal private root, then it waits as PID 1 of the node;
 3. one ``ip -batch`` creates every veth pair with both ends directly inside their namespaces
    (no interface ever exists in the host namespace, so labs cannot clash on names);
-4. one ``ip -n NS -batch`` per node brings links up and, on routers, creates ``sr0`` and the
-   SRv6 locator's ``seg6local End`` route (NEXT-C-SID flavor, with counters); on hosts it sets
-   addresses and the default route;
-5. FRR daemons start in every router (``vtysh -b`` loads the integrated frr.conf).
+4. one ``ip -n NS -batch`` per node brings links up and, on underlay routers, creates ``sr0`` and
+   the SRv6 locator's ``seg6local End`` route (NEXT-C-SID flavor, with counters); on base hosts it
+   sets addresses and the default route (a router with its own configuration gets neither);
+5. FRR daemons (the node's daemon set) start in every router (``vtysh -b`` loads the integrated
+   frr.conf).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ class NetnsBackend:
         timings: dict[str, float] = {}
         t = time.monotonic()
         for n in topo.nodes:
-            daemons = list(frr.BASE_DAEMONS) if n.is_router else []
+            daemons = list(n.frr_daemons)
             rec.nodes[n.name] = NodeState(name=n.name, role=n.role, netns=netns_name(lab.name, n.name), daemons=daemons)
         lab._save()  # namespaces are recorded before they exist, so a crash leaves a findable trail
 
@@ -155,11 +156,8 @@ class NetnsBackend:
             nd = lab.dir / "nodes" / n.name
             (nd / "etc-frr").mkdir(parents=True, exist_ok=True)
             if n.is_router:
-                (nd / "etc-frr" / "frr.conf").write_text(frr.render_router(topo, n.name, frr_extra.get(n.name)))
-                (nd / "etc-frr" / "vtysh.conf").write_text(frr.VTYSH_CONF)
-                (nd / "etc-frr" / "daemons").write_text(
-                    "".join(f"{d}={'yes' if d in frr.BASE_DAEMONS else 'no'}\n" for d in frr.KNOWN_DAEMONS)
-                )
+                for fname, text in frr.node_files(topo, n.name, frr_extra.get(n.name)).items():
+                    (nd / "etc-frr" / fname).write_text(text)
             shutil.chown(nd / "etc-frr", "frr", "frr")
             for f in (nd / "etc-frr").iterdir():
                 shutil.chown(f, "frr", "frr")
@@ -188,11 +186,12 @@ class NetnsBackend:
 
         say("starting FRR")
         t = time.monotonic()
-        script = frr.start_script(frr.BASE_DAEMONS)
-        results = lab.map(lambda n: lab.sh(n, script, timeout_s=FRR_START_TIMEOUT_S), lab.routers())
+        results = lab.map(
+            lambda n: lab.sh(n, frr.start_script(rec.nodes[n].daemons), timeout_s=FRR_START_TIMEOUT_S), lab.routers()
+        )
         for res in results:
             if not res.ok:
-                raise BringUpError(f"FRR failed to start: {res.summary()}")
+                raise BringUpError(frr.start_failure(topo.node(res.node), res))
         timings["frr"] = time.monotonic() - t
         rec.meta["bringup_s"] = timings
 
@@ -200,7 +199,7 @@ class NetnsBackend:
         topo = lab.topology
         node = topo.node(name)
         lines = ["link set lo up"] + [f"link set {lk.endpoint_of(name).interface} up" for lk in topo.links_of(name)]
-        if node.is_router and node.node_id is not None:
+        if node.is_router and node.node_id is not None and not node.self_configured:
             loc = addr.locator(node.node_id)
             lines += [
                 "link add sr0 type bridge",
