@@ -1,0 +1,42 @@
+"""Containerlab labs on the netns substrate, without Docker: a ``.clab.yml`` file translated to the
+topology model (:func:`load`); :mod:`substrate.export` writes the model back as one.
+
+See :mod:`substrate.clab.translate` for what is read and what is refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from substrate.clab.source import ClabError
+from substrate.clab.translate import ClabImport, is_clab_file, load
+from substrate.topology import Topology
+
+__all__ = ["ClabError", "ClabImport", "from_spec", "is_clab_file", "load"]
+
+
+def _looks_like_clab(path: Path) -> bool:
+    if is_clab_file(path):
+        return True
+    if path.suffix not in (".yml", ".yaml") or not path.is_file():
+        return False
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "topology" in data
+
+
+def from_spec(spec: str) -> ClabImport:
+    """What :meth:`Topology.from_spec` reads (``grid:5x5``, a YAML topology), plus Containerlab
+    topology files (``*.clab.yml``, or any YAML file with a ``topology`` mapping).
+
+    Raises:
+        TopologyError: (ClabError for a Containerlab file) in one line, see :func:`load`.
+    """
+    path = Path(spec)
+    if _looks_like_clab(path):
+        return load(path)
+    return ClabImport(topology=Topology.from_spec(spec))
