@@ -5,7 +5,10 @@ asks for (an imported Containerlab lab's ``hostname``, renamed interfaces, ``sys
 Order per node (nodes in parallel), as Containerlab's post-deploy does it: the hostname, the
 interfaces' original names as Linux alternative names (so the lab's own commands can still say
 ``ip link set <long name> up``), the sysctls, then each exec command in order. Containerlab runs
-an exec command without a shell after splitting it into words (``shlex``); so does this. A
+an exec command without a shell after splitting it into words (``shlex``); so does this. Exec
+commands come from a file that may not be the operator's own (a lab found on the web): they run
+confined like an agent's shell (capabilities that could leave the node dropped, network
+administration kept), as a container would not be privileged either. A
 command that fails stops the bring-up (the caller destroys the lab) with a one-line error naming
 the node, the command, its line in the source file and what it printed.
 """
@@ -69,7 +72,7 @@ def run_node(lab: Lab, node: Node) -> None:
             argv = shlex.split(line)
         except ValueError as e:
             raise BringUpError(f"{name}: exec command {k + 1} `{line}`{where(node, k)} cannot be split into words: {e}") from None
-        r = lab.exec(name, argv, timeout_s=EXEC_TIMEOUT_S)
+        r = lab.exec(name, argv, timeout_s=EXEC_TIMEOUT_S, confined=True)
         if not r.ok:
             said = (r.stderr.strip() or r.stdout.strip()).replace("\n", " | ")[:300]
             status = "timed out" if r.timed_out else f"failed (exit {r.returncode})"

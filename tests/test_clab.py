@@ -417,3 +417,33 @@ def test_daemons_file_errors_name_the_daemons_file_and_the_bind(tmp_path: Path) 
         load(p)
     msg = str(e.value)
     assert msg.startswith(f"{tmp_path / 'r1' / 'daemons'}:2: ") and "set sharpd=no" in msg and f"{p}:6" in msg
+
+
+HOSTILE = [
+    ('binds: ["/dev/zero:/etc/frr/frr.conf"]', "is not a regular file"),  # would never end
+    ('binds: ["~no-such-user-anibench/x:/etc/frr/frr.conf"]', "cannot use the path"),
+    ('exec: ["echo \\"unbalanced"]', "balance the quotes"),
+    ("labels: {anibench.node-id: 0}", "router number 1..9999"),
+    ("labels: {anibench.role: core}", "P, PE or host"),
+    ("extras: {frr: {daemons: [ospfd]}}", "kind frr only"),
+    ("sysctls: {net.ipv4.ip_forward: [1]}", "string or a number"),
+]
+
+
+@pytest.mark.parametrize(("setting", "says"), HOSTILE, ids=[h[1] for h in HOSTILE])
+def test_hostile_settings_are_refused_in_one_line(tmp_path: Path, setting: str, says: str) -> None:
+    p = tmp_path / "h.clab.yml"
+    p.write_text(f"name: h\ntopology:\n  nodes:\n    r1:\n      kind: linux\n      image: frr\n      {setting}\n")
+    with pytest.raises(ClabError) as e:
+        load(p)
+    assert str(e.value).startswith(f"{p}:7: topology.nodes.r1.") and says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_yaml_bombs_and_deep_nesting_are_refused(tmp_path: Path) -> None:
+    bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))
+    (tmp_path / "bomb.clab.yml").write_text(bomb)
+    (tmp_path / "deep.clab.yml").write_text("topology: " + "[" * 3000 + "]" * 3000 + "\n")
+    for f, says in (("bomb", "aliases expanded"), ("deep", "nest")):
+        with pytest.raises(ClabError, match=says):
+            load(tmp_path / f"{f}.clab.yml")

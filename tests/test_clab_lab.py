@@ -244,3 +244,13 @@ def test_a_failed_import_destroys_what_it_created(tmp_path: Path, frr_line: str,
     with pytest.raises(BringUpError):
         Lab.create(load(p).topology, name)
     assert gone(name) and not Path(f"/run/netns/{netns_name(name, 'h1')}").exists()
+
+
+def test_exec_commands_cannot_leave_the_node(tmp_path: Path) -> None:
+    """A lab file's exec commands run confined: network administration yes, mounting over the
+    host's read-only /usr no (the command fails and the bring-up with it, naming the line)."""
+    p = tmp_path / "escape.clab.yml"
+    p.write_text("name: escape\ntopology:\n  nodes:\n    h1:\n      kind: linux\n      exec:\n"
+                 "        - ip link add d0 type bridge\n        - mount -o remount,rw /usr\n")
+    with pytest.raises(BringUpError, match=r"h1: exec command 2 `mount -o remount,rw /usr` \(.*escape.clab.yml:8\) failed"):
+        Lab.create(load(p).topology, unique_name("t-esc"))

@@ -6,11 +6,10 @@ See :mod:`substrate.clab.translate` for what is read and what is refused.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-import yaml
-
-from substrate.clab.source import ClabError
+from substrate.clab.source import MAX_FILE_BYTES, ClabError
 from substrate.clab.translate import ClabImport, is_clab_file, load
 from substrate.topology import Topology
 
@@ -18,15 +17,18 @@ __all__ = ["ClabError", "ClabImport", "from_spec", "is_clab_file", "load"]
 
 
 def _looks_like_clab(path: Path) -> bool:
+    """A ``*.clab.yml`` name, or a YAML file with a top-level ``topology:`` key (Containerlab's;
+    anibench's own form has ``nodes``)."""
     if is_clab_file(path):
         return True
     if path.suffix not in (".yml", ".yaml") or not path.is_file():
         return False
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        with path.open("rb") as f:
+            head = f.read(MAX_FILE_BYTES).decode(errors="replace")
+    except OSError:
         return False
-    return isinstance(data, dict) and "topology" in data
+    return re.search(r"^topology\s*:", head, re.M) is not None
 
 
 def from_spec(spec: str) -> ClabImport:

@@ -20,6 +20,9 @@ from substrate.errors import TopologyError
 FieldPath = tuple[str | int, ...]
 #: Largest topology or FRR file read (bytes).
 MAX_FILE_BYTES = 1 << 20
+#: Bounds on the parsed document: values (YAML aliases can multiply a small file) and nesting.
+MAX_VALUES = 200_000
+MAX_DEPTH = 64
 #: libyaml's parser when PyYAML has it (about 10x faster; same nodes and marks).
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -65,6 +68,9 @@ class Source:
 
 
 def _walk(loader: Any, node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int], src: Path) -> Any:
+    if len(lines) > MAX_VALUES or len(path) > MAX_DEPTH:
+        what = f"more than {MAX_VALUES} values (aliases expanded)" if len(lines) > MAX_VALUES else f"nested deeper than {MAX_DEPTH}"
+        raise ClabError(f"{src}:{node.start_mark.line + 1}: {field_name(path)}: the document has {what}; simplify it")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # merge keys (<<)
         out: dict[Any, Any] = {}
@@ -112,6 +118,8 @@ def read(path: str | Path) -> Source:
     try:
         root = loader.get_single_node()
         data = None if root is None else _walk(loader, root, (), lines, p)
+    except RecursionError:
+        raise ClabError(f"{p}: the YAML is nested too deeply to read; simplify it") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{mark.line + 1}" if mark is not None else "1"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from substrate.clab import frrfiles, names
 from substrate.clab.resolve import Resolver
 from substrate.clab.source import MAX_FILE_BYTES, ClabError, FieldPath, Source, field_name, read
 from substrate.errors import TopologyError
-from substrate.topology import FRR_FILE_NAMES, Role, Topology
+from substrate.topology import FRR_FILE_NAMES, MAX_ROUTERS, Role, Topology
 
 #: Kinds imported, by the name used in files (Containerlab registers ``frrouting`` as an alias).
 KINDS = {"linux": "linux", "frr": "frr", "frrouting": "frr"}
@@ -343,6 +344,10 @@ class _Importer:
             self.notes.append(f"{n}: interfaces renamed: " + ", ".join(f"{o} -> {m}" for o, m in spec.ifmap.items() if o != m))
             spec.files = {f: _rename_interfaces(t, spec.ifmap) for f, t in spec.files.items()}
         for item, at in res.merged_list(n, "exec"):
+            try:
+                shlex.split(item)
+            except ValueError as e:
+                raise self.err(at, f"cannot split {item!r} into words ({e}); exec runs no shell: balance the quotes") from None
             spec.exec.append((item, self.src.line(at)))
         for key, (v, at) in res.merged_map(n, "sysctls").items():
             k2 = key.replace("/", ".")
@@ -382,7 +387,9 @@ class _Importer:
             try:
                 spec.node_id = int(v)
             except (TypeError, ValueError):
-                raise self.err(at, f"{export.LABEL_NODE_ID} is a router number 1..9999 (got {v!r})") from None
+                spec.node_id = 0
+            if not 1 <= spec.node_id <= MAX_ROUTERS:
+                raise self.err(at, f"{export.LABEL_NODE_ID} is a router number 1..{MAX_ROUTERS} (got {v!r})")
         if export.LABEL_MANAGED in labels:
             v, at = labels[export.LABEL_MANAGED]
             if str(v) not in ("true", "false"):
@@ -405,8 +412,7 @@ class _Importer:
                     raise self.err(at, f"{var} names Containerlab's lab directory, which a netns lab does not have; "
                                        "bind a file next to the topology file")
             src_raw = src_raw.replace("__clabNodeName__", n)
-            srcp = Path(src_raw).expanduser()
-            srcp = srcp if srcp.is_absolute() else self.src.dir / srcp
+            srcp = self._path(src_raw, at)
             if dst == FRR_DIR:
                 fname = ""
             elif dst.startswith(FRR_DIR + "/") and "/" not in dst[len(FRR_DIR) + 1:]:
@@ -424,13 +430,27 @@ class _Importer:
 
     def _read_text(self, p: Path, at: FieldPath) -> str:
         try:
-            if p.stat().st_size > MAX_FILE_BYTES:
+            if not p.is_file():
+                raise self.err(at, f"{p} is not a regular file; bind a file")
+            with p.open("rb") as f:
+                raw = f.read(MAX_FILE_BYTES + 1)
+            if len(raw) > MAX_FILE_BYTES:
                 raise self.err(at, f"{p} is larger than {MAX_FILE_BYTES // 1024} KiB")
-            return p.read_text()
+            return raw.decode()
         except UnicodeDecodeError:
             raise self.err(at, f"{p} is not UTF-8 text") from None
         except OSError as e:
             raise self.err(at, f"cannot read {p}: {e.strerror}") from None
+
+    def _path(self, raw: str, at: FieldPath) -> Path:
+        """A path of the file resolved as Containerlab does (``~``, relative to the topology file)."""
+        try:
+            p = Path(raw).expanduser()
+            p = p if p.is_absolute() else self.src.dir / p
+            p.exists()  # a NUL byte or the like fails here, not later
+        except (RuntimeError, ValueError, OSError) as e:
+            raise self.err(at, f"cannot use the path {raw!r}: {e}") from None
+        return p
 
     def _frr(self, res: Resolver, n: str, spec: _Node, binds: list[tuple[str, Path, FieldPath]]) -> None:
         extras = res.value(n, "extras")
@@ -523,8 +543,7 @@ class _Importer:
             return value, f"{field_name(at)} at {self.src.path}:{self.src.line(at)}"
         if re.match(r"^[a-z][a-z0-9+.-]*://", value):
             raise self.err(at, "a startup-config URL cannot be fetched (no downloads): save the file next to the topology")
-        p = Path(value.replace("__clabNodeName__", n)).expanduser()
-        p = p if p.is_absolute() else self.src.dir / p
+        p = self._path(value.replace("__clabNodeName__", n), at)
         if not p.is_file():
             raise self.err(at, f"startup-config {value} not found (looked for {p}); create it or fix the path")
         return self._read_text(p, at), str(p)
