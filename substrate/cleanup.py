@@ -6,6 +6,7 @@ that none of them needs to import another back.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -37,12 +38,22 @@ def _list_netns() -> list[str]:
         return []
 
 
+def _owner_alive(d: Path) -> bool:
+    """The record in ``d`` names a running owner process (read as plain JSON, whatever its model)."""
+    try:
+        owner = json.loads((d / "lab.json").read_text()).get("owner_pid")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(owner, int) and pid_alive(owner)
+
+
 def cleanup(all_labs: bool = False) -> CleanupReport:
     """Remove leftovers of crashed labs; only anibench's.
 
     A lab is a leftover when it was not detached (``harness lab up`` detaches once the bring-up
     is complete, so a bring-up killed half-way is a leftover too) and its owner process is gone or
-    one of its nodes died, or when its record is unreadable. Detached labs
+    one of its nodes died, or when its record is unreadable and names no running owner (a record
+    of another version whose owner runs is kept). Detached labs
     are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
     belong to no kept lab are removed with every process inside them. With ``all_labs`` every
     anibench lab goes, running or not.
@@ -52,6 +63,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
     """
     report = CleanupReport()
     keep_ns: set[str] = set()
+    keep_prefixes: list[str] = []
     if LABS_DIR.is_dir():
         for d in sorted(LABS_DIR.iterdir()):
             if not d.is_dir():
@@ -60,6 +72,12 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                 record = LabRecord.model_validate_json((d / "lab.json").read_text())
             except (OSError, ValueError):
                 record = None
+                if not all_labs and _owner_alive(d):
+                    # a record this version cannot read (another checkout's, a newer model) whose
+                    # owner is running: a live lab, not a leftover; keep it and its namespaces
+                    report.kept.append(d.name)
+                    keep_prefixes.append(f"{NETNS_PREFIX}{d.name}-")
+                    continue
             if record is not None and not all_labs:
                 owner_alive = pid_alive(record.owner_pid)
                 creating = record.status == "creating" and owner_alive
@@ -82,7 +100,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)
     for ns in _list_netns():
-        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns:
+        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns or ns.startswith(tuple(keep_prefixes)):
             continue
         m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
         if m and pid_alive(int(m.group(1))) and not all_labs:

@@ -36,7 +36,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from substrate import frr_daemons
 from substrate.errors import TopologyError
@@ -127,6 +136,17 @@ class Node(BaseModel):
     source: NodeSource | None = Field(
         default=None, description="Where an imported node came from (kept for the user; deploying ignores it).")
 
+    @model_serializer(mode="wrap")
+    def _omit_unset_setup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Nodes without their own set-up serialise as before it existed (lab records, scenario
+        files): a reader of the older model -- another checkout's ``harness lab cleanup`` -- can
+        still read them, and a scenario file stays byte-identical."""
+        out = handler(self)
+        for k in _SETUP_FIELDS:
+            if k in out and not out[k]:
+                del out[k]
+        return out
+
     @field_validator("daemons")
     @classmethod
     def _daemon_order(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -176,6 +196,10 @@ class Node(BaseModel):
     def is_base_host(self) -> bool:
         """A host the substrate addresses itself (see ``managed``)."""
         return self.role is Role.HOST and not self.managed
+
+
+#: Node fields an imported lab sets (empty/None on the substrate's own nodes).
+_SETUP_FIELDS = ("daemons", "frr_files", "exec", "sysctls", "source")
 
 
 class Endpoint(BaseModel):

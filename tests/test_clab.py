@@ -49,8 +49,18 @@ def with_frr_kind(schema: dict) -> dict:
     return s
 
 
+def _python_re(node: object) -> object:
+    """The schema with its one non-Python regex construct (``\\p{N}\\p{L}``, Unicode classes of
+    an address's zone suffix) written as Python's ``re`` says it (``\\w``)."""
+    if isinstance(node, dict):
+        return {k: _python_re(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_python_re(v) for v in node]
+    return node.replace("\\p{N}\\p{L}", "\\w") if isinstance(node, str) else node
+
+
 def schema_ok(schema: dict, doc: object) -> bool:
-    return jsonschema.Draft202012Validator(schema).is_valid(json.loads(json.dumps(doc)))
+    return jsonschema.Draft202012Validator(_python_re(schema)).is_valid(json.loads(json.dumps(doc)))
 
 
 def bare(topo: Topology) -> dict:
@@ -183,7 +193,7 @@ topology:
       labels: {anibench.role: P}
   nodes:
     h1: {exec: [echo node]}
-    h2: {group: other, image: node-image}
+    h2: {group: other, image: node-image, mgmt-ipv4: 172.20.20.12, mgmt-ipv6: "3fff:172:20:20::12"}
     r1: {group: routers, exec: [echo node]}
   links:
     - endpoints: [h1:eth1, r1:eth1]
@@ -208,6 +218,8 @@ def test_inheritance_follows_containerlab(tmp_path: Path, clab_schema: dict) -> 
     # maps: merged, the more specific level wins
     assert r1.sysctls == {"net.ipv4.ip_forward": "1", "net.ipv6.conf.all.forwarding": "0"}
     assert r1.role is Role.P and h1.role is Role.HOST
+    # management addresses: the node's own, kept as metadata
+    assert (h2.source.mgmt_ipv4, h2.source.mgmt_ipv6, h1.source.mgmt_ipv4) == ("172.20.20.12", "3fff:172:20:20::12", "")
 
 
 def test_binds_resolve_relative_to_the_file_and_the_most_specific_wins(tmp_path: Path) -> None:

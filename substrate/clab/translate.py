@@ -320,21 +320,20 @@ class _Importer:
         kind = KINDS[kind_name]
         labels = self._labels(res, n)
         image = self._str(res, n, "image")
-        spec = _Node(orig=n, name=name, kind=kind, router=kind == "frr", image=image[0] if image else "")
+        spec = _Node(orig=n, name=name, kind=kind, router=False, image=image[0] if image else "")
         self._apply_labels(spec, labels)
         binds = self._binds(res, n)
-        if kind == "linux" and not spec.router and (binds or "frr" in spec.image.lower().split("/")[-1].split(":")[0]):
-            if spec.role is Role.HOST:
-                if binds:
-                    raise self.err(binds[0][2], f"node {n} is labelled a host but binds FRR files; drop the label or the binds")
-            else:
-                spec.router = True
-        if spec.role is not None and spec.role is not Role.HOST:
+        frr_image = "frr" in spec.image.lower().rsplit("/", 1)[-1].split(":")[0]
+        if kind == "frr":
             spec.router = True
-        if not spec.router and binds:
-            raise self.err(binds[0][2], "FRR files are bound into a node that is not a router")
-        if spec.router and spec.role is Role.HOST:
-            raise self.err(kind_at, f"node {n} runs FRR (kind frr) but is labelled a host")
+            if spec.role is Role.HOST:
+                raise self.err(kind_at, f"node {n} runs FRR (kind frr) but is labelled a host; drop the label")
+        elif spec.role is not None:  # the label decides
+            spec.router = spec.role is not Role.HOST
+        else:  # kind linux: a router when it runs FRR
+            spec.router = bool(binds) or frr_image
+        if binds and not spec.router:
+            raise self.err(binds[0][2], f"node {n} is labelled a host but binds FRR files; drop the label or the binds")
         self._frr(res, n, spec, binds)
         spec.ifmap = {i: names.map_interface(i) for i in ifaces}
         mapped = [m for o, m in spec.ifmap.items() if o != m]
