@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from substrate.topology import Role, Topology
+from substrate.topology import SETUP_FIELDS, Role, Topology
 
 RECORD_SCHEMA_VERSION = 1
 
@@ -42,6 +42,33 @@ class LabRecord(BaseModel):
     nodes: dict[str, NodeState] = Field(default_factory=dict)
     features: str = ""
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
+
+    @model_serializer(mode="wrap")
+    def _split_setup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Imported nodes' own set-up (FRR files, daemons, exec, ...) is written beside the
+        topology (``node_setup``), not in it: a reader of the model before that set-up existed
+        (another checkout's ``harness lab cleanup``) still reads the record, sees a live lab and
+        leaves it alone; it ignores the extra key."""
+        out = handler(self)
+        setup = {}
+        for n in out["topology"]["nodes"]:
+            own = {k: n.pop(k) for k in SETUP_FIELDS if k in n}
+            if own:
+                setup[n["name"]] = own
+        if setup:
+            out["node_setup"] = setup
+        return out
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_setup(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("node_setup"):
+            data = dict(data)
+            setup = data.pop("node_setup")
+            topo = dict(data["topology"])
+            topo["nodes"] = [{**n, **setup.get(n.get("name"), {})} for n in topo["nodes"]]
+            data["topology"] = topo
+        return data
 
 
 def pid_start(pid: int) -> int:

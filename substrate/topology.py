@@ -142,7 +142,7 @@ class Node(BaseModel):
         files): a reader of the older model -- another checkout's ``harness lab cleanup`` -- can
         still read them, and a scenario file stays byte-identical."""
         out = handler(self)
-        for k in _SETUP_FIELDS:
+        for k in SETUP_FIELDS:
             if k in out and not out[k]:
                 del out[k]
         return out
@@ -199,7 +199,7 @@ class Node(BaseModel):
 
 
 #: Node fields an imported lab sets (empty/None on the substrate's own nodes).
-_SETUP_FIELDS = ("daemons", "frr_files", "exec", "sysctls", "source")
+SETUP_FIELDS = ("daemons", "frr_files", "exec", "sysctls", "source")
 
 
 class Endpoint(BaseModel):

@@ -459,3 +459,20 @@ def test_yaml_bombs_and_deep_nesting_are_refused(tmp_path: Path) -> None:
     for f, says in (("bomb", "aliases expanded"), ("deep", "nest")):
         with pytest.raises(ClabError, match=says):
             load(tmp_path / f"{f}.clab.yml")
+
+
+def test_lab_record_keeps_imported_setup_beside_the_topology() -> None:
+    """The record's topology has the fields every version of the model knows; an imported node's
+    own set-up sits beside it (node_setup), so another checkout's cleanup can still read the record
+    (and leave the live lab alone), and this version reads it back whole."""
+    from substrate.record import LabRecord
+    from substrate.topology import SETUP_FIELDS
+
+    topo = load(frr01()).topology
+    rec = LabRecord(name="x", owner_pid=1, created_at=0.0, topology=topo)
+    doc = json.loads(rec.model_dump_json())
+    assert all(not set(n) & set(SETUP_FIELDS) for n in doc["topology"]["nodes"])
+    assert set(doc["node_setup"]) == {n.name for n in topo.nodes}
+    assert LabRecord.model_validate_json(rec.model_dump_json()) == rec
+    plain = LabRecord(name="y", owner_pid=1, created_at=0.0, topology=Topology.from_spec("line:2"))
+    assert "node_setup" not in json.loads(plain.model_dump_json())

@@ -26,8 +26,9 @@ from tests.servers_support import connect, data
 
 pytestmark = [pytest.mark.lab]
 HARNESS = [sys.executable, "-m", "harness.cli"]
-#: Bound on polls for what follows OSPF's adjacencies (route installation, first pings).
-SETTLE_S = 30.0
+#: Bound on polls for what follows OSPF's adjacencies (route installation, first pings); generous:
+#: the machine may be shared and loaded (a bound, not a threshold).
+SETTLE_S = 90.0
 
 
 def poll(fn, within_s: float = SETTLE_S):  # noqa: ANN001, ANN201
@@ -70,20 +71,24 @@ def ospf_full(lab: Lab, router: str) -> set[str]:
 
 def test_frr01_ospf_converges(frr01: Lab) -> None:
     for r in ("router1", "router2", "router3"):
-        assert ospf_full(frr01, r) == {"eth1", "eth2"}, r  # both ring neighbours, Full (lab up waited for it)
+        # both ring neighbours Full: lab up waited for it; polled, as a loaded machine can delay hellos
+        assert poll(lambda r=r: ospf_full(frr01, r) == {"eth1", "eth2"}), (r, frr01.vtysh(r, "show ip ospf neighbor").stdout)
         assert frr01.state(r).daemons == ["zebra", "staticd", "ospfd", "ldpd"]
     # every router learns every other PC's subnet through OSPF
     want = {"router1": ["192.168.12.0/24", "192.168.13.0/24"], "router2": ["192.168.11.0/24", "192.168.13.0/24"],
             "router3": ["192.168.11.0/24", "192.168.12.0/24"]}  # fmt: skip
 
+    seen: dict[str, set[str]] = {}
+
     def learnt() -> bool:
         for r, prefixes in want.items():
-            routes = json.loads(frr01.exec(r, ["ip", "-4", "-j", "route", "show", "proto", "ospf"]).stdout or "[]")
-            if not set(prefixes) <= {x["dst"] for x in routes}:
+            out = frr01.exec(r, ["ip", "-4", "-j", "route", "show", "proto", "ospf"], timeout_s=30)
+            seen[r] = {x.get("dst", "") for x in json.loads(out.stdout or "[]")} if out.ok else {f"<{out.summary()}>"}
+            if not set(prefixes) <= seen[r]:
                 return False
         return True
 
-    assert poll(learnt), frr01.vtysh("router1", "show ip route").stdout
+    assert poll(learnt), seen
 
 
 def test_frr01_hosts_reach_each_other(frr01: Lab) -> None:
@@ -143,10 +148,11 @@ async def test_a0_and_a1_on_the_imported_lab(frr01: Lab, tmp_path: Path) -> None
         assert reply["devices"]["router1"]["accepted"] == 1, reply
         shown = data(await c.call_tool("execute_validation", {"commands": {"router1": ["show ip route 10.99.0.0/24"]}}))
         assert "192.168.1.2" in json.dumps(shown)
-        assert "10.99.0.0/24" in frr01.exec("router1", ["ip", "-4", "route"]).stdout  # out of band: really applied
+        # out of band: really applied (staticd -> zebra -> kernel takes its time on a loaded machine)
+        assert poll(lambda: "10.99.0.0/24" in frr01.exec("router1", ["ip", "-4", "route"]).stdout)
         rb = data(await c.call_tool("rollback", {"device": "router1", "snapshot_id": reply["devices"]["router1"]["snapshot_id"]}))
         assert rb["complete"], rb
-    assert "10.99.0.0/24" not in frr01.exec("router1", ["ip", "-4", "route"]).stdout
+    assert poll(lambda: "10.99.0.0/24" not in frr01.exec("router1", ["ip", "-4", "route"]).stdout)
     assert ospf_full(frr01, "router1") == {"eth1", "eth2"} or poll(lambda: ospf_full(frr01, "router1") == {"eth1", "eth2"}, 60)
 
 

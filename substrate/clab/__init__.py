@@ -1,5 +1,6 @@
 """Containerlab labs on the netns substrate, without Docker: a ``.clab.yml`` file translated to the
-topology model (:func:`load`); :mod:`substrate.export` writes the model back as one.
+topology model (:func:`load`), and the model written back as one (:func:`write_containerlab`,
+from :mod:`substrate.export`, which the import reads back into the same model).
 
 See :mod:`substrate.clab.translate` for what is read and what is refused.
 """
@@ -11,9 +12,10 @@ from pathlib import Path
 
 from substrate.clab.source import MAX_FILE_BYTES, ClabError
 from substrate.clab.translate import ClabImport, is_clab_file, load
+from substrate.export import to_containerlab, write_containerlab
 from substrate.topology import Topology
 
-__all__ = ["ClabError", "ClabImport", "from_spec", "is_clab_file", "load"]
+__all__ = ["ClabError", "ClabImport", "from_spec", "is_clab_file", "load", "to_containerlab", "write_containerlab"]
 
 
 def _looks_like_clab(path: Path) -> bool:
