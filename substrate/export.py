@@ -4,14 +4,16 @@ Layout written (as in Containerlab's own ``lab-examples/frr01``)::
 
     OUT/<name>.clab.yml
     OUT/<router>/frr.conf      integrated FRR configuration (same text the netns backend uses)
-    OUT/<router>/daemons       FRR daemons file (zebra, staticd, isisd on)
+    OUT/<router>/daemons       FRR daemons file (the router's daemon set: isisd on the underlay)
 
 Routers are ``kind: linux`` nodes of the official FRR image with ``/etc/frr/daemons`` and
 ``/etc/frr/frr.conf`` bound in; hosts are ``kind: linux`` nodes of a tools image. The SRv6 data
 plane that FRR 8.4 cannot program (the ``sr0`` device and the locator's ``seg6local End`` route,
 see shared/notes/substrate.md) goes into each node's ``exec`` list, the node sysctls into
 ``sysctls``. Links are ``endpoints: ["a:ethX", "b:ethY"]``; ``eth0`` stays Containerlab's
-management interface, which is why the topology never uses it.
+management interface, which is why the topology never uses it. A router with its own
+configuration (an imported lab, :mod:`substrate.clab`) is written with its own files, daemon set
+and exec commands; :func:`substrate.clab.load` reads any of these files back into the same model.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import yaml
 
 from substrate import addressing as addr
 from substrate import frr
-from substrate.topology import Role, Topology
+from substrate.topology import Topology
 
 #: Images of the export (overridable: ``harness lab export --frr-image``). Labs here run Debian's
 #: FRR 8.4; the upstream 10.x image accepts the 8.4 configuration we render.
@@ -58,6 +60,46 @@ def service_exec(node: str, cfg: Any, files: dict[str, str]) -> tuple[list[str],
     return cmds, sysctls, binds
 
 
+#: Labels that carry what the topology model knows and Containerlab does not (read back by
+#: substrate.clab, so that export then import gives the same model).
+LABEL_ROLE = "anibench.role"
+LABEL_NODE_ID = "anibench.node-id"
+LABEL_MANAGED = "anibench.managed"
+#: Group label marking nodes this export wrote: their default set-up (underlay frr.conf, sr0,
+#: base-host addresses, node sysctls) is recognised and dropped again on import.
+LABEL_EXPORTED = "anibench.exported"
+#: Link variable carrying an IS-IS metric other than the default.
+METRIC_VAR = "anibench-metric"
+DEFAULT_METRIC = 10
+
+
+def default_exec(topo: Topology, name: str) -> list[str]:
+    """The exec commands the export gives a node for the substrate's own set-up: an underlay
+    router's ``sr0`` device and locator ``End`` route; a base host's addresses and default route;
+    nothing for nodes that configure themselves."""
+    n = topo.node(name)
+    if n.is_router:
+        if n.self_configured or n.node_id is None:
+            return []
+        return [
+            "ip link add sr0 type bridge",
+            "ip link set sr0 up",
+            f"ip -6 route add {addr.locator(n.node_id)} encap seg6local action End flavors next-csid "
+            f"lblen {addr.BLOCK_LEN} nflen {addr.CSID_LEN} count dev sr0 metric 1",
+        ]
+    cmds = []
+    for i, (ifname, address, gw) in enumerate(frr.host_link_addresses(topo, name)):
+        cmds += [f"ip link set {ifname} up", f"ip -6 addr add {address} dev {ifname}"]
+        if i == 0:
+            cmds.append(f"ip -6 route add default via {gw} dev {ifname}")
+    return cmds
+
+
+def default_sysctls(topo: Topology, name: str) -> dict[str, int]:
+    """The sysctls the export gives a node (what the netns node init sets itself)."""
+    return dict(ROUTER_SYSCTLS if topo.node(name).is_router else HOST_SYSCTLS)
+
+
 def to_containerlab(
     topo: Topology,
     name: str,
@@ -68,6 +110,12 @@ def to_containerlab(
     host_image: str = HOST_IMAGE,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Build the Containerlab topology document and the files it binds.
+
+    Routers get their ``/etc/frr`` files (:func:`substrate.frr.node_files`: the rendered underlay
+    or the router's own configuration, and the daemons file of its daemon set) as binds; every
+    node gets :func:`default_exec` then its own ``exec`` commands, and its sysctls. Labels carry
+    role, router number and the ``managed`` flag, a link variable a non-default metric
+    (:data:`LABEL_ROLE`, ...), so that :func:`substrate.clab.load` gives the same model back.
 
     Args:
         topo: the topology.
@@ -88,54 +136,48 @@ def to_containerlab(
     files: dict[str, str] = {}
     nodes: dict[str, Any] = {}
     for n in topo.nodes:
-        if n.is_router and n.node_id is not None:
-            files[f"{n.name}/frr.conf"] = frr.render_router(topo, n.name, frr_extra.get(n.name))
-            files[f"{n.name}/daemons"] = "".join(
-                f"{d}={'yes' if d in frr.BASE_DAEMONS else 'no'}\n" for d in frr.KNOWN_DAEMONS
-            ) + 'vtysh_enable=yes\nzebra_options=" -A 127.0.0.1 -s 90000000"\n'
-            loc = addr.locator(n.node_id)
-            nodes[n.name] = {
-                "group": "routers",
-                "labels": {"anibench.role": n.role.value},
-                "binds": [f"{n.name}/daemons:/etc/frr/daemons", f"{n.name}/frr.conf:/etc/frr/frr.conf"],
-                "sysctls": dict(ROUTER_SYSCTLS),
-                "exec": [
-                    "ip link add sr0 type bridge",
-                    "ip link set sr0 up",
-                    f"ip -6 route add {loc} encap seg6local action End flavors next-csid "
-                    f"lblen {addr.BLOCK_LEN} nflen {addr.CSID_LEN} count dev sr0 metric 1",
-                ],
-            }
-            if n.name in services:
-                cmds, sysctls, binds = service_exec(n.name, services[n.name], files)
-                nodes[n.name]["exec"] += cmds
-                nodes[n.name]["sysctls"].update(sysctls)
-                nodes[n.name]["binds"] += binds
-        else:
-            cmds = []
-            for i, (ifname, address, gw) in enumerate(frr.host_link_addresses(topo, n.name)):
-                cmds += [f"ip link set {ifname} up", f"ip -6 addr add {address} dev {ifname}"]
-                if i == 0:
-                    cmds.append(f"ip -6 route add default via {gw} dev {ifname}")
-            node: dict[str, Any] = {"group": "hosts", "labels": {"anibench.role": Role.HOST.value}, "sysctls": dict(HOST_SYSCTLS)}
-            if n.name in services:
-                more, sysctls, binds = service_exec(n.name, services[n.name], files)
-                cmds += more
-                node["sysctls"].update(sysctls)
-                if binds:
-                    node["binds"] = binds
-            if cmds:
-                node["exec"] = cmds
-            nodes[n.name] = node
+        labels: dict[str, Any] = {LABEL_ROLE: n.role.value}
+        if n.node_id is not None:
+            labels[LABEL_NODE_ID] = n.node_id
+        if n.managed:
+            labels[LABEL_MANAGED] = "true"
+        node: dict[str, Any] = {"group": "routers" if n.is_router else "hosts", "labels": labels}
+        binds: list[str] = []
+        if n.is_router:
+            node_files = frr.node_files(topo, n.name, frr_extra.get(n.name))
+            shown = ["daemons", "frr.conf", *sorted(f for f in node_files if f not in ("daemons", "frr.conf"))]
+            for fname in shown:
+                if fname in node_files and (fname != "vtysh.conf" or "vtysh.conf" in n.frr_files):
+                    files[f"{n.name}/{fname}"] = node_files[fname]
+                    binds.append(f"{n.name}/{fname}:/etc/frr/{fname}")
+        cmds = default_exec(topo, n.name) + list(n.exec)
+        sysctls: dict[str, Any] = {**default_sysctls(topo, n.name), **n.sysctls}
+        if n.name in services:
+            more, more_sysctls, more_binds = service_exec(n.name, services[n.name], files)
+            cmds += more
+            sysctls.update(more_sysctls)
+            binds += more_binds
+        if binds:
+            node["binds"] = binds
+        node["sysctls"] = sysctls
+        if cmds:
+            node["exec"] = cmds
+        nodes[n.name] = node
+    links = []
+    for lk in topo.links:
+        entry: dict[str, Any] = {"endpoints": [str(lk.a), str(lk.b)]}
+        if lk.metric != DEFAULT_METRIC:
+            entry["vars"] = {METRIC_VAR: lk.metric}
+        links.append(entry)
     doc = {
         "name": name,
         "topology": {
             "groups": {
-                "routers": {"kind": "linux", "image": frr_image},
-                "hosts": {"kind": "linux", "image": host_image},
+                "routers": {"kind": "linux", "image": frr_image, "labels": {LABEL_EXPORTED: "true"}},
+                "hosts": {"kind": "linux", "image": host_image, "labels": {LABEL_EXPORTED: "true"}},
             },
             "nodes": nodes,
-            "links": [{"endpoints": [str(lk.a), str(lk.b)]} for lk in topo.links],
+            "links": links,
         },
     }
     return doc, files

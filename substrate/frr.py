@@ -17,17 +17,19 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from substrate import addressing as addr
-from substrate.topology import Role, Topology
+from substrate.frr_daemons import ALWAYS_ON, BASE_DAEMONS, KNOWN_DAEMONS
+from substrate.topology import Node, Role, Topology
+
+if TYPE_CHECKING:
+    from substrate.process import ExecResult
+
+__all__ = ["ALWAYS_ON", "BASE_DAEMONS", "KNOWN_DAEMONS"]  # and the functions below
 
 #: Name of the IS-IS instance (area tag) on every router.
 ISIS_TAG = "CORE"
-#: Daemons of every router; bgpd is added on demand (see Lab.start_daemon).
-BASE_DAEMONS = ("zebra", "staticd", "isisd")
-#: Every daemon anibench may run, in start order.
-KNOWN_DAEMONS = ("zebra", "staticd", "isisd", "bgpd")
 DAEMON_DIR = "/usr/lib/frr"
 #: Hello interval (s) and multiplier on core links: hold time 3 s.
 HELLO_INTERVAL = 1
@@ -135,8 +137,54 @@ def start_script(daemons: list[str] | tuple[str, ...]) -> str:
     ordered = [d for d in KNOWN_DAEMONS if d in daemons]
     lines = ["set -e"]
     lines += [" ".join(daemon_argv(d)) for d in ordered]
+    # without an integrated frr.conf, each daemon has read its own <daemon>.conf at start (FRR's
+    # vty_read_config skips that file when frr.conf exists), as frrinit.sh does
+    lines.append("[ -e /etc/frr/frr.conf ] || exit 0")
     lines.append("vtysh -b >/tmp/vtysh-b.log 2>&1 || { cat /tmp/vtysh-b.log >&2; exit 1; }")
     return "\n".join(lines) + "\n"
+
+
+def start_failure(node: Node, result: ExecResult) -> str:
+    """One line saying why :func:`start_script` failed on ``node``: the configuration lines FRR
+    refused (``vtysh -b`` names each by its line in frr.conf, and the file it came from when the
+    node was imported), else the script's own summary."""
+    refused = [ln.strip() for ln in result.stderr.splitlines() if re.match(r"\s*line \d+:", ln)]
+    if not refused:
+        return f"{node.name}: FRR failed to start: {result.summary()}"
+    src = node.source.files.get("frr.conf") if node.source else None
+    where = f"its frr.conf ({src})" if src else "its frr.conf"
+    shown = "; ".join(re.sub(r"\[\d+\]", "", x) for x in refused[:3]) + (f"; {len(refused) - 3} more" if len(refused) > 3 else "")
+    return f"{node.name}: FRR 8.4 refused {len(refused)} line(s) of {where}: {shown}; fix the configuration and deploy again"
+
+
+def daemons_file(daemons: tuple[str, ...] | list[str]) -> str:
+    """The ``/etc/frr/daemons`` file that runs ``daemons`` (one ``name=yes|no`` line per known
+    daemon; zebra and staticd are always started by FRR and have no line)."""
+    lines = [f"{d}={'yes' if d in daemons else 'no'}" for d in KNOWN_DAEMONS if d not in ALWAYS_ON]
+    return "\n".join(lines) + '\nvtysh_enable=yes\nzebra_options=" -A 127.0.0.1 -s 90000000"\n'
+
+
+def node_files(topo: Topology, router: str, extra: list[str] | None = None) -> dict[str, str]:
+    """The files of a router's ``/etc/frr``, by name: ``frr.conf`` (rendered underlay, or the
+    router's own configuration with ``extra`` appended), ``vtysh.conf``, ``daemons`` and any
+    per-daemon file the router was given.
+
+    Raises:
+        KeyError: unknown node; ValueError: the node is a host.
+    """
+    node = topo.node(router)
+    if not node.is_router:
+        raise ValueError(f"{router} is not a router")
+    files = {"vtysh.conf": VTYSH_CONF}
+    if node.self_configured:
+        files.update(node.frr_files)
+        if extra and "frr.conf" in files:
+            files["frr.conf"] = files["frr.conf"].rstrip("\n") + "\n" + "".join(b.rstrip("\n") + "\n!\n" for b in extra)
+    else:
+        files.update(node.frr_files)  # vtysh.conf at most (anything else makes it self-configured)
+        files["frr.conf"] = render_router(topo, router, extra)
+    files["daemons"] = daemons_file(node.frr_daemons)
+    return files
 
 
 def render_router(topo: Topology, router: str, extra: list[str] | None = None) -> str:

@@ -10,7 +10,7 @@ Lifecycle: a lab made with ``with Lab.create(...) as lab:`` is destroyed when th
 whether normally, by an exception, by Ctrl-C or by SIGTERM (see :mod:`substrate.signals`). A
 failed bring-up destroys what it had created before raising. ``Lab.create(..., detached=True)``
 (what ``harness lab up`` does) leaves the lab running after the creating process exits, until
-``Lab.attach(name).destroy()`` (``harness lab down``). :func:`cleanup` removes what crashed
+``Lab.attach(name).destroy()`` (``harness lab down``). :func:`substrate.cleanup.cleanup` removes what crashed
 processes left behind, and only that: anibench's namespaces (prefix ``anibench-``), the processes
 inside them, and lab records whose owner is gone.
 """
@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
 
 from substrate import addressing as addr
 from substrate.errors import (
@@ -42,9 +41,11 @@ from substrate.errors import (
     NodeNotFoundError,
     SubstrateError,
 )
-from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
+from substrate.paths import LABS_DIR, lab_dir
 from substrate.process import DEFAULT_MAX_OUTPUT, ExecResult
+from substrate.record import LabRecord, NodeState, pid_alive, pid_start
 from substrate.signals import cleanup_shield, terminate_gracefully
+from substrate.startup import needs_startup, run_startup
 from substrate.topology import Role, Topology
 
 T = TypeVar("T")
@@ -52,43 +53,17 @@ R = TypeVar("R")
 
 #: Lab names: used in namespace names and paths.
 LAB_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,23}$")
-RECORD_SCHEMA_VERSION = 1
 #: Parallelism for per-node operations (exec fan-out). Commands are mostly waiting on the kernel
 #: or on FRR, so more threads than cores pays off.
 DEFAULT_WORKERS = 16
 
-
-class NodeState(BaseModel):
-    """Runtime state of one deployed node."""
-
-    name: str
-    role: Role
-    netns: str = Field(description="Name of the node's network namespace (ip netns).")
-    init_pid: int = Field(default=0, description="Host PID of the node's init (PID 1 inside the node).")
-    init_start: int = Field(default=0, description="Start time of init (clock ticks since boot), guards against PID reuse.")
-    daemons: list[str] = Field(default_factory=list, description="FRR daemons the node runs.")
-    cgroups: list[str] = Field(
-        default_factory=list, description="The cgroups the node's processes join (confine.create_lab_cgroups); the first tracks membership.")
-
-
-class LabRecord(BaseModel):
-    """What is persisted about a lab (``lab.json``); versioned."""
-
-    schema_version: int = RECORD_SCHEMA_VERSION
-    name: str
-    backend: str = "netns"
-    status: Literal["creating", "up"] = "creating"
-    detached: bool = Field(
-        default=False, description="Outlives its creator (harness lab up); set only once the bring-up is complete.")
-    owner_pid: int = Field(description="PID of the process that created the lab.")
-    owner_start: int = Field(
-        default=0, description="Start time of the owner (clock ticks since boot; 0: unknown), guards against PID reuse.")
-    created_at: float
-    topology: Topology
-    nodes: dict[str, NodeState] = Field(default_factory=dict)
-    features: str = ""
-    node_limits: dict[str, int] = Field(default_factory=dict, description="Resource limits of each node (confine.NodeLimits).")
-    meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
+#: Kept importable from here (they moved to substrate.record with the lab record).
+__all__ = ["Lab", "LabRecord", "NodeInfo", "NodeState", "pid_alive", "require_up", "validate_lab_name"]
+_pid_start = pid_start
+#: Default bounds on the wait for convergence (seconds): the substrate's underlay; a lab whose
+#: routers run their own configuration (OSPF on broadcast links waits 40 s: substrate.igp).
+UNDERLAY_CONVERGE_S = 60.0
+OWN_CONFIG_CONVERGE_S = 120.0
 
 
 @dataclass
@@ -108,27 +83,6 @@ def validate_lab_name(name: str) -> str:
             f"invalid lab name {name!r}: use 1-24 characters, lowercase letters, digits and '-', starting with a letter or digit"
         )
     return name
-
-
-def _pid_start(pid: int) -> int:
-    """Start time of a process (field 22 of /proc/PID/stat), 0 if it does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def pid_alive(pid: int, start: int | None = None) -> bool:
-    """True if ``pid`` runs (not a zombie) and, if ``start`` is given, is the same process as
-    when recorded (PIDs are reused)."""
-    if pid <= 0:
-        return False
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] != "Z" and (not start or int(fields[19]) == start)
 
 
 class Lab:
@@ -152,7 +106,7 @@ class Lab:
         *,
         backend: str = "netns",
         detached: bool = False,
-        converge_timeout_s: float = 60.0,
+        converge_timeout_s: float | None = None,
         frr_extra: dict[str, list[str]] | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> Lab:
@@ -163,15 +117,19 @@ class Lab:
             name: lab name (see :data:`LAB_NAME_RE`); unique on the machine.
             backend: registered backend name (``netns``).
             detached: keep the lab after this process exits (else a context manager or
-                :func:`cleanup` destroys it). Takes effect once the lab has converged (see
-                :meth:`detach`): a bring-up whose process dies is a leftover for :func:`cleanup`.
-            converge_timeout_s: bound on the wait for IS-IS convergence.
+                :func:`substrate.cleanup.cleanup` destroys it). Takes effect once the lab has converged (see
+                :meth:`detach`): a bring-up whose process dies is a leftover for :func:`substrate.cleanup.cleanup`.
+            converge_timeout_s: bound on the wait for convergence (default: 60 s; 120 s when a
+                router runs its own configuration, whose OSPF may wait 40 s before electing a
+                designated router: substrate.igp).
             frr_extra: per router, extra configuration blocks appended to its frr.conf.
             progress: called with a short message at each bring-up stage.
 
         Returns:
-            The lab, converged: every router has every other router's loopback, locator and
-            base-host prefixes in its kernel routing table.
+            The lab, converged: every underlay router has every other underlay router's loopback,
+            locator and base-host prefixes in its kernel routing table; every router with its own
+            configuration has the IGP adjacencies it asks for (substrate.igp). The nodes' start-up
+            steps (hostname, sysctls, exec commands: substrate.startup) have run.
 
         Raises:
             SubstrateError: bad name. EnvironmentProblem: not root, FRR or a kernel feature missing.
@@ -203,7 +161,13 @@ class Lab:
                 be.deploy(lab, frr_extra or {}, say)
                 record.status = "up"
                 lab._save()
-                say("waiting for IS-IS convergence")
+                if any(needs_startup(n) for n in topology.nodes):
+                    say("running the nodes' start-up commands")
+                    run_startup(lab)
+                own = any(n.self_configured for n in topology.routers)
+                say("waiting for the IGP to converge" if own else "waiting for IS-IS convergence")
+                if converge_timeout_s is None:
+                    converge_timeout_s = OWN_CONFIG_CONVERGE_S if own else UNDERLAY_CONVERGE_S
                 lab.wait_converged(timeout_s=converge_timeout_s)
                 if detached:
                     lab.detach()
@@ -225,7 +189,7 @@ class Lab:
 
         Called when the bring-up is complete (by :meth:`create`, or by a caller that deploys more
         on the lab first, e.g. a scenario): until then the lab belongs to its creating process,
-        and :func:`cleanup` removes it if that process dies.
+        and :func:`substrate.cleanup.cleanup` removes it if that process dies.
         """
         self.record.detached = True
         self._save()
@@ -303,7 +267,7 @@ class Lab:
         return [n.name for n in self.topology.routers]
 
     def state(self, node: str) -> NodeState:
-        """Runtime state of a node.
+        """Runtime state of a node (by its name, or for an imported node its name in the file).
 
         Raises:
             NodeNotFoundError: unknown node (the message lists the nodes).
@@ -311,6 +275,9 @@ class Lab:
         try:
             return self.record.nodes[node]
         except KeyError:
+            for n in self.topology.nodes:  # an imported node by its name in the source file (PC1 for pc1)
+                if n.source is not None and n.source.name == node and n.name in self.record.nodes:
+                    return self.record.nodes[n.name]
             raise NodeNotFoundError(
                 f"lab {self.name!r} has no node {node!r}; nodes: {', '.join(self.node_names())}"
             ) from None
@@ -501,11 +468,14 @@ class Lab:
     # -- state checks --------------------------------------------------------------------------
 
     def expected_underlay_prefixes(self, router: str) -> set[str]:
-        """Prefixes ``router`` must have learnt through IS-IS: every other router's loopback and
-        locator, and every other PE's base-host links."""
+        """Prefixes ``router`` must have learnt through IS-IS: every other underlay router's
+        loopback and locator, and every other PE's base-host links (none for a router that runs
+        its own configuration)."""
         out: set[str] = set()
+        if self.topology.node(router).self_configured:
+            return out
         for n in self.topology.routers:
-            if n.name == router or n.node_id is None:
+            if n.name == router or n.node_id is None or n.self_configured:
                 continue
             out.add(str(addr.loopback(n.node_id).network))
             out.add(str(addr.locator(n.node_id)))
@@ -525,11 +495,18 @@ class Lab:
         return self.expected_underlay_prefixes(router) - have
 
     def missing_adjacencies(self, router: str) -> set[str]:
-        """Core interfaces of ``router`` without an IS-IS adjacency in state Up."""
+        """Core interfaces of ``router`` towards other underlay routers without an IS-IS adjacency
+        in state Up (a router with its own configuration: see substrate.igp)."""
         from substrate.frr import ISIS_NEIGHBOR_JSON, parse_isis_neighbors
         from substrate.vty import VtyError
 
-        want = {lk.endpoint_of(router).interface for lk in self.topology.core_links() if router in (lk.a.node, lk.b.node)}
+        topo = self.topology
+        if topo.node(router).self_configured:
+            return set()
+        want = {
+            lk.endpoint_of(router).interface for lk in topo.core_links()
+            if router in (lk.a.node, lk.b.node) and not topo.node(lk.peer_of(router).node).self_configured
+        }  # fmt: skip
         if not want:
             return set()
         try:
@@ -540,8 +517,9 @@ class Lab:
         return want - up
 
     def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
-        """Poll until every router has all its IS-IS adjacencies Up and every expected underlay
-        prefix in its kernel FIB.
+        """Poll until every underlay router has all its IS-IS adjacencies Up and every expected
+        underlay prefix in its kernel FIB, and every router with its own configuration has the
+        IGP adjacencies it asks for (:func:`substrate.igp.missing_adjacencies`).
 
         Returns:
             Seconds waited.
@@ -549,24 +527,34 @@ class Lab:
         Raises:
             ConvergenceTimeout: after ``timeout_s``, naming a router and what it still misses.
         """
+        from substrate.igp import missing_adjacencies
+
         t0 = time.monotonic()
         pending = set(routers if routers is not None else self.routers())
+        own = sorted(r for r in pending if self.topology.node(r).self_configured)
+        pending -= set(own)
         missing: dict[str, set[str]] = {}
 
         def still_missing(rt: str) -> tuple[str, set[str]]:
             gaps = self.missing_underlay_prefixes(rt)
             return rt, gaps or {f"adjacency on {i}" for i in self.missing_adjacencies(rt)}
 
-        while pending:
+        own_pending = bool(own)
+        while pending or own_pending:
             results = self.map(still_missing, sorted(pending))
             missing = {rt: m for rt, m in results if m}
             pending = set(missing)
-            if not pending:
+            if own_pending:  # adjacencies are judged from both ends: ask every such router each time
+                gaps = missing_adjacencies(self, own)
+                missing.update(gaps)
+                own_pending = bool(gaps)
+            if not missing:
                 break
             if time.monotonic() - t0 > timeout_s:
-                rt = sorted(pending)[0]
+                rt = sorted(missing)[0]
+                what = "the routers' own IGP" if own_pending and not pending else "IS-IS" if not own_pending else "the IGP"
                 raise ConvergenceTimeout(
-                    f"lab {self.name}: IS-IS not converged after {timeout_s:.0f} s; {len(pending)} router(s) incomplete, "
+                    f"lab {self.name}: {what} not converged after {timeout_s:.0f} s; {len(missing)} router(s) incomplete, "
                     f"e.g. {rt} lacks {', '.join(sorted(missing[rt])[:4])}"
                 )
             time.sleep(0.1)  # poll interval, not a settle delay: the loop exits as soon as state holds
@@ -591,114 +579,6 @@ class Lab:
     def __exit__(self, *exc: object) -> None:
         with cleanup_shield():
             self.destroy()
-
-
-@dataclass
-class CleanupReport:
-    """What :func:`cleanup` removed."""
-
-    labs: list[str] = field(default_factory=list)
-    namespaces: list[str] = field(default_factory=list, metadata={"doc": "Stray namespaces (of no lab record)."})
-    lab_namespaces: int = 0  # namespaces removed with the labs in ``labs``
-    processes: int = 0  # every process stopped: those of the removed labs and of stray namespaces
-    kept: list[str] = field(default_factory=list)
-    faults_cleared: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        """One line saying what was removed and kept."""
-        return (f"removed {len(self.labs)} lab(s){': ' + ', '.join(self.labs) if self.labs else ''}"
-                + (f" ({self.lab_namespaces} namespace(s))" if self.labs else "")
-                + f"; {len(self.namespaces)} stray namespace(s); {self.processes} process(es) killed"
-                + (f"; kept running: {', '.join(self.kept)}" if self.kept else "")
-                + (f"; faults cleared: {'; '.join(self.faults_cleared)}" if self.faults_cleared else ""))
-
-
-def _netns_pids(namespaces: Iterable[str]) -> set[int]:
-    """Live processes inside the given network namespaces (``ip netns pids``)."""
-    from substrate.process import run_bounded
-
-    pids: set[int] = set()
-    for ns in namespaces:
-        r = run_bounded(["ip", "netns", "pids", ns], timeout_s=5)
-        pids.update(int(p) for p in r.stdout.split() if p.isdigit() and pid_alive(int(p)))
-    return pids
-
-
-def _list_netns() -> list[str]:
-    try:
-        return sorted(p.name for p in Path("/run/netns").iterdir())
-    except OSError:
-        return []
-
-
-def cleanup(all_labs: bool = False) -> CleanupReport:
-    """Remove leftovers of crashed labs; only anibench's.
-
-    A lab is a leftover when it was not detached (``harness lab up`` detaches once the bring-up
-    is complete, so a bring-up killed half-way is a leftover too) and its owner process is gone or
-    one of its nodes died, or when its record is unreadable. Detached labs
-    are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
-    belong to no kept lab are removed with every process inside them. With ``all_labs`` every
-    anibench lab goes, running or not.
-
-    Returns:
-        What was removed and which labs were kept.
-    """
-    from substrate import confine
-    from substrate.backends.netns import delete_netns, kill_netns_processes, unmount_under
-
-    report = CleanupReport()
-    keep_ns: set[str] = set()
-    if LABS_DIR.is_dir():
-        for d in sorted(LABS_DIR.iterdir()):
-            if not d.is_dir():
-                continue
-            try:
-                record = LabRecord.model_validate_json((d / "lab.json").read_text())
-            except (OSError, ValueError):
-                record = None
-            if record is not None and not all_labs:
-                lab = Lab(record)
-                owner_alive = lab.owner_alive()
-                condition = lab.condition()
-                # a detached lab (harness lab up) is the user's until harness lab down, even with a
-                # dead node; a lab owned by a process is a leftover once that process is gone
-                if condition == "creating" or record.detached or condition == "up":
-                    if not owner_alive and condition != "creating":
-                        # a kept lab may still carry faults of a run whose process crashed
-                        from substrate.faults import clear_all
-
-                        report.faults_cleared += clear_all(lab)
-                    report.kept.append(record.name)
-                    keep_ns.update(s.netns for s in record.nodes.values())
-                    keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)
-                    continue
-            if record is not None:
-                names = {s.netns for s in record.nodes.values()} | {f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes}
-                present = [ns for ns in names if ns in set(_list_netns())]
-                report.processes += len(_netns_pids(present))  # what destroying it stops
-                report.lab_namespaces += len(present)
-                try:
-                    Lab(record).destroy()
-                except SubstrateError:
-                    pass
-            unmount_under(d)
-            shutil.rmtree(d, ignore_errors=True)
-            report.labs.append(d.name)
-    for ns in _list_netns():
-        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns:
-            continue
-        m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
-        if m and pid_alive(int(m.group(1))) and not all_labs:
-            continue  # a feature probe running right now
-        report.processes += kill_netns_processes([ns])
-        delete_netns([ns])
-        report.namespaces.append(ns)
-    # cgroups of labs whose directory is gone (a lab's directory exists before its cgroups do)
-    for name, dirs in confine.lab_cgroups().items():
-        if not lab_dir(name).exists():
-            report.processes += confine.kill_cgroups(dirs)
-    return report
 
 
 def require_up(lab: Lab) -> Lab:

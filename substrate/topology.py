@@ -36,8 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from substrate import frr_daemons
 from substrate.errors import TopologyError
 
 #: Node names: short, DNS-label-like, so that namespace and file names stay readable.
@@ -45,6 +55,8 @@ NODE_NAME_RE = r"^[a-z][a-z0-9]{0,11}$"
 #: Interface names: Linux allows 15 bytes; we also forbid the ones the substrate uses itself.
 IFNAME_RE = r"^[a-zA-Z][a-zA-Z0-9_.-]{0,14}$"
 RESERVED_IFNAMES = frozenset({"lo", "eth0", "sr0"})
+#: Files a router's /etc/frr may be given (besides the daemons file, which is ``Node.daemons``).
+FRR_FILE_NAMES = frozenset({"frr.conf", "vtysh.conf"} | {f"{d}.conf" for d in frr_daemons.KNOWN_DAEMONS})
 #: Largest router count of a generated base (node ids are written as decimal digits in a 16-bit uSID).
 MAX_ROUTERS = 9999
 
@@ -55,6 +67,29 @@ class Role(StrEnum):
     P = "P"
     PE = "PE"
     HOST = "host"
+
+
+#: Linux hostnames: at most 64 bytes.
+HOSTNAME_MAX = 64
+
+
+class NodeSource(BaseModel):
+    """Where an imported node came from: what the source file said that deploying does not use,
+    and the names the substrate had to change (see :mod:`substrate.clab`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: str = Field(description="Path of the source topology file.")
+    name: str = Field(description="The node's name there (may be longer or use characters a node name cannot).")
+    kind: str = Field(default="", description="Containerlab kind (linux, frr).")
+    image: str = Field(default="", description="Container image named there; noted only (netns nodes run the host's programs).")
+    mgmt_ipv4: str = Field(default="", description="Management IPv4 address there (metadata: netns nodes have no management network).")
+    mgmt_ipv6: str = Field(default="", description="Management IPv6 address there (metadata).")
+    interfaces: dict[str, str] = Field(
+        default_factory=dict, description="Renamed interfaces: name in the node -> name in the source file.")
+    exec_lines: tuple[int, ...] = Field(default=(), description="Line of each exec command in the source file.")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="Where each of the router's FRR files came from (file name -> path or field).")
 
 
 class Node(BaseModel):
@@ -74,9 +109,63 @@ class Node(BaseModel):
 
     managed: bool = Field(
         default=False,
-        description="Hosts only: addressed by a scenario layer (e.g. a tenant CE), not by the "
-        "substrate's base-host plan (an address on the PE link and a default route).",
+        description="Hosts only: addressed by a scenario layer (e.g. a tenant CE) or by its own exec "
+        "commands (an imported lab), not by the substrate's base-host plan (an address on the PE link "
+        "and a default route).",
     )
+
+    daemons: tuple[str, ...] | None = Field(
+        default=None,
+        description="Routers only: the FRR daemons the router runs, in start order (zebra and staticd "
+        "always; see substrate.frr_daemons). None: the underlay's set (zebra, staticd, isisd).",
+    )
+    frr_files: dict[str, str] = Field(
+        default_factory=dict,
+        description="Routers only: files of the router's /etc/frr given by the lab, by name (frr.conf, "
+        "vtysh.conf, per-daemon files such as ospfd.conf), e.g. imported from a Containerlab lab. A "
+        "router with a configuration file of its own runs it as it is: the substrate adds no underlay "
+        "to it (no IS-IS, no SRv6 locator, no base-host addresses).",
+    )
+    exec: tuple[str, ...] = Field(
+        default=(),
+        description="Commands run in the node, in order, once it and its links are up (and FRR started): "
+        "each is split like a shell word list and run without a shell, as Containerlab's exec does.",
+    )
+    sysctls: dict[str, str] = Field(
+        default_factory=dict, description="net.* sysctls set in the node before its exec commands run.")
+    source: NodeSource | None = Field(
+        default=None, description="Where an imported node came from (kept for the user; deploying ignores it).")
+
+    @model_serializer(mode="wrap")
+    def _omit_unset_setup(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Nodes without their own set-up serialise as before it existed (lab records, scenario
+        files): a reader of the older model -- another checkout's ``harness lab cleanup`` -- can
+        still read them, and a scenario file stays byte-identical."""
+        out = handler(self)
+        for k in SETUP_FIELDS:
+            if k in out and not out[k]:
+                del out[k]
+        return out
+
+    @field_validator("daemons")
+    @classmethod
+    def _daemon_order(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else frr_daemons.ordered(v)
+
+    @model_validator(mode="after")
+    def _check_node(self) -> Node:
+        if not self.is_router and (self.daemons is not None or self.frr_files):
+            raise ValueError(f"host {self.name} runs no FRR: daemons and frr_files are for routers")
+        bad = sorted(set(self.frr_files) - FRR_FILE_NAMES)
+        if bad:
+            raise ValueError(f"frr_files of {self.name}: {', '.join(bad)} cannot go to /etc/frr (allowed: frr.conf, "
+                             "vtysh.conf, <daemon>.conf; the daemon set is the daemons field)")
+        for key in self.sysctls:
+            if not key.startswith("net."):
+                raise ValueError(f"sysctl {key} of {self.name}: only net.* sysctls can be set in a node")
+        if any(not line.strip() for line in self.exec):
+            raise ValueError(f"exec of {self.name}: empty command")
+        return self
 
     @property
     def is_router(self) -> bool:
@@ -84,9 +173,33 @@ class Node(BaseModel):
         return self.role is not Role.HOST
 
     @property
+    def self_configured(self) -> bool:
+        """A router that brings its own FRR configuration (frr.conf or per-daemon files): deployed
+        as it is, without the substrate's underlay."""
+        return self.is_router and any(f != "vtysh.conf" for f in self.frr_files)
+
+    @property
+    def frr_daemons(self) -> tuple[str, ...]:
+        """The FRR daemons the node runs (empty for hosts)."""
+        if not self.is_router:
+            return ()
+        return self.daemons if self.daemons is not None else frr_daemons.BASE_DAEMONS
+
+    @property
+    def hostname(self) -> str:
+        """The node's hostname: its name in the source file when it was imported (Containerlab
+        sets a container's hostname to the node name), else its name."""
+        src = self.source.name if self.source is not None else ""
+        return src if src and len(src.encode()) <= HOSTNAME_MAX else self.name
+
+    @property
     def is_base_host(self) -> bool:
         """A host the substrate addresses itself (see ``managed``)."""
         return self.role is Role.HOST and not self.managed
+
+
+#: Node fields an imported lab sets (empty/None on the substrate's own nodes).
+SETUP_FIELDS = ("daemons", "frr_files", "exec", "sysctls", "source")
 
 
 class Endpoint(BaseModel):
@@ -152,6 +265,9 @@ class Topology(BaseModel):
         if not self.nodes:
             raise ValueError("a topology needs at least one node")
         known = set(names)
+        # the substrate's own plan (IS-IS underlay, base-host addressing) needs single links and
+        # connected routers; nodes that configure themselves (an imported lab) need neither
+        planned = {n.name for n in self.nodes if (n.is_router and not n.self_configured) or n.is_base_host}
         seen: set[tuple[str, str]] = set()
         pairs: set[frozenset[str]] = set()
         for link in self.links:
@@ -165,7 +281,7 @@ class Topology(BaseModel):
             if link.a.node == link.b.node:
                 raise ValueError(f"link {link.a} -- {link.b} connects a node to itself")
             pair = frozenset((link.a.node, link.b.node))
-            if pair in pairs:
+            if pair in pairs and pair <= planned:
                 raise ValueError(f"more than one link between {link.a.node} and {link.b.node}")
             pairs.add(pair)
         ids = [n.node_id for n in self.nodes if n.node_id is not None]
@@ -177,13 +293,13 @@ class Topology(BaseModel):
             if n.is_router and n.node_id is None:
                 raise ValueError(f"router {n.name} has no node_id (use Topology.build to fill it in)")
         for h in self.hosts:
-            if not self.links_of(h.name):
+            if h.is_base_host and not self.links_of(h.name):
                 raise ValueError(f"host {h.name} has no link")
         roles = {n.name: n.role for n in self.nodes}
         for lk in self.links:
-            if roles[lk.a.node] is Role.HOST and roles[lk.b.node] is Role.HOST:
+            if roles[lk.a.node] is Role.HOST and roles[lk.b.node] is Role.HOST and {lk.a.node, lk.b.node} & planned:
                 raise ValueError(f"link {lk.a} -- {lk.b} joins two hosts; hosts attach to routers")
-        routers = [n.name for n in self.nodes if n.is_router]
+        routers = [n.name for n in self.nodes if n.is_router and n.name in planned]
         # a topology without any link is a node inventory (e.g. what an operator renders
         # configuration for); with links, every router must reach every other
         if len(routers) > 1 and self.links:
@@ -302,7 +418,8 @@ class Topology(BaseModel):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> Topology:
-        """Load the YAML form (see module docstring).
+        """Load the YAML form (see module docstring). A Containerlab topology file (a mapping with
+        ``topology``) is :func:`substrate.clab.load`'s; :func:`substrate.clab.from_spec` takes both.
 
         Raises:
             TopologyError: file missing, malformed YAML (with line), or invalid content.
@@ -318,8 +435,11 @@ class Topology(BaseModel):
             mark = getattr(e, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
             raise TopologyError(f"{p}: malformed YAML{where}: {getattr(e, 'problem', e)}") from None
+        if isinstance(data, dict) and "topology" in data:
+            raise TopologyError(f"{p} is a Containerlab topology file: read it with substrate.clab.load "
+                                "(harness lab up/import --topology FILE do)")
         if not isinstance(data, dict) or "nodes" not in data:
-            raise TopologyError(f"{p}: expected a mapping with 'nodes' and 'links'")
+            raise TopologyError(f"{p}: expected a mapping with 'nodes' and 'links' (or a Containerlab file with 'topology')")
         unknown = sorted(set(data) - {"name", "nodes", "links"})
         if unknown:
             raise TopologyError(f"{p}: unknown key(s) {', '.join(map(repr, unknown))}; a topology file has name, nodes and links")
@@ -331,6 +451,30 @@ class Topology(BaseModel):
         else:
             raise TopologyError(f"{p}: 'nodes' must be a mapping or a list")
         return cls.build(str(data.get("name", p.stem)), nodes, list(data.get("links") or []))
+
+    def to_data(self) -> dict[str, Any]:
+        """The YAML form as data (what :meth:`from_yaml` reads back into an equal topology):
+        nodes by name with their non-default fields, links as ``[a:if, b:if]`` (with ``metric``
+        when it is not the default)."""
+        nodes = {n.name: n.model_dump(mode="json", exclude={"name"}, exclude_defaults=True) for n in self.nodes}
+        links: list[Any] = []
+        for lk in self.links:
+            ends = [str(lk.a), str(lk.b)]
+            links.append(ends if lk.metric == Link.model_fields["metric"].default else {"endpoints": ends, "metric": lk.metric})
+        return {"name": self.name, "nodes": nodes, "links": links}
+
+    def to_yaml(self) -> str:
+        """:meth:`to_data` as YAML text, multi-line strings (configuration files) as literal blocks."""
+
+        class _Dumper(yaml.SafeDumper):
+            pass
+
+        def _str(dumper: yaml.SafeDumper, v: str) -> yaml.ScalarNode:
+            style = "|" if "\n" in v and not any(c in v for c in "\t\r") and not v.endswith((" ", "\n\n")) else None
+            return dumper.represent_scalar("tag:yaml.org,2002:str", v, style=style)
+
+        _Dumper.add_representer(str, _str)
+        return yaml.dump(self.to_data(), Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
 
     # -- queries ----------------------------------------------------------------------------
 

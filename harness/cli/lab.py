@@ -17,8 +17,19 @@ from harness.cli.common import err, fail, friendly_errors, out
 app = typer.Typer(help="Deploy and manage labs (real FRR routers in Linux namespaces).", no_args_is_help=True)
 
 TopologyOpt = Annotated[
-    str, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file.")
+    str, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts), a YAML topology or a "
+                                               "Containerlab file (*.clab.yml).")
 ]
+
+
+def _load_topology(spec: str):  # noqa: ANN202 - a Topology
+    """The topology of a spec, Containerlab files included; their notes go to stderr."""
+    from substrate.clab import from_spec
+
+    imported = from_spec(spec)
+    for note in imported.notes:
+        err.print(f"note: {note}", highlight=False, style="dim", soft_wrap=True)
+    return imported
 
 
 @app.command("up")
@@ -26,8 +37,8 @@ TopologyOpt = Annotated[
 def up(
     name: Annotated[str, typer.Option("--name", "-n", help="Lab name (unique on this machine).")],
     topology: Annotated[
-        str | None, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts) or a YAML file; default "
-                                      "without --scenario: grid:5x5 (25 routers).")
+        str | None, typer.Option("--topology", "-t", help="line:N, ring:N, grid:RxC (optionally :nohosts), a YAML topology or a "
+                                      "Containerlab file (*.clab.yml); default without --scenario: grid:5x5 (25 routers).")
     ] = None,
     scenario: Annotated[
         Path | None, typer.Option("--scenario", help="Scenario file (harness scenario build) to deploy instead of a bare topology.")
@@ -35,10 +46,14 @@ def up(
     foreground: Annotated[
         bool, typer.Option("--foreground", help="Stay attached; destroy the lab on Ctrl-C or SIGTERM.")
     ] = False,
-    timeout: Annotated[float, typer.Option(min=1, help="Bound on the wait for convergence, seconds.")] = 60.0,
+    timeout: Annotated[
+        float | None, typer.Option(min=1, help="Bound on the wait for convergence, seconds (default 60; 120 when routers "
+                                                "run their own configuration, e.g. an imported Containerlab lab).")
+    ] = None,
 ) -> None:
-    """Deploy a lab and return once IS-IS has converged (every router has every loopback and locator)."""
-    from substrate import Lab, Topology
+    """Deploy a lab and return once it has converged: IS-IS (every router has every loopback and
+    locator), or for routers with their own configuration (a Containerlab lab) every IGP adjacency."""
+    from substrate import Lab
 
     if scenario is not None and topology is not None:
         fail("give --topology or --scenario, not both (a scenario brings its own topology)", code=2)
@@ -54,11 +69,15 @@ def up(
 
             lab = deploy_scenario(scenario, name, detached=not foreground, progress=say)
         else:
-            lab = Lab.create(Topology.from_spec(topology), name, detached=not foreground, converge_timeout_s=timeout, progress=say)
+            imported = _load_topology(topology)
+            lab = Lab.create(imported.topology, name, detached=not foreground, converge_timeout_s=timeout, progress=say)
+            if imported.source is not None:
+                lab.save_meta(clab_file=str(imported.source.resolve()))
     routers, hosts = len(lab.routers()), len(lab.topology.hosts)
+    own = any(n.self_configured for n in lab.topology.routers)
     out.print(
-        f"lab [bold]{lab.name}[/] up: {routers} routers, {hosts} hosts, IS-IS converged, "
-        f"{time.monotonic() - t0:.1f} s",
+        f"lab [bold]{lab.name}[/] up: {routers} routers, {hosts} hosts, "
+        f"{'IGP adjacencies up' if own else 'IS-IS converged'}, {time.monotonic() - t0:.1f} s",
         highlight=False,
     )
     if lab.record.features:
@@ -110,10 +129,23 @@ def show(name: Annotated[str, typer.Argument(help="Lab name.")]) -> None:
     from substrate import Lab
 
     lab = Lab.attach(name)
-    table = Table("node", "role", "node id", "interfaces")
-    for n in lab.nodes():
-        table.add_row(n.name, n.role.value, "" if n.node_id is None else str(n.node_id), " ".join(n.interfaces))
+    topo = lab.topology
+    imported = any(n.source is not None for n in topo.nodes)
+    table = Table("node", *(["name in file"] if imported else []), "role", "node id", "FRR", "interfaces")
+    for info in lab.nodes():
+        n = topo.node(info.name)
+        renamed = n.source.interfaces if n.source else {}
+        ifaces = " ".join(f"{i} ({renamed[i]})" if i in renamed else i for i in info.interfaces)
+        if n.is_router and n.self_configured:
+            frr_col = "own config: " + " ".join(d for d in n.frr_daemons if d not in ("zebra", "staticd"))
+        else:
+            frr_col = "underlay" if n.is_router else ""
+        row = [escape(n.name), *([escape(n.source.name) if n.source else ""] if imported else []), n.role.value,
+               "" if info.node_id is None or n.self_configured else str(info.node_id), escape(frr_col), escape(ifaces)]
+        table.add_row(*row)
     out.print(table)
+    if lab.record.meta.get("clab_file"):
+        out.print(f"imported from {lab.record.meta['clab_file']}", highlight=False)
 
 
 @app.command("netconf")
@@ -184,7 +216,7 @@ def export(
     frr_image: Annotated[str | None, typer.Option(help="FRR container image (default: the upstream 10.5.1).")] = None,
 ) -> None:
     """Write the topology as a Containerlab lab (topology file + frr.conf/daemons per router)."""
-    from substrate import Lab, Topology
+    from substrate import Lab
     from substrate.export import write_containerlab
 
     if fmt != "containerlab":
@@ -198,11 +230,34 @@ def export(
 
             services = load_scenario(handle).node_config
     else:
-        topo = Topology.from_spec(topology)
+        topo = _load_topology(topology).topology
         label = name or topo.name.replace(":", "-")
     kw = {"frr_image": frr_image} if frr_image else {}
     path = write_containerlab(topo, label, output, services=services, **kw)
     out.print(f"wrote {path}" + (" (with the scenario's services)" if services else ""), highlight=False)
+
+
+@app.command("import")
+@friendly_errors
+def import_(
+    file: Annotated[Path, typer.Argument(help="A Containerlab topology file (*.clab.yml).")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the topology (YAML) here; default: stdout.")] = None,
+) -> None:
+    """Translate a Containerlab topology file to anibench's topology YAML (what lab up deploys from it)."""
+    from substrate.clab import load
+
+    imported = load(file)
+    for note in imported.notes:
+        err.print(f"note: {note}", highlight=False, style="dim", soft_wrap=True)
+    text = imported.topology.to_yaml()
+    topo = imported.topology
+    summary = (f"{topo.name}: {len(topo.routers)} routers, {len(topo.hosts)} hosts, {len(topo.links)} links")
+    if output is None:
+        sys.stdout.write(text)
+        err.print(summary, highlight=False)
+    else:
+        output.write_text(text)
+        out.print(f"wrote {output} ({summary}); deploy it with: harness lab up --topology {output} --name NAME", highlight=False)
 
 
 @app.command("cleanup")

@@ -323,9 +323,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         locators, interfaces and links. Devices with managed=false are outside this episode."""
         topo = lab_.topology
         nodes = []
+        own = [r.name for r in topo.routers if r.self_configured]  # an imported lab's own configuration
         for n in lab_.nodes():
             ifaces = [Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)]
-            rid = n.node_id if n.role is not Role.HOST else None
+            rid = n.node_id if n.role is not Role.HOST and n.name not in own else None
             nodes.append(TopologyNode(
                 name=n.name, role=n.role.value, node_id=rid,
                 loopback=str(addr.loopback(rid).ip) if rid else None,
@@ -339,6 +340,12 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             "IDs) installed in the kernel as seg6local End with the NEXT-C-SID flavor, and a loopback fd00::<id>/128. "
             "FRR 8.4 cannot program SRv6 SIDs: the SRv6 data plane is kernel state (ip -6 route ... encap seg6|seg6local)."
         )
+        if own:
+            underlay = (
+                f"Routers {', '.join(own)} run the lab's own FRR configuration (imported from a Containerlab lab; "
+                "read it with get_running_config), not the IS-IS/SRv6 underlay: no router numbers, loopbacks or "
+                "locators are assigned to them." + ("" if len(own) == len(topo.routers) else " Other routers: " + underlay)
+            )
         return TopologyInfo(nodes=nodes, links=links, underlay=underlay)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get running configuration")

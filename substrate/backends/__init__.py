@@ -9,17 +9,44 @@ the only one that deploys today; ``containerlab`` is planned for machines with a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from substrate.errors import EnvironmentProblem
 
 if TYPE_CHECKING:
     import threading
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from pathlib import Path
 
-    from substrate.lab import Lab, NodeState
     from substrate.process import ExecResult
+    from substrate.record import LabRecord, NodeState
+    from substrate.topology import Topology
+
+
+class LabHandle(Protocol):
+    """What a backend uses of the lab it deploys (:class:`substrate.lab.Lab` provides it); typed
+    here so that no backend imports the lab module back."""
+
+    record: LabRecord
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def topology(self) -> Topology: ...
+
+    @property
+    def dir(self) -> Path: ...
+
+    def _save(self) -> None: ...
+
+    def node_names(self) -> list[str]: ...
+
+    def routers(self) -> list[str]: ...
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> list[Any]: ...
+
+    def sh(self, node: str, script: str, **kw: Any) -> ExecResult: ...
 
 
 class Backend(Protocol):
@@ -30,22 +57,22 @@ class Backend(Protocol):
     def check_environment(self) -> None:
         """Raise EnvironmentProblem (one line) if this machine cannot host a lab of this backend."""
 
-    def deploy(self, lab: Lab, frr_extra: dict[str, list[str]], say: Callable[[str], None]) -> None:
+    def deploy(self, lab: LabHandle, frr_extra: dict[str, list[str]], say: Callable[[str], None]) -> None:
         """Create every node and link, start FRR, fill ``lab.record.nodes``. Does not wait for
         convergence. On failure raise; the caller destroys what exists."""
 
-    def destroy(self, lab: Lab) -> None:
+    def destroy(self, lab: LabHandle) -> None:
         """Remove every process, namespace and link of the lab. Idempotent."""
 
     def exec(
-        self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
+        self, lab: LabHandle, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
         input: str | bytes | None, max_output: int, cancel: threading.Event | None = None,
     ) -> ExecResult:  # fmt: skip
         """Run ``argv`` inside ``node`` (see Lab.exec); ``confined``: an agent's command, with the
         capabilities that reach beyond the node dropped and nothing it started left running;
         ``cancel``: when set, the command's process group is killed at once."""
 
-    def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
+    def vty_path(self, lab: LabHandle, node: NodeState, daemon: str) -> Path:
         """Path, on the host, of an FRR daemon's vty socket in ``node``."""
 
 

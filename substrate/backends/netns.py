@@ -12,10 +12,11 @@ Bring-up (all steps batched or parallel; see ``bench/lab_up.py`` for the figures
 3. one ``ip -batch`` names every node's network namespace (``netns attach``), one more creates
    every veth pair with both ends directly inside their namespaces (no interface ever exists in
    the host namespace, so labs cannot clash on names);
-4. one ``ip -n NS -batch`` per node brings links up and, on routers, creates ``sr0`` and the
-   SRv6 locator's ``seg6local End`` route (NEXT-C-SID flavor, with counters); on hosts it sets
-   addresses and the default route;
-5. FRR daemons start in every router (``vtysh -b`` loads the integrated frr.conf).
+4. one ``ip -n NS -batch`` per node brings links up and, on underlay routers, creates ``sr0`` and
+   the SRv6 locator's ``seg6local End`` route (NEXT-C-SID flavor, with counters); on base hosts it
+   sets addresses and the default route (a router with its own configuration gets neither);
+5. each router's FRR files (:func:`substrate.frr.node_files`) are written into its ``/etc/frr``
+   and its daemon set starts (``vtysh -b`` loads the integrated frr.conf, when there is one).
 
 A command runs in a node through ``nsenter`` into all its namespaces, the user namespace last, so
 it is root of the node's namespaces only; it first joins the node's cgroup, and a confined
@@ -46,12 +47,13 @@ from substrate.errors import BringUpError, ExecError
 from substrate.features import check_root_and_tools, require
 from substrate.paths import netns_name
 from substrate.process import ExecResult, run_bounded
+from substrate.record import NodeState, pid_alive, pid_start
 from substrate.topology import Role
 
 if TYPE_CHECKING:
     import threading
 
-    from substrate.lab import Lab, NodeState
+    from substrate.backends import LabHandle as Lab
 
 #: Environment of every command run in a node (nothing of the caller's environment leaks in).
 NODE_ENV = {
@@ -163,7 +165,6 @@ class NetnsBackend:
 
     def deploy(self, lab: Lab, frr_extra: dict[str, list[str]], say: Callable[[str], None]) -> None:
         from substrate.features import probe
-        from substrate.lab import NodeState
 
         rec, topo = lab.record, lab.topology
         rec.features = probe().line()
@@ -172,7 +173,7 @@ class NetnsBackend:
         timings: dict[str, float] = {}
         t = time.monotonic()
         for n in topo.nodes:
-            daemons = list(frr.BASE_DAEMONS) if n.is_router else []
+            daemons = list(n.frr_daemons)
             rec.nodes[n.name] = NodeState(name=n.name, role=n.role, netns=netns_name(lab.name, n.name), daemons=daemons)
         lab._save()  # nodes are recorded before they exist, so a crash leaves a findable trail
         etc = lab.dir / ETC_DIR  # a tmpfs: hundreds of small files and symlinks, written in memory
@@ -202,11 +203,13 @@ class NetnsBackend:
         for n in topo.nodes:
             if n.is_router:
                 nd = lab.dir / "nodes" / n.name / "etc-frr"  # a tmpfs now (the init mounted it)
-                (nd / "frr.conf").write_text(frr.render_router(topo, n.name, frr_extra.get(n.name)))
-                (nd / "vtysh.conf").write_text(frr.VTYSH_CONF)
-                (nd / "daemons").write_text(
-                    "".join(f"{d}={'yes' if d in frr.BASE_DAEMONS else 'no'}\n" for d in frr.KNOWN_DAEMONS)
-                )
+                for fname, text in frr.node_files(topo, n.name, frr_extra.get(n.name)).items():
+                    try:
+                        (nd / fname).write_text(text)
+                    except OSError as e:  # an imported router's own files may not fit the node's /etc/frr
+                        raise BringUpError(f"{n.name}: cannot write /etc/frr/{fname} ({len(text.encode())} bytes): "
+                                           f"{e.strerror}; the node's /etc/frr holds {limits.etc_frr} MiB "
+                                           "(ANIBENCH_NODE_LIMITS=etc_frr=...)") from None
                 for f in nd.iterdir():
                     shutil.chown(f, "frr", "frr")
         timings["init"] = time.monotonic() - t
@@ -228,11 +231,12 @@ class NetnsBackend:
 
         say("starting FRR")
         t = time.monotonic()
-        script = frr.start_script(frr.BASE_DAEMONS)
-        results = lab.map(lambda n: lab.sh(n, script, timeout_s=FRR_START_TIMEOUT_S), lab.routers())
+        results = lab.map(
+            lambda n: lab.sh(n, frr.start_script(rec.nodes[n].daemons), timeout_s=FRR_START_TIMEOUT_S), lab.routers()
+        )
         for res in results:
             if not res.ok:
-                raise BringUpError(f"FRR failed to start: {res.summary()}")
+                raise BringUpError(frr.start_failure(topo.node(res.node), res))
         timings["frr"] = time.monotonic() - t
         rec.meta["bringup_s"] = timings
 
@@ -240,7 +244,7 @@ class NetnsBackend:
         topo = lab.topology
         node = topo.node(name)
         lines = ["link set lo up"] + [f"link set {lk.endpoint_of(name).interface} up" for lk in topo.links_of(name)]
-        if node.is_router and node.node_id is not None:
+        if node.is_router and node.node_id is not None and not node.self_configured:
             loc = addr.locator(node.node_id)
             lines += [
                 "link add sr0 type bridge",
@@ -295,9 +299,7 @@ class NetnsBackend:
             if len(words) == 2 and words[0] == "ready" and words[1].isdigit():
                 st = lab.record.nodes[name]
                 st.init_pid = int(words[1])
-                from substrate.lab import _pid_start
-
-                st.init_start = _pid_start(st.init_pid)
+                st.init_start = pid_start(st.init_pid)
             else:
                 err = b""
                 if select.select([p.stderr], [], [], 0.2)[0]:
@@ -329,8 +331,6 @@ class NetnsBackend:
         Raises:
             ExecError: the node is not running, or its cgroup is gone.
         """
-        from substrate.lab import pid_alive
-
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running (harness lab cleanup; then redeploy)")
         join = list(node.cgroups) if any(frr.DAEMON_DIR in a for a in argv) else []
@@ -365,8 +365,6 @@ class NetnsBackend:
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """A daemon's vty socket seen from the host: the node's /run through its init's root."""
-        from substrate.lab import pid_alive
-
         if not pid_alive(node.init_pid, node.init_start):
             raise ExecError(f"node {node.name} of lab {lab.name} is not running")
         return Path(f"/proc/{node.init_pid}/root/run/frr/{daemon}.vty")
@@ -374,8 +372,6 @@ class NetnsBackend:
     # -- destroy ---------------------------------------------------------------------------------
 
     def destroy(self, lab: Lab) -> None:
-        from substrate.lab import pid_alive
-
         rec = lab.record
         for st in rec.nodes.values():
             if st.init_pid and pid_alive(st.init_pid, st.init_start):
