@@ -248,10 +248,20 @@ class DeviceState(BaseModel):
             d["frr_routes"] = sorted(self.frr_routes)
         return d
 
+    @property
+    def frr_read(self) -> bool:
+        """FRR was read: a router captured with ``frr`` (a kernel-only capture, ``frr=False``, and
+        a host's have neither ``frr_daemons`` nor ``frr_config``)."""
+        return self.frr_daemons is not None or self.frr_config is not None
+
     def frr_same(self, other: DeviceState) -> bool:
         """FRR configurations are equal: the same daemons answer and their configurations merged
         (as vtysh merges them) are equal, when both states read the daemons, else vtysh's merged
-        configuration (None, when FRR could not be read, equals only None)."""
+        configuration (None, when FRR could not be read, equals only None). When one of the two
+        states did not read FRR at all (:attr:`frr_read`), FRR is not compared: a kernel-only
+        state says nothing of FRR."""
+        if not self.frr_read or not other.frr_read:
+            return True
         if self.frr_daemons is not None and other.frr_daemons is not None:
             return sorted(self.frr_daemons) == sorted(other.frr_daemons) and \
                 canonical_frr(self.frr_daemons) == canonical_frr(other.frr_daemons)  # fmt: skip

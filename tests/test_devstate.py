@@ -194,3 +194,23 @@ def test_srv6_tunnel_source_and_hmac_keys_are_captured_and_restored(line3) -> No
     assert restore(lab, mutated).residual == [] and capture(lab, "r2").hmac == ["7 sha1 s3cret"]
     assert restore(lab, base).residual == []
 
+
+@pytest.mark.lab
+def test_a_kernel_only_state_says_nothing_of_frr(line3) -> None:
+    """A state captured without FRR (``frr=False``) compared with one that read FRR: no FRR
+    difference (it used to report 'FRR running configuration differs (daemons ... -> none)', and
+    restore changed=True with nothing to do)."""
+    lab = line3
+    kernel = capture(lab, "r1", frr=False)
+    full = capture(lab, "r1")
+    assert kernel.frr_daemons is None and kernel.frr_config is None and full.frr_daemons
+    assert full.same_as(kernel) and kernel.same_as(full) and full.diff(kernel) == []
+    rep = restore(lab, kernel, full)
+    assert not rep.changed and rep.actions == [] and rep.residual == []
+    # a kernel difference is still one, and restored without touching FRR
+    lab.check([lab.exec("r1", ["ip", "-6", "route", "add", "fd99::/64", "dev", "eth1"])])
+    rep = restore(lab, kernel, capture(lab, "r1"))
+    assert rep.changed and rep.residual == [] and not any(a.startswith("frr") for a in rep.actions), rep
+    # FRR states are still compared with each other
+    other = full.model_copy(update={"frr_daemons": {**full.frr_daemons, "isisd": "router isis OTHER\n"}})
+    assert not full.same_as(other)
