@@ -167,6 +167,16 @@ def test_the_frr_kind_defaults(tmp_path: Path) -> None:
     assert any("pim6d" in n and "sharpd" in n for n in imp.notes)
 
 
+def test_container_limits_are_ignored_with_the_lab_limits_named(tmp_path: Path) -> None:
+    """A node's cpu/memory give way to the lab's own node limits (every netns node has them)."""
+    p = tmp_path / "lim.clab.yml"
+    p.write_text("name: lim\ntopology:\n  nodes:\n    h1: {kind: linux, memory: 1Gb, cpu: 2, restart-policy: always}\n")
+    notes = load(p).notes
+    assert any("memory ignored" in n and "ANIBENCH_NODE_LIMITS" in n for n in notes), notes
+    assert any("cpu ignored" in n and "ANIBENCH_NODE_LIMITS" in n for n in notes), notes
+    assert any("restart-policy ignored: no effect on a netns node" in n for n in notes), notes
+
+
 # -- Containerlab's inheritance ----------------------------------------------------------------
 
 INHERIT = """\

@@ -54,6 +54,8 @@ USED = frozenset({"kind", "group", "image", "startup-config", "exec", "binds", "
 FIELD_TYPES: dict[str, type] = {"kind": str, "group": str, "image": str, "startup-config": str, "mgmt-ipv4": str,
                                 "mgmt-ipv6": str, "exec": list, "binds": list, "labels": dict, "sysctls": dict,
                                 "extras": dict}
+#: Containerlab's per-node resource limits: a netns node has the lab's limits instead (substrate.confine).
+LIMIT_FIELDS = frozenset({"cpu", "cpu-set", "memory", "shm-size"})
 #: Node fields without effect on the emulated network: ignored, with a note.
 IGNORED = frozenset({"image-pull-policy", "restart-policy", "auto-remove", "startup-delay", "enforce-startup-config",
                      "cpu", "cpu-set", "memory", "shm-size", "dns", "certificate", "healthcheck", "runtime",
@@ -280,7 +282,9 @@ class _Importer:
                     where = field_name(at)
                     if where not in self._ignored_seen:
                         self._ignored_seen.add(where)
-                        self.notes.append(f"{where} ignored: no effect on a netns node")
+                        self.notes.append(
+                            f"{where} ignored: every node of a netns lab has the lab's limits (ANIBENCH_NODE_LIMITS)"
+                            if key in LIMIT_FIELDS else f"{where} ignored: no effect on a netns node")
                 elif key not in USED:
                     raise self.err(at, f"unknown node field {key!r} (a typo?); see containerlab.dev/manual/nodes")
                 else:
