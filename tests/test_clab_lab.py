@@ -145,7 +145,7 @@ async def test_a0_and_a1_on_the_imported_lab(frr01: Lab, tmp_path: Path) -> None
         conf = data(await c.call_tool("get_running_config", {"devices": ["router1"]}))["router1"]
         assert "router ospf" in conf and "network 192.168.11.0/24 area 0.0.0.0" in conf
         reply = data(await c.call_tool("apply_config", {"commands": {"router1": ["ip route 10.99.0.0/24 192.168.1.2"]}}))
-        assert reply["devices"]["router1"]["accepted"] == 1, reply
+        assert reply["devices"]["router1"]["applied"] == ["ip route 10.99.0.0/24 192.168.1.2"], reply
         shown = data(await c.call_tool("execute_validation", {"commands": {"router1": ["show ip route 10.99.0.0/24"]}}))
         assert "192.168.1.2" in json.dumps(shown)
         # out of band: really applied (staticd -> zebra -> kernel takes its time on a loaded machine)
