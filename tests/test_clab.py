@@ -486,3 +486,29 @@ def test_lab_record_keeps_imported_setup_beside_the_topology() -> None:
     assert LabRecord.model_validate_json(rec.model_dump_json()) == rec
     plain = LabRecord(name="y", owner_pid=1, created_at=0.0, topology=Topology.from_spec("line:2"))
     assert "node_setup" not in json.loads(plain.model_dump_json())
+
+
+def test_level_instructions_describe_the_lab_served(tmp_path: Path) -> None:
+    """A0/A1 instructions on an imported lab name what its routers run, not anibench's IS-IS/SRv6
+    underlay (they used to describe IS-IS on frr01, which runs OSPF); generated labs keep theirs."""
+    from servers.a0_shell.server import INSTRUCTIONS as A0_TEXT
+    from servers.common import own_config_routers
+
+    assert own_config_routers(Topology.from_spec("line:3")) is None
+    said = own_config_routers(load(frr01()).topology)
+    assert said is not None and "router1, router2, router3 run ospfd, ldpd (with zebra and staticd)" in said
+    assert "isisd" not in said and "IS-IS underlay" in said  # (says there is none)
+    # many routers: named up to a bound, the rest counted; different daemon sets apart
+    nodes = "".join(f"    r{i:02d}: {{kind: frr, extras: {{frr: {{daemons: [{'bgpd' if i == 0 else 'ospfd'}]}}}}}}\n"
+                    for i in range(15))
+    p = tmp_path / "many.clab.yml"
+    p.write_text(f"name: many\ntopology:\n  nodes:\n{nodes}")
+    said = own_config_routers(load(p).topology) or ""
+    assert "r00 runs bgpd" in said and "r01, r02" in said and "r12 and 2 more run ospfd" in said, said
+    # mixed: an imported router beside underlay routers
+    topo = Topology.from_spec("line:3:nohosts")
+    r1 = topo.node("r1").model_copy(update={"frr_files": {"frr.conf": "router ospf\n"}, "daemons": ("zebra", "staticd", "ospfd")})
+    mixed = topo.model_copy(update={"nodes": [r1 if n.name == "r1" else n for n in topo.nodes]})
+    said = own_config_routers(mixed) or ""
+    assert "r1 runs ospfd" in said and "Routers r2, r3 run anibench's IS-IS underlay" in said, said
+    assert "isisd" in A0_TEXT  # the generated lab's text is unchanged

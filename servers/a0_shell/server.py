@@ -11,12 +11,12 @@ per-device configuration locks, as a root shell on a real box would not (``subst
 """
 
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from servers.a0_shell.classify import classify_shell, shell_rejected
-from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected
+from servers.common import AniServer, ServerConfig, ServerSetupError, attach_lab, note_rejected, own_config_routers
 from servers.common.server import cancel_event, note_cancelled
 from substrate.process import TRUNCATION_MARK
 
@@ -28,6 +28,21 @@ INSTRUCTIONS = (
     "`ip -6 rule`, nftables). Hosts are plain Linux nodes. Commands run with bash -c in the device, "
     "non-interactively: give programs their arguments (ping -c 3, not plain ping)."
 )
+#: The same for a lab whose routers bring their own FRR configuration (an imported Containerlab
+#: lab): ``{routers}`` is :func:`servers.common.own_config_routers`.
+INSTRUCTIONS_OWN_CONFIG = (
+    "Level A0 of anibench: a root shell on each device of an emulated network. {routers} Read and change FRR "
+    "with vtysh (e.g. vtysh -c 'show running-config', vtysh -c 'configure terminal' -c '...'); forwarding and "
+    "firewalls are the Linux kernel's (iproute2, nftables). Hosts are plain Linux nodes. Commands run with bash -c "
+    "in the device, non-interactively: give programs their arguments (ping -c 3, not plain ping)."
+)
+
+
+def instructions_for(lab: Any) -> str:
+    """A0's instructions for ``lab``: the SRv6 provider network's, or those of a lab whose routers
+    run their own configuration (they must describe the lab actually served)."""
+    routers = own_config_routers(lab.topology)
+    return INSTRUCTIONS if routers is None else INSTRUCTIONS_OWN_CONFIG.format(routers=routers)
 
 
 class A0Options(BaseModel):
@@ -97,7 +112,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
     except ValidationError as e:
         raise ServerSetupError(f"bad A0 options: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}; "
                                f"known options: {', '.join(A0Options.model_fields)}") from None  # fmt: skip
-    server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
+    lab = lab if lab is not None else attach_lab(config.lab)
+    server = AniServer(config, level=LEVEL, instructions=instructions_for(lab), lab=lab)
     lab_ = server.lab
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="List devices")

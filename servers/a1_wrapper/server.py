@@ -44,7 +44,7 @@ from servers.a1_wrapper.apply import DeviceApply, DeviceRun, Rejection, config_l
 from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, Problem, apply_filter
 from servers.a1_wrapper.kernel import ruleset_commands
 from servers.a1_wrapper.vtysh import run_lines
-from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from servers.common import AniServer, ServerConfig, ServerSetupError, attach_lab, note_rejected, own_config_routers, pid_holder
 from servers.common.server import cancel_event, note_cancelled
 from substrate import addressing as addr
 from substrate.devstate import SYSCTLS, DeviceState, capture, restore
@@ -52,14 +52,23 @@ from substrate.frr import ISIS_TAG
 from substrate.topology import Role
 
 LEVEL = "A1"
-INSTRUCTIONS = (
-    "Level A1 of anibench: a bounded command interface to each device of an emulated SRv6 provider network "
-    "(FRR 8.4 routers running IS-IS; SRv6 data plane and firewalls in the Linux kernel). get_topology and "
-    "get_running_config read; apply_config sends configuration commands (FRR configuration lines, entered and "
+#: What A1 offers, whatever the lab (the instructions' second part).
+_TOOLS_TEXT = (
+    "get_topology and get_running_config read; apply_config sends configuration commands (FRR configuration lines, entered and "
     "left in configuration mode for you, and a bounded set of `ip -6 route|rule` and `nft` forms) and returns "
     "each device's command-by-command echo plus a snapshot id; execute_validation runs read-only commands "
     "(show, ping, traceroute, ip ... show, nft list); rollback restores a snapshot; wait lets protocols "
     "converge. Commands outside the allowed forms are refused with the forms that are allowed."
+)
+INSTRUCTIONS = (
+    "Level A1 of anibench: a bounded command interface to each device of an emulated SRv6 provider network "
+    "(FRR 8.4 routers running IS-IS; SRv6 data plane and firewalls in the Linux kernel). " + _TOOLS_TEXT
+)
+#: The same for a lab whose routers bring their own FRR configuration (an imported Containerlab
+#: lab): ``{routers}`` is :func:`servers.common.own_config_routers`.
+INSTRUCTIONS_OWN_CONFIG = (
+    "Level A1 of anibench: a bounded command interface to each device of an emulated network. {routers} "
+    "Forwarding and firewalls are the Linux kernel's. " + _TOOLS_TEXT
 )
 
 Commands = dict[str, str | list[str]]
@@ -298,7 +307,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         grammar = Grammar.load(blocklist=block, allowlist=opts.allowlist_path)
     except (OSError, ValueError) as e:
         raise ServerSetupError(f"cannot load the A1 command grammar: {e}") from None
-    instructions = INSTRUCTIONS + (" A blocklist of destructive commands is also in force." if config.blocklist else "")
+    lab = lab if lab is not None else attach_lab(config.lab)
+    routers = own_config_routers(lab.topology)  # the instructions describe the lab actually served
+    instructions = INSTRUCTIONS if routers is None else INSTRUCTIONS_OWN_CONFIG.format(routers=routers)
+    instructions += " A blocklist of destructive commands is also in force." if config.blocklist else ""
     server = AniServer(config, level=LEVEL, instructions=instructions, lab=lab)
     lab_ = server.lab
     snapshots = SnapshotStore(opts.snapshots_per_device)

@@ -33,6 +33,7 @@ from servers.common.server import (
     cancel_event,
     note_cancelled,
     note_rejected,
+    own_config_routers,
     pid_holder,
 )
 from servers.common.transport import run_server
@@ -52,6 +53,7 @@ __all__ = [
     "from_substrate",
     "note_cancelled",
     "note_rejected",
+    "own_config_routers",
     "pid_holder",
     "read_trajectory",
     "run_server",

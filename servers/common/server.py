@@ -272,6 +272,43 @@ def attach_lab(name: str):  # noqa: ANN201 - substrate.Lab, imported lazily
         raise ServerSetupError(str(e)) from None
 
 
+#: Routers named per group in :func:`own_config_routers` before the rest are only counted.
+ROUTERS_NAMED = 12
+
+
+def own_config_routers(topo: Any) -> str | None:
+    """What the routers of ``topo`` (a lab's :class:`substrate.topology.Topology`) run, for a
+    level's instructions, when some bring their own FRR configuration (an imported lab); None when
+    every router runs anibench's generated IS-IS/SRv6 underlay (the level's own text then holds).
+
+    One sentence: the routers that bring their own FRR configuration (a Containerlab lab's),
+    grouped by daemon set (zebra and staticd always run, so not named), at most
+    :data:`ROUTERS_NAMED` names a group; then the routers that run the underlay, if any.
+    """
+    groups: dict[tuple[str, ...], list[str]] = {}
+    underlay: list[str] = []
+    for n in topo.routers:
+        if n.self_configured:
+            groups.setdefault(tuple(d for d in n.frr_daemons if d not in ("zebra", "staticd")), []).append(n.name)
+        else:
+            underlay.append(n.name)
+    if not groups:
+        return None
+
+    def names(xs: list[str]) -> str:
+        more = len(xs) - ROUTERS_NAMED
+        return ", ".join(xs[:ROUTERS_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+    parts = [f"{names(rs)} run{'s' if len(rs) == 1 else ''} "
+             + (f"{', '.join(ds)} (with zebra and staticd)" if ds else "only zebra and staticd")
+             for ds, rs in groups.items()]  # fmt: skip
+    text = ("Routers run FRR 8.4 with the lab's own configuration (the lab was imported from a Containerlab "
+            "topology; there is no anibench IS-IS underlay, SRv6 locator or loopback on them): " + "; ".join(parts) + ".")
+    if underlay:
+        text += f" Routers {names(underlay)} run anibench's IS-IS underlay (zebra, staticd, isisd) with SRv6 locators."
+    return text
+
+
 def _check_same_episode(path: Path, previous: list[dict[str, Any]], level: str, lab: str) -> None:
     """Refuse to continue a trajectory written by another ANI level or on another lab.
 
