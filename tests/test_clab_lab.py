@@ -113,6 +113,17 @@ def test_lab_show_lists_the_names_of_the_file(frr01: Lab) -> None:
     assert "imported from" in r.stdout and "frr01.clab.yml" in r.stdout
 
 
+def test_lab_reset_refuses_an_imported_lab_and_says_what_to_do(frr01: Lab) -> None:
+    """No scenario, no baseline: reset refuses in one line, changes nothing, and says how to start afresh."""
+    before = frr01.exec("pc1", ["ip", "-4", "route"]).stdout
+    r = subprocess.run([*HARNESS, "lab", "reset", frr01.name], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    flat = " ".join(r.stderr.split())
+    assert f"lab {frr01.name} cannot be reset: it was imported from the Containerlab file" in flat and "nothing was changed" in flat
+    assert f"harness lab down {frr01.name} && harness lab up --topology " in flat and "frr01.clab.yml" in flat, flat
+    assert frr01.alive() and frr01.exec("pc1", ["ip", "-4", "route"]).stdout == before
+
+
 def test_observer_on_the_imported_lab(frr01: Lab) -> None:
     invs = [
         Invariant(id="reach", kind="reach", service="frr01", params={"src": "pc1", "dst": "192.168.13.2", "family": 4}),

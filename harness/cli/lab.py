@@ -311,7 +311,8 @@ def check(
 @friendly_errors
 def reset(name: Annotated[str, typer.Argument(help="Lab name (deployed from a scenario).")]) -> None:
     """Put a scenario lab back to its baseline without redeploying (only what differs is touched), and
-    verify that every node's full state equals its baseline (exit status 1 when one does not)."""
+    verify that every node's full state equals its baseline (exit status 1 when one does not). A lab
+    without a scenario (a Containerlab import, a bare topology) has no baseline: refused, unchanged."""
     from substrate import Lab
     from substrate.scenario.deploy import reset as do_reset
 

@@ -123,6 +123,20 @@ def load_scenario(lab: Lab) -> Scenario:
     return Scenario.model_validate_json(path.read_text())
 
 
+def _no_baseline(lab: Lab) -> str:
+    """Why ``lab`` cannot be reset, and what to do instead: only a scenario deployment records a
+    baseline; a lab imported from a Containerlab file or made from a bare topology has none."""
+    imported = lab.record.meta.get("clab_file") or next(
+        (n.source.file for n in lab.topology.nodes if n.source is not None and n.source.file), None)
+    if imported:
+        return (f"lab {lab.name} cannot be reset: it was imported from the Containerlab file {imported}, not deployed "
+                "from a scenario, so no baseline was recorded to go back to; nothing was changed. To start it afresh: "
+                f"harness lab down {lab.name} && harness lab up --topology {imported} --name {lab.name}")
+    return (f"lab {lab.name} cannot be reset: it was deployed from a bare topology ({lab.topology.name}), not from a "
+            "scenario, so no baseline was recorded to go back to; nothing was changed. Redeploy it (harness lab down "
+            f"{lab.name}, then harness lab up --topology ...) or deploy a scenario (harness lab up --scenario FILE)")
+
+
 def load_baseline(lab: Lab) -> dict[str, DeviceState]:
     """Baseline device state of every node of a scenario lab (read once per process while the
     file is unchanged: the states are shared, never modify them).
@@ -138,9 +152,7 @@ def load_baseline(lab: Lab) -> dict[str, DeviceState]:
             return dict(cached[1])
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise SubstrateError(
-            f"lab {lab.name} has no baseline: it was not deployed from a scenario (harness lab up --scenario FILE)"
-        ) from None
+        raise SubstrateError(_no_baseline(lab)) from None
     old = sorted({v.get("schema_version", 1) for v in data.values()} - {SCHEMA_VERSION})
     if old:
         raise SubstrateError(f"lab {lab.name}'s baseline was recorded by another anibench version (device-state schema "
