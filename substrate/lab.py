@@ -163,7 +163,7 @@ class Lab:
                 lab._save()
                 if any(needs_startup(n) for n in topology.nodes):
                     say("running the nodes' start-up commands")
-                    run_startup(lab)
+                    run_startup(lab, say)
                 own = any(n.self_configured for n in topology.routers)
                 say("waiting for the IGP to converge" if own else "waiting for IS-IS convergence")
                 if converge_timeout_s is None:

@@ -8,7 +8,8 @@ interfaces' original names as Linux alternative names (so the lab's own commands
 an exec command without a shell after splitting it into words (``shlex``); so does this. Exec
 commands come from a file that may not be the operator's own (a lab found on the web): they run
 confined like an agent's shell (capabilities that could leave the node dropped, network
-administration kept), as a container would not be privileged either. A
+administration kept; whatever one leaves running is killed when it returns, and said), as a
+container would not be privileged either. A
 command that fails stops the bring-up (the caller destroys the lab) with a one-line error naming
 the node, the command, its line in the source file and what it printed.
 """
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING
 from substrate.errors import BringUpError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from substrate.lab import Lab
     from substrate.topology import Node
 
@@ -50,8 +53,11 @@ def where(node: Node, k: int) -> str:
     return f" ({src.file}:{src.exec_lines[k]})"
 
 
-def run_node(lab: Lab, node: Node) -> None:
-    """Run ``node``'s start-up steps. Raises BringUpError (one line) at the first failure."""
+def run_node(lab: Lab, node: Node, say: Callable[[str], None] | None = None) -> None:
+    """Run ``node``'s start-up steps. Raises BringUpError (one line) at the first failure.
+
+    An exec command's leftovers (a process it started in the background: confined commands keep
+    nothing running once they return) are killed and, with ``say``, named in one line."""
     name = node.name
     if node.hostname != name:
         r = lab.exec(name, ["hostname", node.hostname], timeout_s=10)
@@ -77,10 +83,14 @@ def run_node(lab: Lab, node: Node) -> None:
             said = (r.stderr.strip() or r.stdout.strip()).replace("\n", " | ")[:300]
             status = "timed out" if r.timed_out else f"failed (exit {r.returncode})"
             raise BringUpError(f"{name}: exec command {k + 1} `{line}`{where(node, k)} {status}: {said or 'no output'}")
+        killed = r.extra.get("leftovers_killed") or []
+        if killed and say is not None:
+            say(f"{name}: exec command {k + 1} `{line}`{where(node, k)} left {', '.join(killed)} running: killed "
+                "(a node keeps nothing an exec command starts in the background, as for an agent's shell)")
 
 
-def run_startup(lab: Lab) -> None:
-    """Run every node's start-up steps, nodes in parallel.
+def run_startup(lab: Lab, say: Callable[[str], None] | None = None) -> None:
+    """Run every node's start-up steps, nodes in parallel (``say``: see :func:`run_node`).
 
     Raises:
         BringUpError: the first failure (in topology order), naming node, command and line.
@@ -90,7 +100,7 @@ def run_startup(lab: Lab) -> None:
 
     def one(n: Node) -> None:
         try:
-            run_node(lab, n)
+            run_node(lab, n, say)
         except BringUpError as e:
             errors.append(e)
 

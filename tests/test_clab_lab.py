@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from substrate import Lab
+from substrate import Lab, confine
 from substrate.clab import load
 from substrate.clab.names import map_interface, map_nodes
 from substrate.errors import BringUpError
@@ -102,6 +102,50 @@ def test_frr01_hosts_reach_each_other(frr01: Lab) -> None:
     assert frr01.exec("pc1", ["hostname"]).stdout.strip() == "PC1"
     assert "sr0" not in frr01.exec("router1", ["ip", "-br", "link"]).stdout
     assert "router isis" not in frr01.vtysh("router1", "show running-config").stdout
+
+
+def assert_confined_as_generated(lab: Lab) -> None:
+    """Every node of ``lab`` is confined as a generated node is (issue 17): a user namespace of its
+    own, its init and exactly its FRR daemons in its cgroup, the allowlisted /etc with its own
+    /etc/frr, and an agent's (confined) command without namespace administration."""
+    host_userns = Path("/proc/self/ns/user").stat().st_ino
+    allowed = {p.split("/")[0] for p in confine.ETC_ALLOWLIST} | {"hosts", "hostname", "frr"}
+    for node in lab.node_names():
+        st = lab.state(node)
+        assert Path(f"/proc/{st.init_pid}/ns/user").stat().st_ino != host_userns, node
+        assert st.cgroups, node
+        inside = {Path(f"/proc/{p}/comm").read_text().strip() for p in confine.members(st.cgroups[0])}
+        assert inside == {"sleep", *st.daemons}, (node, inside)  # init is `sleep infinity`
+        names = set(lab.sh(node, "ls /etc", confined=True).stdout.split())
+        assert names <= allowed and "passwd" in names and not names & {"shadow", "sudoers"}, (node, names)
+        for cmd in ("unshare -n true", "mount -t tmpfs x /tmp", "hostname other"):
+            assert not lab.sh(node, cmd, confined=True).ok, (node, cmd)
+        assert lab.sh(node, "ip link add t0 type bridge && ip link del t0", confined=True).ok, node
+
+
+def test_imported_nodes_are_confined_as_generated_ones(frr01: Lab) -> None:
+    """kind linux routers (own frr.conf and daemons file: ospfd, ldpd) and hosts with exec commands."""
+    assert set(frr01.state("router1").daemons) == {"zebra", "staticd", "ospfd", "ldpd"}
+    assert_confined_as_generated(frr01)
+    # the router's /etc/frr is its own, from the file, in the node's size-limited tmpfs
+    assert "router ospf" in frr01.sh("router1", "cat /etc/frr/frr.conf", confined=True).stdout
+    assert frr01.sh("router1", "df -m --output=size /etc/frr | tail -1").stdout.strip() == str(frr01.record.node_limits["etc_frr"])
+
+
+def test_exec_leftovers_are_killed_and_said(tmp_path: Path) -> None:
+    """An exec command's background process does not outlive it (as for an agent's shell), and the
+    bring-up says so, naming node, command and line; kind frr routers are confined too."""
+    p = tmp_path / "bg.clab.yml"
+    p.write_text("name: bg\ntopology:\n  nodes:\n    r1: {kind: frr, extras: {frr: {daemons: [bgpd]}}}\n"
+                 "    h1:\n      kind: linux\n      exec:\n        - sh -c 'sleep 777 >/dev/null 2>&1 &'\n"
+                 "  links:\n    - endpoints: [r1:eth1, h1:eth1]\n")
+    said: list[str] = []
+    with Lab.create(load(p).topology, unique_name("t-bg"), progress=said.append) as lab:
+        assert any(m.startswith("h1: exec command 1 `sh -c 'sleep 777 >/dev/null 2>&1 &'`") and "bg.clab.yml:8" in m
+                   and "sleep" in m and "killed" in m for m in said), said  # fmt: skip
+        assert "sleep 777" not in lab.sh("h1", "ps -eo args").stdout
+        assert lab.state("r1").daemons == ["zebra", "staticd", "bgpd"]
+        assert_confined_as_generated(lab)
 
 
 def test_lab_show_lists_the_names_of_the_file(frr01: Lab) -> None:
