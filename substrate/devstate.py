@@ -61,7 +61,6 @@ from substrate.topology import Role
 
 if TYPE_CHECKING:
     from substrate.lab import Lab
-    from substrate.process import ExecResult
 
 #: Version of the DeviceState schema (a baseline recorded with another version is refused).
 SCHEMA_VERSION = 3
@@ -92,7 +91,7 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
@@ -850,48 +849,6 @@ def _sysctls(text: str) -> dict[str, str]:
     return out
 
 
-def _read_objects(state: DeviceState, docs: list[Any]) -> None:
-    """Nexthop objects and SRv6 settings (tunnel source, HMAC keys) of ``ip -j`` documents, told
-    apart by content, into ``state``."""
-    for doc in docs:
-        for x in doc:
-            if "tunsrc" in x:
-                state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
-            elif "hmac" in x:
-                state.hmac.append(f"{x['hmac']} {x.get('algo')} {x.get('secret', '')}")
-            elif "id" in x:
-                args = _nexthop_args(x)
-                if args:
-                    state.nexthops.append(args)
-
-
-#: SRv6 settings are read and written from the host in the node's network namespace (``ip -n``):
-#: the kernel's seg6 generic-netlink commands (tunnel source, HMAC keys) demand CAP_NET_ADMIN in
-#: the initial user namespace (GENL_ADMIN_PERM, net/ipv6/seg6.c), which no command in a node has
-#: (each node has a user namespace of its own); everything else is read inside the node.
-_SRV6_SHOW = "sr tunsrc show\nsr hmac show\n"
-
-
-def _srv6_ip(lab: Lab, node: str, args: list[str], *, input: str | None = None) -> ExecResult:
-    """``ip -n NETNS ARGS`` from the host for ``node`` (see :data:`_SRV6_SHOW`)."""
-    return lab.host_exec(["ip", "-n", lab.state(node).netns, *args], input=input, timeout_s=10)
-
-
-def _read_srv6(lab: Lab, node: str, state: DeviceState) -> None:
-    """Fill ``state``'s SRv6 tunnel source and HMAC keys (see :data:`_SRV6_SHOW`).
-
-    Raises:
-        SnapshotError: ``ip`` failed or printed something else than its JSON.
-    """
-    r = _srv6_ip(lab, node, ["-N", "-j", "-batch", "-"], input=_SRV6_SHOW)
-    try:
-        if not r.ok:
-            raise ValueError(r.summary())
-        _read_objects(state, _json_seq(r.stdout))
-    except (ValueError, TypeError, KeyError) as e:
-        raise SnapshotError(f"{node}: cannot read the SRv6 settings ({e})") from None
-
-
 def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) -> DeviceState:
     """Build a DeviceState from the capture script's output. On a node without FRR
     (``router`` false) a route with an FRR protocol number is an ordinary route someone added.
@@ -943,7 +900,16 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.host_addresses.sort()
         for link in named["link"]:
             state.links[link["ifname"]] = _link_state(link)
-        _read_objects(state, docs[len(_IP_DOCS):])
+        for doc in docs[len(_IP_DOCS):]:
+            for x in doc:
+                if "tunsrc" in x:
+                    state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
+                elif "hmac" in x:
+                    state.hmac.append(f"{x['hmac']} {x.get('algo')} {x.get('secret', '')}")
+                elif "id" in x:
+                    args = _nexthop_args(x)
+                    if args:
+                        state.nexthops.append(args)
         state.nft = sec["nft"].strip()
         if "ro" in sec:
             _learn_readonly(sec["ro"])
@@ -999,7 +965,6 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
                             + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
     head, _, _ = r.stdout.partition(_SEP)
     state = parse_capture(node, r.stdout, with_frr=full, router=router)
-    _read_srv6(lab, node, state)
     try:
         state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
     except netlink.NetlinkError as e:
@@ -1241,8 +1206,7 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
             errors.append(f"nft: {r.stderr.strip()[:500]}")
     if cur.tunsrc != target.tunsrc:
         rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
-        r = _srv6_ip(lab, node, ["sr", "tunsrc", "set", target.tunsrc or "::"])
-        errors += [] if r.ok else [f"sr tunsrc: {r.stderr.strip()[:300]}"]
+        errors += _ip(lab, node, [f"sr tunsrc set {target.tunsrc or '::'}"])
     errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
     errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
     return errors
@@ -1422,15 +1386,15 @@ def _neigh_key(args: str) -> str:
 def _apply_hmac(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
     if set(have) == set(want):
         return []
-    errors = []
-    # each key is set from the host (see _SRV6_SHOW); ip reads the secret from stdin, blank deletes
-    for kid, algo, secret in [(*x.split()[:2], "") for x in sorted(set(have) - set(want))] + \
-            [tuple(x.split(" ", 2)) for x in sorted(set(want) - set(have))]:  # fmt: skip
-        r = _srv6_ip(lab, node, ["sr", "hmac", "set", kid, algo], input=secret + "\n")
-        if not r.ok:
-            errors.append(f"sr hmac {kid}: {r.stderr.strip()[:300]}")
+    script = []
+    for x in sorted(set(have) - set(want)):
+        script.append(f"echo | ip sr hmac set {x.split()[0]} {x.split()[1]}")
+    for x in sorted(set(want) - set(have)):
+        kid, algo, secret = x.split(" ", 2)
+        script.append(f"printf '%s\\n' {shlex.quote(secret)} | ip sr hmac set {kid} {algo}")
     rep.actions += [f"sr hmac {x.split()[0]}" for x in sorted(set(have) ^ set(want))]
-    return errors
+    r = lab.sh(node, " && ".join(script) + " >/dev/null")
+    return [] if r.ok else [f"sr hmac: {r.stderr.strip()[:300]}"]
 
 
 def _apply_qdiscs(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:

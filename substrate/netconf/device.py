@@ -578,7 +578,7 @@ def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
     Raises:
         NodeNotFoundError, SnapshotError.
     """
-    from substrate.devstate import _CAPTURE_SCRIPT, _read_srv6, parse_capture
+    from substrate.devstate import _CAPTURE_SCRIPT, parse_capture
 
     want = set(parts)
     lines = []
@@ -592,10 +592,7 @@ def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
         from substrate.devstate import SnapshotError
 
         raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
-    state = parse_capture(node, r.stdout, with_frr=False)
-    if "tunsrc" in want:  # read from the host (devstate._SRV6_SHOW)
-        _read_srv6(lab, node, state)
-    return state
+    return parse_capture(node, r.stdout, with_frr=False)
 
 
 def read(lab: Lab, node: str, *, frr: bool = True,
