@@ -6,7 +6,9 @@ Options: ``template`` (required), a command line with placeholders -- ``{prompt}
 prompt text), ``{prompt_file}``, ``{mcp_config}`` (path of an MCP configuration in the common
 ``{"mcpServers": {...}}`` form, which starts the level's server over stdio), ``{workdir}`` (the
 directory holding the attached files) -- split like a shell would but never run through one,
-e.g. ``claude -p {prompt} --mcp-config {mcp_config} --strict-mcp-config``. The process runs in
+e.g. ``claude -p {prompt} --mcp-config {mcp_config} --strict-mcp-config``. A literal brace is
+written twice (``{{``, ``}}``); the template is checked when the agent is made, before any lab is
+deployed (:func:`check_template`). The process runs in
 ``workdir`` until it exits or the run's deadline passes (then its process group is killed).
 """
 
@@ -16,12 +18,15 @@ import json
 import os
 import shlex
 import signal
+import string
 import subprocess
 
 from harness.agents.base import AgentContext, AgentOutcome
 from harness.errors import AnibenchError
 
 SERVER_NAME = "anibench"
+#: The placeholders a command template may use (see the module docstring).
+PLACEHOLDERS: tuple[str, ...] = ("prompt", "prompt_file", "mcp_config", "workdir")
 #: How an outcome says the process never ran (the harness then fails the run: not an agent result).
 START_FAILED = "could not start the agent"
 CAPPED = "capped"
@@ -31,6 +36,44 @@ def mcp_config(serve_argv: list[str]) -> dict:
     """The MCP configuration block that starts the run's server over stdio."""
     return {"mcpServers": {SERVER_NAME: {"type": "stdio", "command": serve_argv[0], "args": serve_argv[1:],
                                          "env": {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}}}}
+
+
+def check_template(template: str) -> list[str]:
+    """Split a command template into its words and check every placeholder, before anything runs.
+
+    A word is split like a shell would (``shlex``; never run through one); ``{name}`` is replaced
+    by a value of :data:`PLACEHOLDERS` (Python's ``str.format`` syntax, nothing more: no
+    attribute, index, conversion or format spec); a literal brace is written twice (``{{`` and
+    ``}}``), e.g. inline JSON ``'{{"a": 1}}'``.
+
+    Returns:
+        The template's words (placeholders not yet filled in).
+
+    Raises:
+        AnibenchError: in one line -- unbalanced quotes, an empty template, a lone brace, an
+            unknown or malformed placeholder -- naming the word and saying how to write a brace.
+    """
+    brace = "write a literal brace as {{ or }}"
+    known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+    try:
+        words = shlex.split(template)
+    except ValueError as e:
+        raise AnibenchError(f"cannot parse the command template: {e} (it is split like a shell line)") from None
+    if not words:
+        raise AnibenchError("the command template is empty: give the agent's command line")
+    for w in words:
+        try:
+            fields = list(string.Formatter().parse(w))
+        except ValueError as e:
+            raise AnibenchError(f"command template word {w!r}: {str(e).replace(' in format string', '')}; {brace}") from None
+        for _literal, name, spec, conversion in fields:
+            if name is None:
+                continue
+            if name not in PLACEHOLDERS or spec or conversion:
+                shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+                raise AnibenchError(f"command template word {w!r}: unknown placeholder {shown}; placeholders: {known}; "
+                                    f"{brace}")
+    return words
 
 
 class CommandAgent:
@@ -44,10 +87,7 @@ class CommandAgent:
         unknown = set(options) - {"model"}
         if unknown:
             raise AnibenchError(f"unknown command agent option(s) {sorted(unknown)}; known: template, model")
-        try:
-            shlex.split(template)
-        except ValueError as e:
-            raise AnibenchError(f"cannot parse the command template: {e}") from None
+        self.words = check_template(template)
         self.template = template
         self.model = options.get("model")
 
@@ -59,7 +99,7 @@ class CommandAgent:
         """
         import shutil
 
-        program = shlex.split(self.template)[0] if self.template.strip() else ""
+        program = self.words[0]
         if not program or (shutil.which(program) is None and not os.access(program, os.X_OK)):
             raise AnibenchError(f"the command agent's program {program!r} is not found or not executable")
 
@@ -80,10 +120,7 @@ class CommandAgent:
         cfg = root / "mcp.json"
         cfg.write_text(json.dumps(mcp_config(ctx.serve_argv), indent=1))
         values = {"prompt": ctx.prompt, "prompt_file": str(prompt_file), "mcp_config": str(cfg), "workdir": str(work)}
-        try:
-            argv = [w.format(**values) for w in shlex.split(self.template)]
-        except (KeyError, IndexError) as e:
-            return AgentOutcome(error=f"unknown placeholder {e} in the command template", model=self.model)
+        argv = [w.format(**values) for w in self.words]  # checked in __init__: nothing else to fill in
         log = (root / "agent.log").open("w")
         try:
             p = subprocess.Popen(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
