@@ -91,13 +91,18 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+o=$(printf 'sr tunsrc show\nsr hmac show\n' | ip -N -j -force -batch - 2>/dev/null) && printf '%s\n' "$o"
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
 """
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
-#: a kernel without nexthop objects prints nothing for that line).
+#: a kernel without nexthop objects prints nothing for that line). The SRv6 source and HMAC keys
+#: are read by the seg6 generic-netlink family, which wants CAP_NET_ADMIN in the host's user
+#: namespace (GENL_ADMIN_PERM): in a node with a user namespace of its own they cannot be read --
+#: nor changed, by anything in the node -- so that ``ip`` prints nothing for them (its partial
+#: output would break the JSON sequence) and they keep their defaults.
 _IP_DOCS = ("routes6", "routes4", "rules4", "addr", "neigh", "proxy", "link")
 #: Every writable sysctl under /proc/sys/net, one file at a time (the full capture).
 _SYSCTL_FULL = "s sysctl; grep -r . /proc/sys/net 2>/dev/null\n"
