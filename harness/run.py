@@ -269,7 +269,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
         faults=[e.model_dump() for e in injector.events], budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
-        trajectory_path=str(trajectory),
+        agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,
+        agent_log=outcome.log or str(run_dir / AGENT_FILE), trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),
     )
     return record, verdicts

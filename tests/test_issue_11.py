@@ -62,3 +62,87 @@ def test_campaign_refuses_a_bad_template_in_one_line_before_any_lab(tmp_path: Pa
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: command template word"), r.stderr
     assert not db.exists() and not (tmp_path / "runs").exists()  # nothing was started
+
+
+# -- 1: an agent that crashes is recorded as an agent error, with its exit status ------------------
+
+
+def _campaign_of(tmp_path: Path, records: list) -> tuple:
+    from harness.report import build_report
+    from harness.store import CampaignStore
+
+    store = CampaignStore(tmp_path / "db.sqlite")
+    store.create_campaign("t", {"factor": "ani"})
+    store.plan("t", [r.run_key for r in records])
+    for r in records:
+        store.mark_running(r.run_key)
+        store.save_result(r)
+    return store, build_report(store, "t")
+
+
+@pytest.mark.lab
+def test_an_agent_that_crashes_is_an_agent_error_not_a_clean_failure(campaign_lab, tmp_path: Path) -> None:
+    import sqlite3
+
+    from harness.campaign import summary_line
+    from harness.report import render_rich, run_table
+    from harness.run import RunSpec, execute_run
+    from harness.tasks import make_variant
+
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+
+    def run(template: str, k: int):
+        spec = RunSpec(campaign_id="t", run_key=f"t/A1/{k}", factor="ani", setting="A1", level="A1", agent="command",
+                       agent_options={"template": template}, density=1, run_dir=tmp_path / f"v{k}")
+        return execute_run(lab, spec, v)[0].model_copy(update={"variant": k})  # three variants of one setting
+
+    crashed = run("/bin/false", 0)
+    killed = run(f"{sys.executable} -c 'import os, signal; os.kill(os.getpid(), signal.SIGKILL)'", 1)
+    idle = run("/bin/true", 2)
+    assert crashed.agent_error == "agent process exited with status 1" and crashed.agent_exit_status == 1
+    assert crashed.agent_log == str((tmp_path / "v0" / "agent.log").resolve())
+    assert killed.agent_error == "agent process killed by signal 9 (SIGKILL)" and killed.agent_exit_status == -9
+    assert idle.agent_error is None and idle.agent_exit_status == 0  # chose to do nothing: no agent error
+    for r in (crashed, idle):
+        assert r.outcome_label.value == "clean_failure"
+    line = summary_line(crashed)
+    assert "AGENT ERROR: agent process exited with status 1" in line and str(tmp_path / "v0" / "agent.log") in line
+    assert "AGENT ERROR" not in summary_line(idle)
+
+    store, rep = _campaign_of(tmp_path, [crashed, killed, idle])
+    (cell,) = rep.cells
+    assert cell.n == 3 and cell.agent_errors == 2 and cell.completion.n == 3
+    assert "2 ended with an agent error" in rep.headline and any(n.startswith("agent errors:") for n in rep.notes)
+    rows = {r[1]: r for r in run_table(rep).rows}
+    assert rows["v0"][2] == "clean failure, agent error" and rows["v2"][2] == "clean failure"
+    assert "agent error: agent process exited with status 1 (log: " in rows["v0"][-1]
+    assert rep.tables()[0].columns[2].name == "agent errors" and rep.tables()[0].rows[0][2] == "2"
+    assert json.loads(rep.to_json())["cells"][0]["agent_errors"] == 2
+    render_rich(rep.tables()[0])
+    store.close()
+    con = sqlite3.connect(tmp_path / "db.sqlite")  # the store's columns, for SQL users
+    got = dict(con.execute("SELECT run_key, agent_exit_status FROM runs WHERE agent_error IS NOT NULL").fetchall())
+    assert got == {"t/A1/0": 1, "t/A1/1": -9}
+    con.close()
+
+
+# -- 8: an external agent's tokens are "not measured", not 0 ----------------------------------------
+
+
+def test_external_agents_tokens_are_not_measured_in_the_report(tmp_path: Path) -> None:
+    from harness.report import NOT_MEASURED, run_table
+    from harness.report_html import to_html
+    from tests.test_store import make_record
+
+    recs = [make_record("t", "A1", 0, agent="command", tokens_in=0, tokens_out=0),
+            make_record("t", "A1", 1, agent="command", tokens_in=0, tokens_out=0)]
+    store, rep = _campaign_of(tmp_path, recs)
+    assert rep.cells[0].cost["tokens"] == {"mean": None, "median": None}
+    assert [r.tokens for r in rep.runs] == [None, None]
+    assert {row[6] for row in run_table(rep).rows} == {NOT_MEASURED}
+    cost = next(t for t in rep.tables() if t.key == "cost")
+    assert cost.rows[0][2] == NOT_MEASURED
+    page = to_html(rep)
+    assert "not measured" in page and "0 / 0" not in page
+    store.close()

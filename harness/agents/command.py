@@ -128,14 +128,23 @@ class CommandAgent:
         except OSError as e:
             log.close()
             return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
+        rc: int | None = None
         try:
             p.wait(timeout=max(1.0, ctx.time_left()))
             rc = p.returncode
-            err = None if rc == 0 else f"agent process exited with status {rc}"
+            err = (None if rc == 0 else f"agent process exited with status {rc}" if rc > 0
+                   else f"agent process killed by signal {-rc} ({_signal_name(-rc)})")
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             err = f"agent process killed at the wall-clock cap ({CAPPED})"
         finally:
             log.close()
-        return AgentOutcome(error=err, model=self.model)
+        return AgentOutcome(error=err, model=self.model, exit_status=rc, log=str(root / "agent.log"))
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
