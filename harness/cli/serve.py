@@ -150,8 +150,9 @@ def serve(
 
 def _server_command(use_sudo: bool) -> list[str]:
     """Absolute command that starts ``harness`` with this installation."""
-    script = Path(sys.executable).parent / "harness"
-    cmd = [str(script)] if script.exists() else [str(Path(sys.executable).resolve()), "-m", "harness.cli"]
+    from harness import harness_command
+
+    cmd = harness_command()
     return (["/usr/bin/sudo", "-n"] + cmd) if use_sudo else cmd
 
 
