@@ -146,3 +146,43 @@ def test_external_agents_tokens_are_not_measured_in_the_report(tmp_path: Path) -
     page = to_html(rep)
     assert "not measured" in page and "0 / 0" not in page
     store.close()
+
+
+# -- 3 and 4: {serve_command}, {serve_url}; a short serve command that carries the run id ----------
+
+FAKE = f"{sys.executable} {REPO / 'tests' / 'fake_cli_agent.py'}"
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("form", ["mcp_config", "serve_command", "serve_url"])
+def test_agents_that_take_a_config_a_command_or_a_url_run_without_a_wrapper(campaign_lab, tmp_path: Path,
+                                                                           form: str) -> None:
+    from harness.run import RunSpec, execute_run
+    from harness.tasks import make_variant
+    from servers.common import read_trajectory
+
+    lab, sc = campaign_lab
+    v = make_variant("onboarding", sc, 0)
+    template = {"mcp_config": f"{FAKE} {{mcp_config}}", "serve_command": f"{FAKE} --stdio {{serve_command}}",
+                "serve_url": f"{FAKE} --url {{serve_url}} --token {{serve_token}}"}[form]
+    spec = RunSpec(campaign_id="t", run_key=f"t/A1/{form}", factor="ani", setting="A1", level="A1", agent="command",
+                   agent_options={"template": template}, density=1, run_dir=tmp_path)
+    rec, _ = execute_run(lab, spec, v)
+    assert rec.agent_error is None and rec.steps == 2, (tmp_path / "agent.log").read_text()
+    calls = read_trajectory(tmp_path / "trajectory.jsonl")
+    assert [c["tool"] for c in calls] == ["get_topology", "submit"]
+    assert {c["run_id"] for c in calls} == {f"t/A1/{form}"}  # item 4: campaign trajectories carry the run id
+    args = json.loads((tmp_path / "mcp.json").read_text())["mcpServers"]["anibench"]["args"]
+    assert "--devices" not in args and "--transport" not in args  # defaults left out
+    assert args[args.index("--run-id") + 1] == f"t/A1/{form}"
+    if form == "serve_url":
+        log = (tmp_path / "server.log").read_text()
+        assert "listening on http://127.0.0.1:" in log
+        assert calls[0]["client"]["name"] == "mcp"  # the agent's own client, over HTTP
+
+
+def test_a_template_cannot_name_both_servers() -> None:
+    from harness.agents.command import CommandAgent
+
+    with pytest.raises(AnibenchError, match="both the stdio server .* and the HTTP server"):
+        CommandAgent(template="agent --stdio {serve_command} --url {serve_url}")

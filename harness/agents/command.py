@@ -4,9 +4,16 @@ template, and learns what it did from the server-side trajectory recorder.
 
 Options: ``template`` (required), a command line with placeholders -- ``{prompt}`` (the HAI
 prompt text), ``{prompt_file}``, ``{mcp_config}`` (path of an MCP configuration in the common
-``{"mcpServers": {...}}`` form, which starts the level's server over stdio), ``{workdir}`` (the
-directory holding the attached files) -- split like a shell would but never run through one,
-e.g. ``claude -p {prompt} --mcp-config {mcp_config} --strict-mcp-config``. A literal brace is
+``{"mcpServers": {...}}`` form, which starts the level's server over stdio), ``{serve_command}``
+(that server's command line, shell-quoted, for agents that take a command: ``--stdio CMD``),
+``{serve_url}`` and ``{serve_token}`` (the level served by the harness over streamable HTTP on
+127.0.0.1 for this run only, with a bearer token of its own, for agents that take a URL),
+``{workdir}`` (the directory holding the attached files) -- split like a shell would but never run
+through one, e.g. ``claude -p {prompt} --mcp-config {mcp_config} --strict-mcp-config``. A template
+uses the stdio server (``{mcp_config}``, ``{serve_command}``: the agent starts it) or the HTTP one
+(``{serve_url}``, ``{serve_token}``), not both: two servers would record one episode twice. The
+agent's environment also holds ``ANIBENCH_MCP_URL`` and ``ANIBENCH_MCP_TOKEN`` when it is served
+over HTTP. A literal brace is
 written twice (``{{``, ``}}``); the template is checked when the agent is made, before any lab is
 deployed (:func:`check_template`). The process runs in
 ``workdir`` until it exits or the run's deadline passes (then its process group is killed).
@@ -20,13 +27,20 @@ import shlex
 import signal
 import string
 import subprocess
+from pathlib import Path
 
 from harness.agents.base import AgentContext, AgentOutcome
 from harness.errors import AnibenchError
 
 SERVER_NAME = "anibench"
 #: The placeholders a command template may use (see the module docstring).
-PLACEHOLDERS: tuple[str, ...] = ("prompt", "prompt_file", "mcp_config", "workdir")
+PLACEHOLDERS: tuple[str, ...] = ("prompt", "prompt_file", "mcp_config", "serve_command", "serve_url", "serve_token",
+                                  "workdir")
+#: Placeholders of the stdio server the agent starts, and of the HTTP server the harness starts.
+STDIO_PLACEHOLDERS = frozenset({"mcp_config", "serve_command"})
+HTTP_PLACEHOLDERS = frozenset({"serve_url", "serve_token"})
+#: How long the harness waits for the run's HTTP server to listen (it attaches the lab first).
+HTTP_START_S = 60.0
 #: How an outcome says the process never ran (the harness then fails the run: not an agent result).
 START_FAILED = "could not start the agent"
 CAPPED = "capped"
@@ -55,6 +69,7 @@ def check_template(template: str) -> list[str]:
     """
     brace = "write a literal brace as {{ or }}"
     known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
+    used: set[str] = set()
     try:
         words = shlex.split(template)
     except ValueError as e:
@@ -73,6 +88,10 @@ def check_template(template: str) -> list[str]:
                 shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
                 raise AnibenchError(f"command template word {w!r}: unknown placeholder {shown}; placeholders: {known}; "
                                     f"{brace}")
+            used.add(name)
+    if used & STDIO_PLACEHOLDERS and used & HTTP_PLACEHOLDERS:
+        raise AnibenchError("the command template names both the stdio server ({mcp_config}, {serve_command}) and the "
+                            "HTTP server ({serve_url}, {serve_token}): use one (two servers would record one episode)")
     return words
 
 
@@ -89,6 +108,7 @@ class CommandAgent:
             raise AnibenchError(f"unknown command agent option(s) {sorted(unknown)}; known: template, model")
         self.words = check_template(template)
         self.template = template
+        self.http = any(f"{{{p}}}" in w for w in self.words for p in HTTP_PLACEHOLDERS)
         self.model = options.get("model")
 
     def preflight(self) -> None:
@@ -119,12 +139,27 @@ class CommandAgent:
         prompt_file.write_text(ctx.prompt)
         cfg = root / "mcp.json"
         cfg.write_text(json.dumps(mcp_config(ctx.serve_argv), indent=1))
-        values = {"prompt": ctx.prompt, "prompt_file": str(prompt_file), "mcp_config": str(cfg), "workdir": str(work)}
-        argv = [w.format(**values) for w in self.words]  # checked in __init__: nothing else to fill in
+        values = {"prompt": ctx.prompt, "prompt_file": str(prompt_file), "mcp_config": str(cfg), "workdir": str(work),
+                  "serve_command": shlex.join(ctx.serve_argv), "serve_url": "", "serve_token": ""}
+        env = dict(os.environ)
+        server = None
+        if self.http:
+            try:
+                server, values["serve_url"], values["serve_token"] = _serve_http(ctx, root / "server.log")
+            except AnibenchError as e:
+                return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
+            env.update(ANIBENCH_MCP_URL=values["serve_url"], ANIBENCH_MCP_TOKEN=values["serve_token"])
+        try:
+            return self._agent(ctx, [w.format(**values) for w in self.words], work, root, env)
+        finally:
+            if server is not None:
+                _stop(server)
+
+    def _agent(self, ctx: AgentContext, argv: list[str], work: Path, root: Path, env: dict[str, str]) -> AgentOutcome:
         log = (root / "agent.log").open("w")
         try:
             p = subprocess.Popen(argv, cwd=work, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+                                 start_new_session=True, env=env)
         except OSError as e:
             log.close()
             return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
@@ -141,6 +176,52 @@ class CommandAgent:
         finally:
             log.close()
         return AgentOutcome(error=err, model=self.model, exit_status=rc, log=str(root / "agent.log"))
+
+
+def _serve_http(ctx: AgentContext, log_path: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """Start the run's server over streamable HTTP on 127.0.0.1 (a free port) with a fresh bearer
+    token (passed in the environment, never on a command line), and wait until it listens.
+
+    Returns:
+        The server process, its URL and its token.
+
+    Raises:
+        AnibenchError: it exited or did not listen within :data:`HTTP_START_S` (its log says why).
+    """
+    import secrets
+    import time
+
+    token = secrets.token_urlsafe(24)
+    argv = [*ctx.serve_argv, "--transport", "http", "--host", "127.0.0.1", "--port", "0"]
+    with log_path.open("w") as log:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, env={**os.environ, "ANIBENCH_MCP_TOKEN": token})
+    deadline = time.monotonic() + min(HTTP_START_S, max(1.0, ctx.time_left()))
+    while True:
+        text = log_path.read_text(errors="replace")
+        for line in text.splitlines():
+            if line.startswith("listening on http://127.0.0.1:"):
+                return p, line.split(" ", 2)[2].strip(), token
+        if p.poll() is not None or time.monotonic() > deadline:
+            _stop(p)
+            last = text.strip().splitlines()[-1:] or ["no output"]
+            raise AnibenchError(f"the run's HTTP server did not start ({last[0][:300]}; log {log_path})")
+        time.sleep(0.05)
+
+
+def _stop(p: subprocess.Popen[bytes]) -> None:
+    """Stop a server process group: SIGTERM, then SIGKILL if it is still there after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        if p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _signal_name(number: int) -> str:
