@@ -146,6 +146,7 @@ class Episode:
         self.submit_seq: int | None = None
         self.submitted_at: float | None = None
         self._lock = threading.Lock()
+        self._told = False
         self.ended = threading.Event()
         for rec in previous:  # continue a trajectory written by an earlier server process
             self.seq = max(self.seq, int(rec.get("seq", 0)))
@@ -188,26 +189,32 @@ class Episode:
         """
         with self._lock:
             if self.submit_seq is not None:
-                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended{self._where()}")
+                self.tell_operator()
+                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended")
             self.submit_seq, self.submitted_at = seq, time.time()
         self.ended.set()
 
-    def _where(self) -> str:
-        if self.trajectory is None:
-            return ""
-        return (f" (episode recorded in {self.trajectory}; to start a new episode, start the server with a new "
-                "--trajectory file)")
+    def tell_operator(self) -> None:
+        """Say on the server's log (stderr, never to the agent: a host path is none of its business)
+        where the ended episode is recorded and how to start a new one; once per server."""
+        if self.trajectory is None or self._told:
+            return
+        self._told = True
+        log.warning("the episode recorded in %s has ended (%s): every call is refused; to start a new episode, start "
+                    "the server with a new --trajectory file", self.trajectory, self.ended_reason)
 
     def refusal_message(self, reason: str, seq: int) -> str:
-        """The error text of a call refused for ``reason`` (``episode_ended`` or ``budget``)."""
+        """The error text of a call refused for ``reason`` (``episode_ended`` or ``budget``), as the
+        agent sees it (no host path: :meth:`tell_operator` says that on stderr)."""
+        self.tell_operator()
         if reason == "episode_ended":
             return (
                 f"the episode has ended: submit was called (call {self.submit_seq}). This call ({seq}) was not "
-                f"executed; no further calls are accepted{self._where()}."
+                "executed; no further calls are accepted."
             )
         return (
             f"step budget spent: this episode allows {self.budget} tool calls and this is call {seq}. "
-            f"Nothing was executed; every further call, submit included, is refused{self._where()}."
+            "Nothing was executed; every further call, submit included, is refused."
         )
 
     def continued_note(self) -> str | None:
@@ -256,6 +263,15 @@ class SubmitResult(BaseModel):
     status: str = Field(description="'submitted'.")
     steps_used: int = Field(description="Tool calls made in this episode, this one included.")
     budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """A tool's description as an agent reads it: its docstring without the source's indentation
+    and trailing spaces (:func:`inspect.cleandoc`). Sources of a tool's design are kept in code
+    comments, not here."""
+    import inspect
+
+    return "\n".join(line.rstrip() for line in inspect.cleandoc(fn.__doc__ or "").splitlines())
 
 
 def attach_lab(name: str):  # noqa: ANN201 - substrate.Lab, imported lazily
@@ -381,6 +397,7 @@ class AniServer(MCPServer):
                 fn,
                 name=tool_name,
                 title=title,
+                description=describe(fn),
                 annotations=ToolAnnotations(
                     title=title,
                     read_only_hint=read_only,
