@@ -186,3 +186,39 @@ def test_a_template_cannot_name_both_servers() -> None:
 
     with pytest.raises(AnibenchError, match="both the stdio server .* and the HTTP server"):
         CommandAgent(template="agent --stdio {serve_command} --url {serve_url}")
+
+
+# -- 6: descriptions as an agent reads them ----------------------------------------------------------
+
+
+def _tools(lab, level: str, **config: object) -> tuple[list, str]:  # noqa: ANN001
+    """(tools, instructions) of a level's server on ``lab``, listed by a real in-process MCP client."""
+    import anyio
+    from mcp import Client
+
+    from servers.common import ServerConfig
+    from servers.registry import build_server
+
+    async def listed(server):  # noqa: ANN001, ANN202
+        async with Client(server, mode="legacy") as c:
+            return (await c.list_tools()).tools, c.instructions or ""
+
+    server = build_server(level, ServerConfig(lab=lab.name, **config))
+    try:
+        return anyio.run(listed, server)
+    finally:
+        server.close()
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
+def test_descriptions_are_dedented_and_cite_no_sources(campaign_lab, level: str) -> None:
+    lab, _sc = campaign_lab
+    tools, _ = _tools(lab, level)
+    for t in tools:
+        texts = [t.description or ""] + [str(p.get("description", "")) for p in t.input_schema.get("properties", {}).values()]
+        for text in texts:
+            assert text and text == text.strip(), (t.name, text[:80])
+            assert not [ln for ln in text.splitlines() if ln != ln.rstrip() or ln.startswith("    ")], (t.name, text)
+            for citation in ("Source:", "Sources:", "NetConfArena", "draft section", "draft 5.", "substrate."):
+                assert citation not in text, (t.name, citation, text)

@@ -439,9 +439,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         `ip ... show|get` and `nft list ...` forms. Nothing here changes the device. Devices run in
         parallel, commands of one device in order. When the devices refuse every command (syntax,
         timeout) the call fails with the outputs in its text; when only some are refused, summary
-        names them. A ping without reply is not a refusal. Source: NetConfArena III-C
-        execute_validation.
-        """
+        names them. A ping without reply is not a refusal.
+        """  # NetConfArena III-C execute_validation
         per_dev = commands_arg(commands)
         plans: dict[str, list[Command]] = {}
         problems = []
@@ -479,8 +478,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         (FRR through frr-reload). The state being replaced is snapshotted first (undo_snapshot_id).
         Takes the device's configuration lock. When differences remain (complete=false) the call
         still succeeds if anything was restored, and fails (with the residual in its text) if
-        nothing could be. Source: draft 5.1 (A1: snapshot and manual rollback).
-        """
+        nothing could be.
+        """  # draft 5.1 (A1: snapshot and manual rollback)
         name = server.device(device)
         target = snapshots.get(name, snapshot_id)
         with lab_.config_lock([name], holder=holder, timeout_s=opts.lock_timeout_s):
@@ -503,8 +502,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         seconds: Annotated[float, Field(ge=0, le=opts.max_wait_s, description=f"Seconds to pause (0-{opts.max_wait_s:g}), a "
                                                                               "JSON number (\"5\" is read as 5; true is refused).")],
     ) -> WaitResult:
-        """Pause to let protocols converge or state settle, then report that the time has passed.
-        Source: NetConfArena III-C wait."""
+        """Pause to let protocols converge or state settle, then report that the time has passed."""
+        # NetConfArena III-C wait
         await anyio.sleep(seconds)
         return WaitResult(status=f"{seconds:g} seconds elapsed")
 
