@@ -222,3 +222,52 @@ def test_descriptions_are_dedented_and_cite_no_sources(campaign_lab, level: str)
             assert not [ln for ln in text.splitlines() if ln != ln.rstrip() or ln.startswith("    ")], (t.name, text)
             for citation in ("Source:", "Sources:", "NetConfArena", "draft section", "draft 5.", "substrate."):
                 assert citation not in text, (t.name, citation, text)
+
+
+# -- 10: two levels attached to one client: --tool-prefix ----------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_two_levels_in_one_client_with_tool_prefixes(line3, tmp_path: Path) -> None:
+    import re
+
+    from mcp import StdioServerParameters
+
+    from tests.servers_support import connect, data, text
+
+    blocks = {}
+    for level, prefix in (("A0", "a0_"), ("A1", "a1_")):
+        r = subprocess.run([*HARNESS, "mcp-config", "--ani", level, "--lab", line3.name, "--tool-prefix", prefix,
+                            "--trajectory", str(tmp_path / f"{level}.jsonl"), "--max-message-bytes", "8192"],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        (entry,) = json.loads(r.stdout)["mcpServers"].values()
+        blocks[level] = StdioServerParameters(command=entry["command"], args=entry["args"], env=entry["env"])
+    async with connect(blocks["A0"]) as a0, connect(blocks["A1"]) as a1:
+        names0 = [t.name for t in (await a0.list_tools()).tools]
+        names1 = [t.name for t in (await a1.list_tools()).tools]
+        assert not set(names0) & set(names1)
+        assert all(n.startswith("a0_") for n in names0) and all(n.startswith("a1_") for n in names1)
+        assert "a0_submit" in names0 and "a1_submit" in names1 and "a1_get_topology" in names1
+        assert "a1_submit" in (a1.instructions or "")
+        assert data(await a1.call_tool("a1_get_topology", {}))
+        r = await a1.call_tool("get_topology", {})  # the unprefixed name is not a tool of this server
+        assert r.is_error and "unknown tool 'get_topology'" in text(r)
+        big = data(await a0.call_tool("a0_run_shell", {"device": "r1", "command": "seq 1 20000"}))
+        m = re.search(r'a0_read_output\(output_id="(out-\d+)", offset=(\d+)\)', big["stdout"])
+        assert m, big["stdout"][-300:]
+        page = data(await a0.call_tool("a0_read_output", {"output_id": m.group(1), "offset": int(m.group(2))}))
+        assert page["text"]
+        assert data(await a0.call_tool("a0_submit", {}))["status"] == "submitted"
+    from servers.common import read_trajectory
+
+    assert [c["tool"] for c in read_trajectory(tmp_path / "A0.jsonl")] == ["a0_run_shell", "a0_read_output", "a0_submit"]
+
+
+@pytest.mark.parametrize("prefix", ["1a", "a b", "a" * 40, "a/"])
+def test_a_bad_tool_prefix_is_refused_at_start(prefix: str) -> None:
+    for cmd in ("serve", "mcp-config"):
+        r = subprocess.run([*HARNESS, cmd, "--ani", "A1", "--lab", "nolab", "--tool-prefix", prefix],
+                           cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--tool-prefix" in r.stderr, r.stderr

@@ -52,15 +52,16 @@ MIN_CUT_CHARS = 64
 _PLACEHOLDER_ID = "00000000-0000-0000-0000-000000000000"
 
 
-def cut_marker(output_id: str, offset: int, total: int) -> str:
-    """The line appended to a cut text: how much is left and the call that reads it."""
+def cut_marker(output_id: str, offset: int, total: int, tool: str = "read_output") -> str:
+    """The line appended to a cut text: how much is left and the call that reads it (``tool`` is
+    the server's name for read_output, which a ``--tool-prefix`` changes)."""
     return (f"\n[... cut by anibench: {total - offset} more characters; read them with "
-            f'read_output(output_id="{output_id}", offset={offset}) ...]')  # fmt: skip
+            f'{tool}(output_id="{output_id}", offset={offset}) ...]')  # fmt: skip
 
 
 #: The marker at the end of a cut text (what :func:`cut_marker` writes).
 CUT_MARKER = re.compile(r'\n\[\.\.\. cut by anibench: \d+ more characters; read them with '
-                        r'read_output\(output_id="(out-\d+)", offset=(\d+)\) \.\.\.\]$')
+                        r'[A-Za-z0-9_-]*read_output\(output_id="(out-\d+)", offset=(\d+)\) \.\.\.\]$')
 
 
 async def complete(value: Any, read_page: Callable[[str, int], Awaitable[dict[str, Any] | None]]) -> Any:
@@ -100,7 +101,9 @@ class OutputStore:
             is still kept, alone).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES, tool: str = "read_output"):
+        #: the server's name of the read_output tool (named in error texts)
+        self.tool = tool
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._texts: OrderedDict[str, tuple[str, int]] = OrderedDict()
@@ -143,7 +146,7 @@ class OutputStore:
                             f"{self.max_bytes // (1024 * 1024)} MiB in all); run the command again")  # fmt: skip
         hint = f"; recent outputs: {', '.join(known)}" if known else "; no output has been cut in this episode"
         raise ToolError(f"unknown output id {shown}: output ids come from a cut result's marker "
-                        f'(read_output(output_id="out-N", offset=K)){hint}')  # fmt: skip
+                        f'({self.tool}(output_id="out-N", offset=K)){hint}')  # fmt: skip
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -200,7 +203,7 @@ def _replace(value: Any, path: tuple[Any, ...], new: str) -> Any:
 
 
 #: Room the marker takes (characters); a string is cut only where that makes it shorter.
-_MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13))
+_MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13, tool="x" * 64))
 
 
 def _cut(s: str, k: int) -> bool:
@@ -244,7 +247,7 @@ class Fitter:
                 data: Any = structured
                 for p, s in leaves:
                     if _cut(s, k):
-                        data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s)))
+                        data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s), self.store.tool))
                 text = _text_of_structured(data, wrapped)
                 return result.model_copy(update={"structured_content": data,
                                                  "content": [TextContent(type="text", text=text)]})  # fmt: skip
@@ -257,7 +260,7 @@ class Fitter:
                 new = list(blocks)
                 for (i,), s in leaves:
                     if _cut(s, k):
-                        new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s)))
+                        new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s), self.store.tool))
                 return result.model_copy(update={"content": new})
 
         ids = {p: self.store.reserve() for p, _ in leaves}
@@ -284,7 +287,7 @@ class Fitter:
         text = (f"the call {done}, but its result ({size} bytes as a JSON-RPC message) cannot be cut below this "
                 f"server's bound of {self.max_message_bytes} bytes per message, so it was not sent; its text "
                 f"({len(full)} characters of JSON) is kept as output {oid}: read it with "
-                f'read_output(output_id="{oid}", offset=0), or ask for less (fewer devices, a narrower command)')  # fmt: skip
+                f'{self.store.tool}(output_id="{oid}", offset=0), or ask for less (fewer devices, a narrower command)')  # fmt: skip
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
     # -- error texts -----------------------------------------------------------------------
@@ -301,7 +304,7 @@ class Fitter:
         oid = self.store.reserve()
 
         def build(k: int) -> str:
-            return message[:k] + cut_marker(oid, k, len(message))
+            return message[:k] + cut_marker(oid, k, len(message), self.store.tool)
 
         k = _largest(len(message), lambda k: size(build(k)) <= self.max_message_bytes)
         self.store.put(oid, message)

@@ -331,6 +331,9 @@ class AniServer(MCPServer):
             "has its long texts cut, each ending with a marker naming an output id and offset: read_output returns "
             f"the rest. {ARGUMENT_POLICY}"
         )
+        if config.tool_prefix:
+            rules += (f" Every tool name of this server starts with {config.tool_prefix!r} (e.g. "
+                      f"{config.tool_prefix}submit, {config.tool_prefix}read_output): the names above are without it.")
         super().__init__(
             name=f"anibench-{level.lower()}",
             title=f"anibench ANI level {level}",
@@ -369,7 +372,7 @@ class AniServer(MCPServer):
         self.episode = Episode(config.budget_steps, previous, trajectory=config.trajectory)
         self._kinds: dict[str, KindSpec] = {}
         #: full texts of cut results, read back with read_output (servers.common.paging)
-        self.outputs = OutputStore()
+        self.outputs = OutputStore(tool=f"{config.tool_prefix}read_output")
         self.fitter = Fitter(self.outputs, config.max_message_bytes)
         self._register_submit()
         self._register_read_output()
@@ -391,7 +394,7 @@ class AniServer(MCPServer):
         world). The docstring is the tool's description."""
 
         def deco(fn: F) -> F:
-            tool_name = name or fn.__name__
+            tool_name = self.config.tool_prefix + (name or fn.__name__)
             self._kinds[tool_name] = kind
             self.add_tool(
                 fn,
