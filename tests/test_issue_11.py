@@ -271,3 +271,28 @@ def test_a_bad_tool_prefix_is_refused_at_start(prefix: str) -> None:
         r = subprocess.run([*HARNESS, cmd, "--ani", "A1", "--lab", "nolab", "--tool-prefix", prefix],
                            cwd=REPO, capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and "--tool-prefix" in r.stderr, r.stderr
+
+
+# -- 9: HTTP: no error code when no credentials were sent (RFC 6750 section 3.1) -----------------------
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a_request_without_credentials_gets_a_challenge_without_an_error_code(line3) -> None:
+    import httpx2
+
+    from tests.servers_support import http_server
+
+    init = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    with http_server("A0", line3.name, "--token", "s3cret") as url:
+        async with httpx2.AsyncClient() as h:
+            r = await h.post(url, json=init, headers=accept)
+            assert r.status_code == 401
+            challenge = r.headers["www-authenticate"]
+            assert challenge.startswith("Bearer") and "error" not in challenge, challenge
+            assert "error" not in r.json() and "Bearer" in r.json()["error_description"]
+            r = await h.post(url, json=init, headers={**accept, "Authorization": "Bearer wrong"})
+            assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
+            r = await h.post(url, json=init, headers={**accept, "Authorization": "Basic eDp5"})
+            assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
