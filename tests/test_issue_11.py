@@ -296,3 +296,38 @@ async def test_a_request_without_credentials_gets_a_challenge_without_an_error_c
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
             r = await h.post(url, json=init, headers={**accept, "Authorization": "Basic eDp5"})
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
+
+
+# -- 11: a server that cannot start says why through the protocol ------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_stdio_server_that_cannot_start_says_why_to_the_client(line3, mode: str) -> None:
+    from tests.servers_support import connect, stdio
+
+    with pytest.raises(Exception) as e:  # noqa: PT011 - whatever the SDK raises, the reason must be in it
+        async with connect(stdio("A3-T", line3.name), mode) as c:
+            await c.list_tools()
+
+    def flat(x: BaseException) -> str:
+        return str(x) + "".join(flat(y) for y in getattr(x, "exceptions", []))
+
+    shown = flat(e.value)
+    assert "anibench cannot serve: A3-T needs a lab deployed from a scenario" in shown, shown
+
+
+@pytest.mark.lab
+def test_the_setup_error_is_a_json_rpc_error_and_the_server_exits_1_when_the_client_leaves(line3) -> None:
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+              "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": "x", "method": "tools/list"}]
+    r = subprocess.run([*HARNESS, "serve", "--ani", "A1", "--lab", "no-such-lab-i11"], cwd=REPO, timeout=60,
+                       input="".join(json.dumps(x) + "\n" for x in lines) + "not json\n", capture_output=True, text=True)
+    answers = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [a["id"] for a in answers] == [1, "x", None] and r.returncode == 1
+    assert all(a["error"]["code"] == -32603 and "no-such-lab-i11" in a["error"]["message"] for a in answers[:2])
+    assert answers[2]["error"]["code"] == -32700
+    assert "no-such-lab-i11" in r.stderr

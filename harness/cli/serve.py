@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from harness.cli.common import err, fail, friendly_errors
 
@@ -134,7 +135,7 @@ def serve(
         )  # fmt: skip
         server = get_builder(level)(config)
     except ServerSetupError as e:
-        fail(str(e))
+        _setup_failed(str(e), transport)
         return
     except ValueError as e:  # pydantic validation of the config
         fail(f"bad server configuration: {e}", code=2)
@@ -152,6 +153,19 @@ def serve(
         fail(f"cannot serve on {host}:{port}: {e}")
     except KeyboardInterrupt:
         pass
+
+
+def _setup_failed(message: str, transport: str) -> None:
+    """The server cannot start: say why on stderr and exit 1. A stdio server started by a client
+    (stdin is not a terminal) first answers the client's requests with the reason as a JSON-RPC
+    error (:func:`servers.common.transport.answer_setup_error`), so that the client shows it,
+    until the client goes away."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if transport == "stdio" and not sys.stdin.isatty():
+        from servers.common.transport import answer_setup_error
+
+        answer_setup_error(message)
+    raise typer.Exit(1)
 
 
 def _server_command(use_sudo: bool) -> list[str]:

@@ -63,6 +63,41 @@ def run_server(
         server.close()
 
 
+#: JSON-RPC error code of a server that could not start (JSON-RPC 2.0 "internal error").
+SETUP_ERROR_CODE = -32603
+
+
+def answer_setup_error(message: str, stdin: Any = None, stdout: Any = None) -> None:
+    """Serve a start-up problem over stdio instead of closing the connection: every JSON-RPC
+    request (``initialize`` first) is answered with an error whose message is ``message``, until
+    the client goes away (stdin closes). A client then shows the reason (the MCP Inspector showed
+    only "Connection closed", the reason being on stderr, which many clients hide); the SDK gives
+    no way to fail ``initialize`` itself, so these few lines speak JSON-RPC directly.
+
+    Args:
+        message: the problem, in one line (``ServerSetupError``'s text).
+        stdin, stdout: byte streams (default: the process's).
+    """
+    src = stdin if stdin is not None else sys.stdin.buffer
+    dst = stdout if stdout is not None else sys.stdout.buffer
+    text = f"anibench cannot serve: {message}"
+    for line in src:
+        if not line.strip():
+            continue
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            error = {"code": -32700, "message": "Parse error: the line is not valid JSON (one JSON-RPC message per line)"}
+            msg = {"id": None, "method": "?"}
+        else:
+            error = {"code": SETUP_ERROR_CODE, "message": text}
+        if not isinstance(msg, dict) or "method" not in msg or "id" not in msg:
+            continue  # notifications and responses get no answer
+        reply = {"jsonrpc": "2.0", "id": msg.get("id"), "error": error}
+        dst.write(json.dumps(reply).encode() + b"\n")
+        dst.flush()
+
+
 class NoCredentialsChallenge:
     """ASGI wrapper: a request that sends no credentials at all (no ``Authorization`` header) gets
     a 401 whose ``WWW-Authenticate: Bearer`` challenge carries no error code, as RFC 6750 section
