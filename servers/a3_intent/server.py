@@ -233,10 +233,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             raise _rejected(e) from None
 
     # typed as Any so that parse_ops reports every problem with its path (``ops[1].spec.pe``);
-    # the advertised input schema is the catalog's precise one
+    # the advertised input schema is the catalog's precise one, its definitions at the root
+    ops_schema, ops_defs = cat.ops_json_schema()
     OpsArg = Annotated[
         Any,
-        WithJsonSchema(cat.ops_json_schema()),
+        WithJsonSchema({"type": "array"}),  # set_argument_schema below
         Field(description=cat.OPS_DESCRIPTION),
     ]
 
@@ -426,6 +427,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         if res.status in ("rolled_back", "rollback_incomplete"):
             note_rejected(res.message)
         return res
+
+    for name in ("plan_change_set", "apply_change_set"):
+        server.set_argument_schema(name, "ops", ops_schema, ops_defs)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get a change")
     def get_change(

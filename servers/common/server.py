@@ -265,6 +265,19 @@ class SubmitResult(BaseModel):
     budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
 
 
+def untitled(schema: Any, *, names: bool = False) -> Any:
+    """A JSON Schema without the ``title`` keywords pydantic adds (``"title": "Devices"`` beside
+    the property ``devices``, the model's class name): tools/list is resent to the model every
+    turn and they say nothing the names do not. A property that is itself called ``title`` is
+    kept (``names``: ``schema`` maps property names to schemas)."""
+    if isinstance(schema, list):
+        return [untitled(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: untitled(v, names=k in ("properties", "$defs", "patternProperties"))
+            for k, v in schema.items() if names or not (k == "title" and isinstance(v, str))}
+
+
 def describe(fn: Callable[..., Any]) -> str:
     """A tool's description as an agent reads it: its docstring without the source's indentation
     and trailing spaces (:func:`inspect.cleandoc`). Sources of a tool's design are kept in code
@@ -409,9 +422,36 @@ class AniServer(MCPServer):
                     open_world_hint=False,
                 ),
             )
+            registered = self._tool_manager.get_tool(tool_name)
+            if registered is not None:  # pydantic's titles repeat the names: noise a client resends every turn
+                registered.parameters = untitled(registered.parameters)
+                if registered.fn_metadata.output_schema is not None:
+                    registered.fn_metadata.output_schema = untitled(registered.fn_metadata.output_schema)
             return fn
 
         return deco
+
+    def set_argument_schema(self, tool: str, argument: str, schema: dict[str, Any], defs: dict[str, Any]) -> None:
+        """Advertise ``schema`` for one argument of a registered tool, with JSON Schema definitions
+        at the root of the tool's input schema (``$defs``) that it refers to as
+        ``{"$ref": "#/$defs/NAME"}``: a shape used many times is written once. (Pydantic resolves
+        refs given to ``WithJsonSchema`` against its own definitions, so they are set here.)
+
+        Args:
+            tool: the tool's name without the server's tool prefix.
+            argument: the argument's name.
+            schema: its JSON Schema (the description is kept from the registration if it has none).
+            defs: name -> schema.
+
+        Raises:
+            KeyError: no such tool or argument.
+        """
+        registered = self._tool_manager.get_tool(self.config.tool_prefix + tool)
+        if registered is None:
+            raise KeyError(tool)
+        props = dict(registered.parameters["properties"])
+        props[argument] = {"description": props[argument].get("description", ""), **schema}
+        registered.parameters = {**registered.parameters, "properties": props, "$defs": defs}
 
     def _register_submit(self) -> None:
         server = self
