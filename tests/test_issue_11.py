@@ -331,3 +331,58 @@ def test_the_setup_error_is_a_json_rpc_error_and_the_server_exits_1_when_the_cli
     assert all(a["error"]["code"] == -32603 and "no-such-lab-i11" in a["error"]["message"] for a in answers[:2])
     assert answers[2]["error"]["code"] == -32700
     assert "no-such-lab-i11" in r.stderr
+
+
+# -- 5: tool lists and results sized for real clients ----------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
+def test_tool_lists_are_valid_compact_schemas(campaign_lab, level: str) -> None:
+    import jsonschema
+
+    from servers.a3_intent import catalog as cat
+
+    lab, _sc = campaign_lab
+    tools, _ = _tools(lab, level)
+    for t in tools:
+        jsonschema.Draft202012Validator.check_schema(t.input_schema)
+        assert '"title"' not in json.dumps(t.input_schema) + json.dumps(t.output_schema or {}), t.name
+    size = sum(len(t.model_dump_json(by_alias=True, exclude_none=True)) for t in tools)
+    assert size < 50_000, size  # A3-T was 61.5 KB (issue 11), every level else is far below
+    if level == "A3-T":
+        plan = next(t for t in tools if t.name == "plan_change_set")
+        v = jsonschema.Draft202012Validator(plan.input_schema)
+        assert not list(v.iter_errors({"ops": [op for ops in cat.EXAMPLES.values() for op in ops]}))
+        assert list(v.iter_errors({"ops": [{"op": "delete", "service_class": "tenant_site", "id": "t1s1", "spec": {}}]}))
+        assert len(json.dumps(plan.input_schema, separators=(",", ":"))) < 12_500  # inlined: 17.6 KB
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_results_are_compact_and_bounded_well_inside_client_limits(campaign_lab) -> None:
+    from mcp import Client
+
+    from servers.common import ServerConfig
+    from servers.common.paging import CUT_MARKER, DEFAULT_MAX_MESSAGE_BYTES, message_bytes
+    from servers.registry import build_server
+
+    lab, _sc = campaign_lab
+    assert DEFAULT_MAX_MESSAGE_BYTES == 40 * 1024
+    server = build_server("A1", ServerConfig(lab=lab.name))
+    try:
+        async with Client(server, mode="legacy") as c:
+            topo = await c.call_tool("get_topology", {})
+            body = topo.content[0].text
+            assert "\n" not in body and json.loads(body) == topo.structured_content  # compact JSON text
+            r1 = topo.structured_content["nodes"][0]
+            assert isinstance(r1["interfaces"], dict) and "links" not in topo.structured_content
+            every = await c.call_tool("get_running_config", {"devices": lab.routers()})
+            assert message_bytes(every, 2) <= DEFAULT_MAX_MESSAGE_BYTES and len(every.content[0].text) < 24_000
+            cut = [d for d, txt in every.structured_content.items() if CUT_MARKER.search(txt)]
+            assert cut  # the rest is paged, never dropped
+            m = CUT_MARKER.search(every.structured_content[cut[0]])
+            page = await c.call_tool("read_output", {"output_id": m.group(1), "offset": int(m.group(2))})
+            assert not page.is_error and page.structured_content["text"]
+    finally:
+        server.close()

@@ -455,7 +455,7 @@ def test_fitter_cuts_the_longest_strings_and_pages_keep_the_bound() -> None:
                               total_chars=len(full))  # fmt: skip
 
         p = fit.page(oid, off, None, make)
-        r = CallToolResult(content=[TextContent(type="text", text=p.model_dump_json(indent=2))], structured_content=p.model_dump())
+        r = CallToolResult(content=[TextContent(type="text", text=p.model_dump_json())], structured_content=p.model_dump())
         assert message_bytes(r) <= 8192
         return p.model_dump()
 
@@ -463,6 +463,10 @@ def test_fitter_cuts_the_longest_strings_and_pages_keep_the_bound() -> None:
     # small results pass untouched; error texts are cut with a marker of their own
     small = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
     assert fit.fit_result(small) is small
+    # the text copy of a structured result is sent as compact JSON (issue 11: indentation costs tokens)
+    indented = CallToolResult(content=[TextContent(type="text", text='{\n  "a": [\n    1\n  ]\n}')],
+                              structured_content={"a": [1]})
+    assert fit.fit_result(indented).content[0].text == '{"a":[1]}'
     err = fit.fit_error("e" * 50_000)
     assert len(err) < 8192 and "read_output(output_id=" in err
     # a result of many small strings that no cut can bound: kept whole, answered with how to read it

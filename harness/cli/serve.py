@@ -43,7 +43,7 @@ DevicesOpt = Annotated[str | None, typer.Option(
 MaxMessageOpt = Annotated[int | None, typer.Option(
     "--max-message-bytes", min=4096, help="Bound on one JSON-RPC message the server sends, in bytes (a result's text, its "
     "structured copy and their escaping); longer texts are cut with a marker that the read_output tool continues from "
-    "[default: 61440, under asyncio's 64 KiB stdio line limit].")]
+    "[default: 40960: a result's text stays near 20,000 characters, under what clients warn about].")]
 ToolPrefixOpt = Annotated[str | None, typer.Option(
     "--tool-prefix", help="Put this before every tool name (e.g. a1_ gives a1_submit), for clients that attach two "
     "levels and do not prefix tool names themselves (every level has submit and read_output).")]

@@ -86,11 +86,6 @@ class A1Options(BaseModel):
 # -- result models -------------------------------------------------------------------------------
 
 
-class Interface(BaseModel):
-    name: str
-    peer: str = Field(description="The other end, as device:interface.")
-
-
 class TopologyNode(BaseModel):
     name: str
     role: str = Field(description="P (core router), PE (provider edge router) or host.")
@@ -98,14 +93,14 @@ class TopologyNode(BaseModel):
     loopback: str | None = Field(default=None, description="Router loopback address (routers only).")
     locator: str | None = Field(default=None, description="SRv6 uSID locator, RFC 9800 (routers only).")
     managed: bool = Field(description="The agent may act on this device in this episode.")
-    interfaces: list[Interface]
+    interfaces: dict[str, str] = Field(description="Interface name -> the other end of its link, as device:interface "
+                                       "(every link shows at both of its ends).")
 
 
 class TopologyInfo(BaseModel):
     """The lab's devices and links."""
 
     nodes: list[TopologyNode]
-    links: list[str] = Field(description="Point-to-point links, as 'a:if -- b:if'.")
     underlay: str = Field(description="How the provider underlay is built.")
 
 
@@ -324,7 +319,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         topo = lab_.topology
         nodes = []
         for n in lab_.nodes():
-            ifaces = [Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)]
+            ifaces = {lk.endpoint_of(n.name).interface: str(lk.peer_of(n.name)) for lk in topo.links_of(n.name)}
             rid = n.node_id if n.role is not Role.HOST else None
             nodes.append(TopologyNode(
                 name=n.name, role=n.role.value, node_id=rid,
@@ -332,14 +327,13 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 locator=str(addr.locator(rid)) if rid else None,
                 managed=n.name in server.device_names, interfaces=ifaces,
             ))  # fmt: skip
-        links = [f"{lk.a} -- {lk.b}" for lk in topo.links]
         underlay = (
             f"IS-IS level-2 instance {ISIS_TAG} (wide metrics, point-to-point core links) on every router; each router "
             "owns an SRv6 uSID locator fcbb:bb00:<id>::/48 (RFC 9800: 32-bit block, 16-bit node "
             "IDs) installed in the kernel as seg6local End with the NEXT-C-SID flavor, and a loopback fd00::<id>/128. "
             "FRR 8.4 cannot program SRv6 SIDs: the SRv6 data plane is kernel state (ip -6 route ... encap seg6|seg6local)."
         )
-        return TopologyInfo(nodes=nodes, links=links, underlay=underlay)
+        return TopologyInfo(nodes=nodes, underlay=underlay)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get running configuration")
     def get_running_config(
@@ -348,8 +342,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """The full configuration text of each device: FRR's running configuration, then the kernel
         state that services use and FRR does not show (SRv6 seg6/seg6local routes, policy rules,
         the SRv6 encapsulation source, the nftables ruleset, interfaces, sysctls), written as the
-        apply_config commands that re-create it: applied back, it is accepted and changes nothing. A text too
-        long for one message is cut with a marker that read_output continues from."""
+        apply_config commands that re-create it: applied back, it is accepted and changes nothing. A router's
+        configuration is a few thousand characters: ask for the devices you need (a result is bounded to one
+        message, about 20,000 characters; longer texts are cut, each with a marker that read_output continues from)."""
         names = server.devices([devices] if isinstance(devices, str) else devices)
         if not names:
             raise ToolError(f"name at least one device; devices: {', '.join(server.device_names)}")

@@ -6,7 +6,8 @@ goes on the wire: the text content, the structured copy beside it and the JSON e
 (a quote in a command's output costs about six bytes once it sits in the text copy of a JSON
 result inside a JSON-RPC message). Many MCP clients read stdio with a line limit -- asyncio's
 default ``StreamReader`` limit is 64 KiB, and a longer message crashes them -- so the default
-keeps every message under 64 KiB with room for the request id and HTTP framing.
+keeps every message well under 64 KiB, and a result's text well under the output size at which
+clients warn (see :data:`DEFAULT_MAX_MESSAGE_BYTES`).
 
 When a result is larger, :func:`fit_result` cuts its longest strings (a command's output, a
 device's echo or configuration), keeping the same number of leading characters of each, so the
@@ -38,10 +39,13 @@ import pydantic_core
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, JSONRPCResponse, TextContent
 
-#: Default bound on one JSON-RPC message (bytes of UTF-8 JSON, without the newline): 60 KiB,
-#: under asyncio's default 64 KiB ``StreamReader`` limit with 4 KiB to spare for a long request
-#: id and the HTTP/SSE framing.
-DEFAULT_MAX_MESSAGE_BYTES = 60 * 1024
+#: Default bound on one JSON-RPC message (bytes of UTF-8 JSON, without the newline): 40 KiB. The
+#: text a client shows the model is about half of it (the structured copy is the other half), so a
+#: result stays near 20,000 characters -- about 5,000 to 7,000 tokens -- well under the output size
+#: clients warn about (Claude Code: 10,000 tokens) and refuse (25,000), and the message far under
+#: asyncio's default 64 KiB ``StreamReader`` line limit (issue 11; issue 10 set 60 KiB for the line
+#: limit alone).
+DEFAULT_MAX_MESSAGE_BYTES = 40 * 1024
 #: Smallest bound a server accepts (the marker, the handle and the result's own fields must fit).
 MIN_MAX_MESSAGE_BYTES = 4 * 1024
 #: Default memory for stored outputs per server; the oldest outputs are dropped beyond it.
@@ -212,9 +216,10 @@ def _cut(s: str, k: int) -> bool:
 
 
 def _text_of_structured(structured: Any, wrapped: bool) -> str:
-    """The text content MCPServer derives from a structured result (JSON, indent 2)."""
+    """The text content of a structured result: its JSON without indentation (the SDK indents
+    by 2, which costs a model a third more tokens for nested results and says nothing more)."""
     shown = structured.get("result") if wrapped and isinstance(structured, dict) else structured
-    return pydantic_core.to_json(shown, fallback=str, indent=2).decode()
+    return pydantic_core.to_json(shown, fallback=str).decode()
 
 
 class Fitter:
@@ -237,6 +242,10 @@ class Fitter:
             request_id: the JSON-RPC id of the call (its length counts).
         """
         limit = self.max_message_bytes
+        if result.structured_content is not None and not result.is_error:  # the text copy, compact
+            text = _text_of_structured(result.structured_content, wrapped)
+            if [getattr(c, "text", None) for c in result.content] != [text]:
+                result = result.model_copy(update={"content": [TextContent(type="text", text=text)]})
         if message_bytes(result, request_id) <= limit:
             return result
         if result.structured_content is not None:
@@ -327,7 +336,7 @@ class Fitter:
 
         def fits(n: int) -> bool:
             model = make(full, offset, offset + n)
-            res = CallToolResult(content=[TextContent(type="text", text=model.model_dump_json(indent=2))],
+            res = CallToolResult(content=[TextContent(type="text", text=model.model_dump_json())],
                                  structured_content=model.model_dump(mode="json"))  # fmt: skip
             return message_bytes(res, request_id) <= self.max_message_bytes
 
