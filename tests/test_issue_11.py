@@ -188,7 +188,7 @@ def test_a_template_cannot_name_both_servers() -> None:
         CommandAgent(template="agent --stdio {serve_command} --url {serve_url}")
 
 
-# -- 6: descriptions as an agent reads them ----------------------------------------------------------
+# -- the tools a level offers, listed by a real client ---------------------------------------------------
 
 
 def _tools(lab, level: str, **config: object) -> tuple[list, str]:  # noqa: ANN001
@@ -208,20 +208,6 @@ def _tools(lab, level: str, **config: object) -> tuple[list, str]:  # noqa: ANN0
         return anyio.run(listed, server)
     finally:
         server.close()
-
-
-@pytest.mark.lab
-@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
-def test_descriptions_are_dedented_and_cite_no_sources(campaign_lab, level: str) -> None:
-    lab, _sc = campaign_lab
-    tools, _ = _tools(lab, level)
-    for t in tools:
-        texts = [t.description or ""] + [str(p.get("description", "")) for p in t.input_schema.get("properties", {}).values()]
-        for text in texts:
-            assert text and text == text.strip(), (t.name, text[:80])
-            assert not [ln for ln in text.splitlines() if ln != ln.rstrip() or ln.startswith("    ")], (t.name, text)
-            for citation in ("Source:", "Sources:", "NetConfArena", "draft section", "draft 5.", "substrate."):
-                assert citation not in text, (t.name, citation, text)
 
 
 # -- 10: two levels attached to one client: --tool-prefix ----------------------------------------------
@@ -333,12 +319,14 @@ def test_the_setup_error_is_a_json_rpc_error_and_the_server_exits_1_when_the_cli
     assert "no-such-lab-i11" in r.stderr
 
 
-# -- 5: tool lists and results sized for real clients ----------------------------------------------------
+# -- 5 and 6: tool lists and results as an agent reads them, sized for real clients ---------------------
 
 
 @pytest.mark.lab
 @pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
-def test_tool_lists_are_valid_compact_schemas(campaign_lab, level: str) -> None:
+def test_tool_lists_as_an_agent_reads_them(campaign_lab, level: str) -> None:
+    """Item 6: descriptions dedented, without trailing spaces or source citations. Item 5: valid
+    and compact schemas (no pydantic titles; A3-T's ops written once per tool, still precise)."""
     import jsonschema
 
     from servers.a3_intent import catalog as cat
@@ -346,6 +334,12 @@ def test_tool_lists_are_valid_compact_schemas(campaign_lab, level: str) -> None:
     lab, _sc = campaign_lab
     tools, _ = _tools(lab, level)
     for t in tools:
+        texts = [t.description or ""] + [str(p.get("description", "")) for p in t.input_schema.get("properties", {}).values()]
+        for text in texts:
+            assert text and text == text.strip(), (t.name, text[:80])
+            assert not [ln for ln in text.splitlines() if ln != ln.rstrip() or ln.startswith("    ")], (t.name, text)
+            for citation in ("Source:", "Sources:", "NetConfArena", "draft section", "draft 5.", "substrate."):
+                assert citation not in text, (t.name, citation, text)
         jsonschema.Draft202012Validator.check_schema(t.input_schema)
         assert '"title"' not in json.dumps(t.input_schema) + json.dumps(t.output_schema or {}), t.name
     size = sum(len(t.model_dump_json(by_alias=True, exclude_none=True)) for t in tools)
