@@ -186,6 +186,8 @@ def test_a_template_cannot_name_both_servers() -> None:
 
     with pytest.raises(AnibenchError, match="both the stdio server .* and the HTTP server"):
         CommandAgent(template="agent --stdio {serve_command} --url {serve_url}")
+    assert CommandAgent(template="agent --url {serve_url}").http
+    assert not CommandAgent(template="agent --literal {{serve_url}} {mcp_config}").http  # a literal, not the server
 
 
 # -- the tools a level offers, listed by a real client ---------------------------------------------------

@@ -13,9 +13,8 @@ through one, e.g. ``claude -p {prompt} --mcp-config {mcp_config} --strict-mcp-co
 uses the stdio server (``{mcp_config}``, ``{serve_command}``: the agent starts it) or the HTTP one
 (``{serve_url}``, ``{serve_token}``), not both: two servers would record one episode twice. The
 agent's environment also holds ``ANIBENCH_MCP_URL`` and ``ANIBENCH_MCP_TOKEN`` when it is served
-over HTTP. A literal brace is
-written twice (``{{``, ``}}``); the template is checked when the agent is made, before any lab is
-deployed (:func:`check_template`). The process runs in
+over HTTP. A literal brace is written twice (``{{``, ``}}``); the template is checked when the
+agent is made, before any lab is deployed (:func:`check_template`). The process runs in
 ``workdir`` until it exits or the run's deadline passes (then its process group is killed).
 """
 
@@ -108,7 +107,8 @@ class CommandAgent:
             raise AnibenchError(f"unknown command agent option(s) {sorted(unknown)}; known: template, model")
         self.words = check_template(template)
         self.template = template
-        self.http = any(f"{{{p}}}" in w for w in self.words for p in HTTP_PLACEHOLDERS)
+        named = {name for w in self.words for _text, name, _spec, _conv in string.Formatter().parse(w) if name}
+        self.http = bool(named & HTTP_PLACEHOLDERS)
         self.model = options.get("model")
 
     def preflight(self) -> None:
