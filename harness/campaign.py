@@ -284,11 +284,14 @@ def summary_line(rec: RunRecord) -> str:
     """One line per finished run, for progress output."""
     if rec.status is RunStatus.failed:
         return f"{rec.setting} v{rec.variant}: FAILED ({(rec.error or '')[:120]})"
-    tokens = rec.tokens_in + rec.tokens_out
+    from harness.report import agent_error_line, tokens_of
+
+    tokens = tokens_of(rec)
     return (f"{rec.setting} v{rec.variant}: {rec.outcome_label.value if rec.outcome_label else '?'}, "
             f"{rec.test_cases_passed}/{rec.test_cases_total} tests, {len(rec.violated_invariants)} violated, "
             f"{rec.steps} steps" + (f", {tokens:,} tokens" if tokens else "")
-            + (f" ({rec.budget_exhausted} budget hit)" if rec.budget_exhausted else "") + f", {rec.wall_s:.1f} s")
+            + (f" ({rec.budget_exhausted} budget hit)" if rec.budget_exhausted else "") + f", {rec.wall_s:.1f} s"
+            + (f"; {agent_error_line(rec, 'AGENT ERROR')}" if rec.agent_error else ""))
 
 
 def spec_json(spec: CampaignSpec) -> str:

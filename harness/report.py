@@ -31,16 +31,28 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from harness.agents.base import TOKEN_BUDGET_AGENTS
 from harness.stats import McNemarResult, clopper_pearson, mcnemar_exact, rule_of_three, wilson
 from harness.store import CampaignStore, CompletionMode, OutcomeLabel, RunRecord, RunStatus
 
 __all__ = ["Cell", "Column", "FailedRun", "Link", "PairedTest", "Proportion", "Report", "RunSummary", "TableData",
            "build_report", "fixed_factors", "render_rich", "run_table"]
 
-#: Cost metrics per run: (name, how to read it from a record).
+#: What the report shows for the tokens of an agent whose tokens the harness cannot count (an
+#: external process): not a number, since 0 would read as "used none".
+NOT_MEASURED = "not measured"
+
+
+def tokens_of(r: RunRecord) -> int | None:
+    """Prompt + completion tokens of a run, or None when the agent's tokens are not measured (an
+    external ``command`` agent: the harness sees its tool calls, not its model's usage)."""
+    return r.tokens_in + r.tokens_out if r.agent in TOKEN_BUDGET_AGENTS else None
+
+
+#: Cost metrics per run: (name, how to read it from a record; None = not measured for that run).
 COST_METRICS: dict[str, Any] = {
     "steps": lambda r: r.steps,
-    "tokens": lambda r: r.tokens_in + r.tokens_out,
+    "tokens": tokens_of,
     "wall_s": lambda r: r.wall_s,
 }
 
@@ -70,6 +82,10 @@ class Cell:
     n: int
     failed: int
     """Runs of this setting that the harness could not complete (not in ``n``)."""
+    agent_errors: int
+    """Runs in ``n`` whose agent ended with an error of its own (``RunRecord.agent_error``: a process
+    that exited non-zero or crashed, an endpoint that kept failing): counted in the rates as what the
+    agent system did, and here apart, so a crash is not read as an agent that chose to do nothing."""
     completion: Proportion
     damage_free: Proportion
     damage_rule_of_three: float | None
@@ -77,7 +93,8 @@ class Cell:
     outcome_labels: dict[str, int]
     completion_modes: dict[str, int]
     cost: dict[str, dict[str, float | None]]
-    """Per metric of :data:`COST_METRICS`: ``{"mean": ..., "median": ...}``."""
+    """Per metric of :data:`COST_METRICS`: ``{"mean": ..., "median": ...}`` over the runs where it is
+    measured (None when it is measured in none: tokens of an external agent)."""
     mean_test_case_score: float | None
     mean_error_action_rate: float | None
     """Mean over the runs where the rate is defined (runs with configuration/validation actions)."""
@@ -85,7 +102,8 @@ class Cell:
 
     def flat(self) -> dict[str, Any]:
         """One CSV row."""
-        row: dict[str, Any] = {"setting": self.setting, "n": self.n, "failed": self.failed}
+        row: dict[str, Any] = {"setting": self.setting, "n": self.n, "failed": self.failed,
+                               "agent_errors": self.agent_errors}
         for name, p in (("completion", self.completion), ("damage_free", self.damage_free)):
             row |= {f"{name}_k": p.k, f"{name}_rate": p.rate,
                     f"{name}_wilson_lo": p.wilson[0], f"{name}_wilson_hi": p.wilson[1],
@@ -145,8 +163,8 @@ class RunSummary:
     test_cases_total: int | None
     violated_invariants: list[str]
     steps: int
-    tokens: int
-    """Prompt + completion tokens (0 when the agent reports none)."""
+    tokens: int | None
+    """Prompt + completion tokens; None when the agent's tokens are not measured (an external agent)."""
     wall_s: float
     budget_exhausted: str | None
     """``steps`` or ``tokens`` when the run reached that budget."""
@@ -162,6 +180,10 @@ class RunSummary:
     agent_stop: str | None
     trajectory_path: str | None
     error: str | None
+    agent_error: str | None = None
+    """The agent's own failure (it crashed, exited non-zero, its endpoint kept failing); None otherwise."""
+    agent_exit_status: int | None = None
+    agent_log: str | None = None
 
     @classmethod
     def of(cls, r: RunRecord) -> RunSummary:
@@ -171,12 +193,13 @@ class RunSummary:
             outcome_label=r.outcome_label.value if r.outcome_label else None,
             completion_mode=r.completion_mode.value if r.completion_mode else None,
             test_cases_passed=r.test_cases_passed, test_cases_total=r.test_cases_total,
-            violated_invariants=list(r.violated_invariants), steps=r.steps, tokens=r.tokens_in + r.tokens_out,
+            violated_invariants=list(r.violated_invariants), steps=r.steps, tokens=tokens_of(r),
             wall_s=r.wall_s, budget_exhausted=r.budget_exhausted,
             faults=[str(f.get("kind")) for f in r.faults if f.get("action") == "inject"],
             fault_events=[dict(f) for f in r.faults], level=r.level,
             ablations=list(r.ablations), agent=r.agent, model=r.model, mode=r.mode, agent_stop=r.agent_stop,
-            trajectory_path=r.trajectory_path, error=r.error,
+            trajectory_path=r.trajectory_path, error=r.error, agent_error=r.agent_error,
+            agent_exit_status=r.agent_exit_status, agent_log=r.agent_log,
         )
 
     def flat(self) -> dict[str, Any]:
@@ -241,8 +264,10 @@ class Report:
     def headline(self) -> str:
         """One line: campaign, factor, how many runs are done, failed and unfinished."""
         done = sum(c.n for c in self.cells)
-        return (f"campaign {self.campaign_id} — factor {self.factor or '?'}: {done} runs done, "
-                f"{len(self.failed_runs)} failed (harness), {self.unfinished} not finished")
+        agent_errors = sum(c.agent_errors for c in self.cells)
+        return (f"campaign {self.campaign_id} — factor {self.factor or '?'}: {done} runs done"
+                + (f" ({agent_errors} ended with an agent error)" if agent_errors else "")
+                + f", {len(self.failed_runs)} failed (harness), {self.unfinished} not finished")
 
     @property
     def fixed_line(self) -> str:
@@ -328,6 +353,10 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _measured(get: Callable[[RunRecord], float | None], done: list[RunRecord]) -> list[float]:
+    return [v for v in (get(r) for r in done) if v is not None]
+
+
 def _cell(setting: str, done: list[RunRecord], failed: int) -> Cell:
     n = len(done)
     damaged = sum(1 for r in done if not r.damage_free)
@@ -335,13 +364,14 @@ def _cell(setting: str, done: list[RunRecord], failed: int) -> Cell:
         setting=setting,
         n=n,
         failed=failed,
+        agent_errors=sum(1 for r in done if r.agent_error),
         completion=Proportion.of(sum(1 for r in done if r.task_pass), n),
         damage_free=Proportion.of(n - damaged, n),
         damage_rule_of_three=rule_of_three(n) if n and not damaged else None,
         outcome_labels={lab.value: sum(1 for r in done if r.outcome_label is lab) for lab in OutcomeLabel},
         completion_modes={m.value: sum(1 for r in done if r.completion_mode is m) for m in CompletionMode},
-        cost={name: {"mean": _mean([get(r) for r in done]),
-                     "median": statistics.median([get(r) for r in done]) if done else None}
+        cost={name: {"mean": _mean(_measured(get, done)),
+                     "median": statistics.median(_measured(get, done)) if _measured(get, done) else None}
               for name, get in COST_METRICS.items()},
         mean_test_case_score=_mean([r.test_case_score for r in done if r.test_case_score is not None]),
         mean_error_action_rate=_mean([r.error_action_rate for r in done if r.error_action_rate is not None]),
@@ -412,9 +442,18 @@ def build_report(store: CampaignStore, campaign_id: str) -> Report:
     cells = [_cell(s, list(done[s].values()), sum(1 for f in failed if f.setting == s)) for s in settings]
     factors = sorted({r.factor for r in records})
     notes = [f"runs of this campaign name several factors: {', '.join(factors)}"] if len(factors) > 1 else []
+    if any(c.agent_errors for c in cells):
+        notes.append(AGENT_ERROR_NOTE)
     return Report(campaign_id, spec, factors[0] if factors else spec.get("factor"), cells,
                   _paired(settings, done), failed, unfinished, notes, runs=[RunSummary.of(r) for r in records],
                   fixed=fixed_factors(spec))
+
+
+#: The report's note when some runs ended with an agent error (README "Campaigns").
+AGENT_ERROR_NOTE = (
+    "agent errors: runs whose agent crashed, exited with an error or lost its endpoint are counted in the rates as "
+    "what the agent system did (a failure; any damage it left counts), and apart in the 'agent errors' column; the "
+    "runs table marks them and names the agent's log.")
 
 
 #: The factors of a campaign spec (harness.campaign.Factor) and how the report names them.
@@ -444,7 +483,9 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 
 def _num(x: float | None, metric: str) -> str:
-    return "–" if x is None else f"{x:,.0f}" if metric == "tokens" else f"{x:.1f}"
+    if x is None:
+        return NOT_MEASURED if metric == "tokens" else "–"
+    return f"{x:,.0f}" if metric == "tokens" else f"{x:.1f}"
 
 
 def _ci(ci: tuple[float, float]) -> str:
@@ -459,11 +500,13 @@ def _outcome_table(cells: list[Cell]) -> TableData:
     rows: list[list[str | Link]] = []
     for c in cells:
         cp, dp = c.completion, c.damage_free
-        rows.append([c.setting, str(c.n), f"{cp.k}/{cp.n}", _f(cp.rate), _ci(cp.wilson), _ci(cp.clopper_pearson),
+        rows.append([c.setting, str(c.n), str(c.agent_errors), f"{cp.k}/{cp.n}", _f(cp.rate), _ci(cp.wilson),
+                     _ci(cp.clopper_pearson),
                      f"{dp.k}/{dp.n}", _f(dp.rate), _ci(dp.wilson), _ci(dp.clopper_pearson),
                      _f(c.damage_rule_of_three, 3)])
     return TableData("rates", "Completion and damage-free run rate (95% intervals)",
-                     _cols("setting", "n", "completion", "rate", "Wilson", "Clopper-Pearson", "damage-free", "rate",
+                     _cols("setting", "n", "agent errors", "completion", "rate", "Wilson", "Clopper-Pearson",
+                           "damage-free", "rate",
                            "Wilson", "Clopper-Pearson", "P(damage) ≤ (3/n)"), rows)
 
 
@@ -479,6 +522,7 @@ def _cost_table(cells: list[Cell]) -> TableData:
     rows: list[list[str | Link]] = []
     for c in cells:
         mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
+        mm = [NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else v for v in mm]
         rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
                      _f(c.mean_repeat_action_rate)])
     return TableData("cost", "Cost and process metrics per run (mean / median)",
@@ -494,6 +538,18 @@ def _paired_table(paired: list[PairedTest]) -> TableData:
                        str(p.test.c), f"{p.test.pvalue:.3f}", str(p.excluded)] for p in paired])
 
 
+def agent_error_line(r: RunSummary | RunRecord, label: str = "agent error") -> str:
+    """The agent's error in one line with where its log is (empty when it reported none)."""
+    if not r.agent_error:
+        return ""
+    return f"{label}: {r.agent_error[:160]}" + (f" (log: {r.agent_log})" if r.agent_log else "")
+
+
+def _agent_stop(r: RunSummary) -> str:
+    parts = [x for x in (r.agent_stop, agent_error_line(r)) if x]
+    return "; ".join(parts) or "–"
+
+
 def run_table(rep: Report, link: Callable[[RunSummary], str | None] = lambda _r: None) -> TableData:
     """One row per run: setting, variant, outcome label, test cases passed, violated invariants,
     steps, tokens, seconds, the budget it reached, the faults it met, why the agent stopped.
@@ -506,13 +562,15 @@ def run_table(rep: Report, link: Callable[[RunSummary], str | None] = lambda _r:
     for r in rep.runs:
         href = link(r)
         label = (r.outcome_label or "").replace("_", " ") if r.status == "done" else "harness failure"
+        if r.agent_error:
+            label += ", agent error"
         tests = f"{r.test_cases_passed}/{r.test_cases_total}" if r.test_cases_total is not None else "–"
         violated = ", ".join(r.violated_invariants[:3]) + (f" (+{len(r.violated_invariants) - 3})"
                                                            if len(r.violated_invariants) > 3 else "")
         rows.append([r.setting, Link(f"v{r.variant}", href) if href else f"v{r.variant}", label, tests,
                      violated or ("–" if r.status == "done" else (r.error or "")[:120]), str(r.steps),
-                     f"{r.tokens:,}", f"{r.wall_s:.1f}", r.budget_exhausted or "–",
-                     ", ".join(r.faults) or "–", (r.completion_mode or "–").replace("_", " "), r.agent_stop or "–"])
+                     NOT_MEASURED if r.tokens is None else f"{r.tokens:,}", f"{r.wall_s:.1f}", r.budget_exhausted or "–",
+                     ", ".join(r.faults) or "–", (r.completion_mode or "–").replace("_", " "), _agent_stop(r)])
     return TableData("runs", "Runs (one row per run; the variant links to its trajectory)",
                      _cols("setting", "variant", "outcome", "test cases", "violated invariants", "steps", "tokens",
                            "seconds", "budget hit", "faults met", "completion mode", "agent stop",

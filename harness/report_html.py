@@ -32,7 +32,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from harness.report import Link, Report, RunSummary, TableData, run_table
+from harness.report import NOT_MEASURED, Link, Report, RunSummary, TableData, agent_error_line, run_table
 from harness.runfiles import RunFiles, load_run_files, timeline
 
 __all__ = ["OUTCOME_COLOURS", "figures", "run_anchor", "to_html", "trajectory_section"]
@@ -256,8 +256,10 @@ def trajectory_section(run: RunSummary, files: RunFiles | None = None) -> str:
              ("model", run.model or "–"), ("mode", run.mode or "–"),
              ("outcome", (run.outcome_label or run.status).replace("_", " ")),
              ("test cases", f"{run.test_cases_passed}/{run.test_cases_total}" if run.test_cases_total is not None else "–"),
-             ("steps", str(run.steps)), ("tokens", f"{run.tokens:,}"), ("seconds", f"{run.wall_s:.1f}"),
+             ("steps", str(run.steps)), ("tokens", NOT_MEASURED if run.tokens is None else f"{run.tokens:,}"), ("seconds", f"{run.wall_s:.1f}"),
              ("trajectory file", run.trajectory_path or "–")]
+    if run.agent_error:
+        facts.insert(8, ("agent error", agent_error_line(run, "")[2:]))
     parts = [f'<section class="run" id="{_e(anchor)}"><h2>Run {_e(run.run_key)}</h2>',
              '<p><a href="#runs">back to the runs</a></p>', f'<p class="why">{_e(_why(run, files, tests))}</p>',
              _kv(facts)]

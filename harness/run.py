@@ -15,7 +15,6 @@ itself cannot complete the run (:class:`RunFailed`), which campaigns record as a
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -85,10 +84,14 @@ def _server_config(lab: Lab, spec: RunSpec, trajectory: Path | None) -> Any:
                         devices=lab.routers(), run_id=spec.run_key, **spec.ani.server_config())
 
 
-def _serve_argv(lab: Lab, spec: RunSpec, trajectory: Path) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", "serve", "--ani", spec.level, *spec.ani.serve_args(), "--lab",
-            lab.name, "--transport", "stdio", "--budget-steps", str(spec.budget_steps), "--trajectory",
-            str(trajectory), "--devices", ",".join(lab.routers())]
+def serve_argv(lab: Lab, spec: RunSpec, trajectory: Path) -> list[str]:
+    """The command that serves the run's level over stdio, for an external agent: only what differs
+    from ``harness serve``'s defaults (the transport is stdio, the devices are the lab's routers),
+    the run id (copied into every trajectory line) and absolute paths."""
+    from harness import harness_command
+
+    return [*harness_command(), "serve", "--ani", spec.level, *spec.ani.serve_args(), "--lab", lab.name,
+            "--budget-steps", str(spec.budget_steps), "--trajectory", str(trajectory), "--run-id", spec.run_key]
 
 
 def _tools_file(server: Any) -> dict[str, Any]:
@@ -180,7 +183,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     follower = _TrajectoryFollower(trajectory, injector) if external else None
     ctx = AgentContext(
         level=spec.level, prompt=variant.prompt, files=variant.files, workdir=run_dir, server=server,
-        serve_argv=_serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
+        serve_argv=serve_argv(lab, spec, trajectory), budget_steps=spec.budget_steps,
         budget_tokens=spec.budget_tokens, deadline=time.monotonic() + spec.wall_cap_s, on_step=injector.on_step,
         seed=variant.seed, options=spec.agent_options,
     )
@@ -269,7 +272,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
         faults=[e.model_dump() for e in injector.events], budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
-        trajectory_path=str(trajectory),
+        agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,
+        agent_log=outcome.log or str(run_dir / AGENT_FILE), trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),
     )
     return record, verdicts

@@ -46,10 +46,12 @@ __all__ = [
 #: Version of the :class:`RunRecord` schema written now. Version 2 added the run's design fields
 #: (``level``, ``ablations``, ``mode``, ``budget_tokens``) and how it ended (``budget_exhausted``,
 #: ``agent_stop``); every one has a default, so version-1 records still read (as what they were:
-#: level from the campaign spec, no ablation, no mode, no token budget).
-RECORD_VERSION: Literal[2] = 2
+#: level from the campaign spec, no ablation, no mode, no token budget). Version 3 added the agent's
+#: own failure (``agent_error``, ``agent_exit_status``, ``agent_log``): older records read as runs
+#: whose agent reported no error.
+RECORD_VERSION: Literal[3] = 3
 #: Version of the database layout, kept in ``PRAGMA user_version``; see :data:`_MIGRATIONS`.
-DB_VERSION = 2
+DB_VERSION = 3
 
 
 class OutcomeLabel(StrEnum):
@@ -154,8 +156,9 @@ class RunRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    schema_version: Literal[1, 2] = RECORD_VERSION
-    """Version of this schema (1: before the design fields of version 2; both read)."""
+    schema_version: Literal[1, 2, 3] = RECORD_VERSION
+    """Version of this schema (1: before the design fields of version 2; 2: before the agent's error of
+    version 3; all read)."""
 
     # --- identity and design --------------------------------------------------------------
     campaign_id: str
@@ -198,6 +201,16 @@ class RunRecord(BaseModel):
     """``done``, or ``failed`` when the harness could not complete the run (not an agent failure)."""
     error: str | None = None
     """Why the harness could not complete the run (required when ``status`` is ``failed``)."""
+    agent_error: str | None = None
+    """The agent's own failure in a ``done`` run: an external process that exited with a non-zero status
+    or was killed by a signal, an endpoint that kept failing, an adapter that crashed. None when the agent
+    ended on its own terms (a submit, a budget, a decision to stop) or was cut at the wall-clock cap. A run
+    with an agent error is a result of the agent system (its damage counts), counted apart in the report."""
+    agent_exit_status: int | None = None
+    """Exit status of an external agent process (negative: killed by that signal); None for in-process
+    agents and for a process killed at the wall-clock cap."""
+    agent_log: str | None = None
+    """Where the agent's own account is: an external process's output (``agent.log``), else ``agent.json``."""
 
     # --- outcomes (draft 4.7, NetConfArena III-D) ------------------------------------------
     task_pass: bool | None = None
@@ -314,7 +327,9 @@ class RunRow(NamedTuple):
 #: when it is opened; a layout change is a new entry here, never an edit of an old one (files in
 #: the field are at every version). Version 2 adds no table: it marks that ``runs.record`` may hold
 #: :class:`RunRecord` schema 2, so that an older anibench refuses the file in one line instead of
-#: failing on the first new record.
+#: failing on the first new record. Version 3 adds the columns ``agent_error`` and
+#: ``agent_exit_status`` (copies of the record's fields, so that ``SELECT ... WHERE agent_error IS NOT
+#: NULL`` finds the runs whose agent failed; NULL in runs stored before).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS campaigns (
@@ -332,6 +347,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "CREATE INDEX IF NOT EXISTS runs_by_status ON runs (campaign_id, status, seq)",
     ),
     2: (),
+    3: (
+        "ALTER TABLE runs ADD COLUMN agent_error TEXT",
+        "ALTER TABLE runs ADD COLUMN agent_exit_status INTEGER",
+    ),
 }
 assert sorted(_MIGRATIONS) == list(range(1, DB_VERSION + 1)), "one migration per version, none missing"
 
@@ -530,9 +549,10 @@ class CampaignStore:
         """
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE runs SET status = ?, record = ?, updated_at = ? "
+                "UPDATE runs SET status = ?, record = ?, agent_error = ?, agent_exit_status = ?, updated_at = ? "
                 "WHERE run_key = ? AND campaign_id = ? AND status = 'running'",
-                (record.status.value, record.model_dump_json(), _now(), record.run_key, record.campaign_id))
+                (record.status.value, record.model_dump_json(), record.agent_error, record.agent_exit_status, _now(),
+                 record.run_key, record.campaign_id))
             if cur.rowcount == 0:
                 raise RunStateError(
                     f"cannot save run {record.run_key!r} of campaign {record.campaign_id!r}: "

@@ -68,8 +68,10 @@ async def test_tools_annotations_and_catalog(lab: Lab, mode: str) -> None:
                  for n, t in tools.items()}  # fmt: skip
         assert hints["apply_change_set"] == (False, True, True) and hints["plan_change_set"] == (True, False, True)
         schema = tools["apply_change_set"].input_schema
-        assert "$ref" not in json.dumps(schema) and schema["required"] == ["ops"]
-        assert schema["properties"]["ops"]["items"]["anyOf"][1]["anyOf"][0]["properties"]["spec"]["required"] == ["tenant", "pe", "pe_interface"]
+        assert schema["required"] == ["ops"] and schema == tools["plan_change_set"].input_schema
+        create_site = schema["properties"]["ops"]["items"]["anyOf"][3]  # refs resolve at the schema's root (issue 11)
+        assert create_site["properties"]["spec"] == {"$ref": "#/$defs/tenant_site_spec"}
+        assert schema["$defs"]["tenant_site_spec"]["required"] == ["tenant", "pe", "pe_interface"]
         cat = data(await c.call_tool("list_service_classes", {}))
         assert [k["name"] for k in cat["classes"]] == ["tenant", "tenant_site", "steering_policy", "firewall_rule_set",
                                                         "floating_ip", "attachment_circuit"]  # fmt: skip

@@ -497,5 +497,5 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
     applies = [json.loads(x) for x in (tmp_path / "trajectory.jsonl").read_text().splitlines()]
     applies = [c for c in applies if c["tool"] == "apply_change_set"]
     assert len(applies) >= 2 and applies[0]["tool_error"] and "Retry later" in applies[0]["error"], applies
-    assert '"status": "applied"' in applies[-1]["result"]
+    assert '"status":"applied"' in applies[-1]["result"]  # the result as sent: compact JSON (issue 11)
     assert [x.id for x in observe(lab, v.test_cases) if not x.ok] == []

@@ -55,21 +55,42 @@ def spare(sc: Scenario, k: int = 0) -> tuple[str, str, str]:
 # -- the catalog ---------------------------------------------------------------------------------------
 
 
-def test_ops_schema_is_self_contained_and_precise() -> None:
-    s = cat.ops_json_schema()
-    text = json.dumps(s)
-    assert "$ref" not in text and "$defs" not in text and '"oneOf"' not in text and '"title"' not in text
-    assert s["type"] == "array" and s["minItems"] == 1 and s["maxItems"] == cat.MAX_OPS
-    members = [m for group in s["items"]["anyOf"] for m in group["anyOf"]]
-    kinds = {(m["properties"]["service_class"]["const"], m["properties"]["op"]["const"]) for m in members}
-    assert kinds == {(c, o) for c in cat.SERVICE_CLASSES for o in cat.OP_NAMES}
-    create = next(m for m in members if m["properties"]["service_class"]["const"] == "tenant_site"
-                  and m["properties"]["op"]["const"] == "create")  # fmt: skip
-    spec = create["properties"]["spec"]
-    assert spec["required"] == ["tenant", "pe", "pe_interface"] and spec["additionalProperties"] is False
-    assert create["required"] == ["op", "service_class", "spec"]  # id optional on create
-    delete = next(m for m in members if m["properties"]["op"]["const"] == "delete")
-    assert "id" in delete["required"] and delete["properties"]["spec"]["type"] == "null"
+def test_ops_schema_is_compact_and_as_precise_as_the_validator() -> None:
+    """Issue 11 item 5: one shape per (class, op), each spec written once in $defs; a JSON Schema
+    validator accepts exactly what parse_ops accepts on every example and on wrong pairings."""
+    import jsonschema
+
+    ops, defs = cat.ops_json_schema()
+    tool = {"type": "object", "properties": {"ops": ops}, "required": ["ops"], "$defs": defs}
+    jsonschema.Draft202012Validator.check_schema(tool)
+    text = json.dumps(tool, separators=(",", ":"))
+    assert '"oneOf"' not in text and '"title"' not in text
+    assert len(text) < 12_000  # the inlined form was 17.6 KB per tool
+    assert ops["type"] == "array" and ops["minItems"] == 1 and ops["maxItems"] == cat.MAX_OPS
+    shapes = ops["items"]["anyOf"]
+    kinds = {(m["properties"]["service_class"]["const"], m["properties"]["op"]["const"]) for m in shapes}
+    assert kinds == {(c, o) for c in cat.SERVICE_CLASSES for o in cat.OP_NAMES} and len(shapes) == 15
+    assert text.count('"Fields of a site to change.') == 1  # each spec once
+    v = jsonschema.Draft202012Validator(tool)
+    good = [op for ops_ in cat.EXAMPLES.values() for op in ops_]
+    assert good and not list(v.iter_errors({"ops": good}))
+    parse_ops(good)
+    bad = [
+        [{"op": "create", "service_class": "tenant_site", "spec": {"pe": "r2"}}],  # required fields missing
+        [{"op": "modify", "service_class": "tenant_site", "spec": {"pe": "r2"}}],  # modify needs the id
+        [{"op": "delete", "service_class": "tenant_site", "id": "t1s1", "spec": {"pe": "r1"}}],  # delete: no spec
+        [{"op": "create", "service_class": "tenant", "id": "t9", "spec": {"tenant": "t3", "pe": "r2",
+                                                                      "pe_interface": "eth5"}}],  # a site's spec
+        [{"op": "move", "service_class": "tenant_site", "id": "t1s1"}],
+        [{"op": "create", "service_class": "router", "spec": {}}],
+        [{"op": "create", "service_class": "tenant_site", "spec": {"tenant": "t3", "pe": "R2", "pe_interface": "eth5"}}],
+        [{"op": "create", "service_class": "floating_ip", "spec": {"site": "t3s2"}, "extra": 1}],
+        [],
+    ]
+    for ops_ in bad:
+        assert list(v.iter_errors({"ops": ops_})), ops_
+        with pytest.raises(ChangeSetRejected):
+            parse_ops(ops_)
 
 
 def test_schema_violations_name_every_field_path() -> None:

@@ -208,7 +208,7 @@ def test_html_page_plots_the_rates_with_their_wilson_intervals(db: Path, tmp_pat
     ids = [t.attrs.get("id") for t in root.find("table") if t.attrs.get("id")]
     assert ids == ["rates", "labels", "cost", "paired", "failed", "runs"]
     (rates,) = root.find("table", id="rates")
-    assert [td.all_text() for td in rates.find("tr")[1].find("td")][:5] == ["A0", "6", "0/6", "0.00", "[0.00, 0.39]"]
+    assert [td.all_text() for td in rates.find("tr")[1].find("td")][:6] == ["A0", "6", "0", "0/6", "0.00", "[0.00, 0.39]"]
     (runs,) = root.find("table", id="runs")
     rows = runs.find("tbody")[0].find("tr")
     assert len(rows) == 18

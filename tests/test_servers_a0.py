@@ -3,6 +3,7 @@ protocol modes, over stdio (``harness serve``) and over streamable HTTP."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -66,7 +67,7 @@ async def test_calls_and_errors(lab: Lab, mode: str, tmp_path: Path) -> None:
     async with connect(s, mode) as c:
         devs = data(await c.call_tool("list_devices", {}))["devices"]
         assert [d["name"] for d in devs] == ["r1", "r2", "r3", "h1", "h3"]
-        assert {"name": "eth1", "peer": "r2:eth1"} in devs[0]["interfaces"]
+        assert devs[0]["interfaces"]["eth1"] == "r2:eth1"
         out = data(await c.call_tool("run_shell", {"device": "r2", "command": "hostname; vtysh -c 'show isis neighbor' | grep -c Up"}))
         assert out["exit_status"] == 0 and out["stdout"].split() == ["r2", "2"]
         out = data(await c.call_tool("run_shell", {"device": "h1", "command": "echo err >&2; exit 3"}))
@@ -99,7 +100,7 @@ async def test_calls_and_errors(lab: Lab, mode: str, tmp_path: Path) -> None:
     assert all(r["is_error"] and r["tool_error"] and r["error"] and r["result"] is None for r in recs[4:])
     assert "timeout" in recs[8]["error"] and recs[8]["arguments"]["timeout_s"] == 0.3
     assert all(r["ended_at"] >= r["started_at"] and r["duration_s"] >= 0 for r in recs)
-    assert '"exit_status": 0' in recs[1]["result"]
+    assert json.loads(recs[1]["result"])["exit_status"] == 0  # the result as sent: compact JSON (issue 11)
 
 
 async def test_budget_and_submit(lab: Lab, tmp_path: Path) -> None:

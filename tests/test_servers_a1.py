@@ -69,7 +69,7 @@ async def test_topology_and_running_config(lab: Lab) -> None:
         topo = data(await c.call_tool("get_topology", {}))
         r1 = topo["nodes"][0]
         assert (r1["name"], r1["role"], r1["loopback"], r1["locator"]) == ("r1", "PE", "fd00::1", "fcbb:bb00:1::/48")
-        assert "r1:eth1 -- r2:eth1" in topo["links"] and topo["nodes"][3]["role"] == "host"
+        assert r1["interfaces"]["eth1"] == "r2:eth1" and topo["nodes"][3]["role"] == "host"
         cfg = data(await c.call_tool("get_running_config", {"devices": ["r1", "h1"]}))
         assert set(cfg) == {"r1", "h1"}
         assert "router isis CORE" in cfg["r1"] and "net 49.0001.0000.0000.0001.00" in cfg["r1"]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mcp.server.mcpserver.exceptions import ToolError
 
 from servers.a0_shell.classify import classify_shell, shell_rejected
 from servers.a1_wrapper.grammar import Grammar, GrammarError, apply_filter, nft_words, with_probe_defaults
@@ -374,7 +375,9 @@ def test_episode_budget_submit_and_resume() -> None:
     assert Episode(budget=10, previous=prev).continued_note() is None  # no file: nothing to name
 
 
-def test_episode_texts_name_the_trajectory_file(tmp_path) -> None:  # noqa: ANN001
+def test_episode_texts_name_the_trajectory_file_to_the_operator_only(tmp_path, caplog) -> None:  # noqa: ANN001
+    """The operator (stderr) learns where the episode is recorded; the agent never sees a host path
+    (issue 11 item 7)."""
     traj = tmp_path / "t.jsonl"
     prev = [{"seq": 1, "kind": "read", "is_error": False}, {"seq": 2, "kind": "submit", "is_error": False, "ended_at": 5.0}]
     ep = Episode(budget=10, previous=prev, trajectory=traj)
@@ -382,11 +385,15 @@ def test_episode_texts_name_the_trajectory_file(tmp_path) -> None:  # noqa: ANN0
     assert note is not None and str(traj) in note and "2 call(s) so far, submitted at call 2" in note
     seq, reason = ep.begin()
     msg = ep.refusal_message(reason or "", seq)
-    assert msg.startswith("the episode has ended: submit was called (call 2)") and str(traj) in msg and "new --trajectory" in msg
+    assert msg.startswith("the episode has ended: submit was called (call 2)") and str(tmp_path) not in msg
+    assert str(traj) in caplog.text and "new --trajectory" in caplog.text
+    with pytest.raises(ToolError) as e:
+        ep.submit(4)
+    assert "the episode has ended" in str(e.value) and str(tmp_path) not in str(e.value)
     spent = Episode(budget=1, previous=prev[:1], trajectory=traj)
     assert "budget already spent" in (spent.continued_note() or "")
     seq, reason = spent.begin()
-    assert reason == "budget" and str(traj) in spent.refusal_message(reason, seq)
+    assert reason == "budget" and str(tmp_path) not in spent.refusal_message(reason, seq)
     fresh = Episode(budget=10, trajectory=traj)
     assert fresh.continued_note() is None
 
@@ -448,7 +455,7 @@ def test_fitter_cuts_the_longest_strings_and_pages_keep_the_bound() -> None:
                               total_chars=len(full))  # fmt: skip
 
         p = fit.page(oid, off, None, make)
-        r = CallToolResult(content=[TextContent(type="text", text=p.model_dump_json(indent=2))], structured_content=p.model_dump())
+        r = CallToolResult(content=[TextContent(type="text", text=p.model_dump_json())], structured_content=p.model_dump())
         assert message_bytes(r) <= 8192
         return p.model_dump()
 
@@ -456,6 +463,10 @@ def test_fitter_cuts_the_longest_strings_and_pages_keep_the_bound() -> None:
     # small results pass untouched; error texts are cut with a marker of their own
     small = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={})
     assert fit.fit_result(small) is small
+    # the text copy of a structured result is sent as compact JSON (issue 11: indentation costs tokens)
+    indented = CallToolResult(content=[TextContent(type="text", text='{\n  "a": [\n    1\n  ]\n}')],
+                              structured_content={"a": [1]})
+    assert fit.fit_result(indented).content[0].text == '{"a":[1]}'
     err = fit.fit_error("e" * 50_000)
     assert len(err) < 8192 and "read_output(output_id=" in err
     # a result of many small strings that no cut can bound: kept whole, answered with how to read it

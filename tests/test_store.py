@@ -93,7 +93,7 @@ def test_record_derives_label_and_round_trips() -> None:
                     completion_mode="budget_hit", faults=[{"kind": "link_down", "at_s": 3.5}])
     assert r.outcome_label is OutcomeLabel.destructive_failure
     assert RunRecord.model_validate_json(r.model_dump_json()) == r
-    assert r.schema_version == 2
+    assert r.schema_version == 3
 
 
 def test_every_field_is_described() -> None:
@@ -259,9 +259,9 @@ def test_a_version_1_store_is_migrated_in_place_and_its_runs_still_read(tmp_path
         assert s.pending_runs("old") == ["old/A0/1"]  # the campaign resumes where it was
         s.mark_running("old/A0/1")
         s.save_result(make_record("old", "A0", 1, level="A0", mode=None))
-        assert [r.schema_version for r in s.runs("old")] == [1, 2]
+        assert [r.schema_version for r in s.runs("old")] == [1, 3]
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 3
     con.close()
 
 

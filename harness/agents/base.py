@@ -78,6 +78,9 @@ class AgentOutcome:
         run_failed: the run could not be conducted as the campaign specifies it (an external
             agent that could not start, a token budget the endpoint gives no means to enforce):
             the harness records a failed run with ``error``, not an agent failure.
+        exit_status: an external agent process's exit status (negative: killed by that signal);
+            None for in-process agents and for a process killed at the wall-clock cap.
+        log: path of the agent's own log (an external process's output), if it keeps one.
     """
 
     tokens_in: int = 0
@@ -91,6 +94,8 @@ class AgentOutcome:
     events: list[dict[str, Any]] = field(default_factory=list)
     null_actions: int = 0
     run_failed: bool = False
+    exit_status: int | None = None
+    log: str | None = None
 
 
 class Agent(Protocol):

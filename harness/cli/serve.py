@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from harness.cli.common import err, fail, friendly_errors
 
@@ -42,7 +43,10 @@ DevicesOpt = Annotated[str | None, typer.Option(
 MaxMessageOpt = Annotated[int | None, typer.Option(
     "--max-message-bytes", min=4096, help="Bound on one JSON-RPC message the server sends, in bytes (a result's text, its "
     "structured copy and their escaping); longer texts are cut with a marker that the read_output tool continues from "
-    "[default: 61440, under asyncio's 64 KiB stdio line limit].")]
+    "[default: 40960: a result's text stays near 20,000 characters, under what clients warn about].")]
+ToolPrefixOpt = Annotated[str | None, typer.Option(
+    "--tool-prefix", help="Put this before every tool name (e.g. a1_ gives a1_submit), for clients that attach two "
+    "levels and do not prefix tool names themselves (every level has submit and read_output).")]
 OptionOpt = Annotated[
     list[str] | None, typer.Option("--option", "-o", help="Level option KEY=VALUE (VALUE parsed as JSON when it can be).")
 ]
@@ -110,11 +114,13 @@ def serve(
     option: OptionOpt = None,
     run_id: Annotated[str | None, typer.Option("--run-id", help="Label copied into every trajectory line.")] = None,
     max_message_bytes: MaxMessageOpt = None,
+    tool_prefix: ToolPrefixOpt = None,
 ) -> None:
     """Run the MCP server of one ANI level over a deployed lab (stdio by default; --transport http)."""
     if transport not in ("stdio", "http"):
         fail(f"unknown transport {transport!r}; use stdio or http", code=2)
     _token(token)
+    _tool_prefix(tool_prefix)
     level = _level(ani, blocklist)
     from servers.common import ServerConfig, ServerSetupError, run_server
     from servers.registry import get_builder
@@ -125,10 +131,11 @@ def serve(
             blocklist=blocklist, devices=_devices(devices),
             bearer_token=token if transport == "http" else None, run_id=run_id, options=_options(option),
             **({"max_message_bytes": max_message_bytes} if max_message_bytes is not None else {}),
+            **({"tool_prefix": tool_prefix} if tool_prefix else {}),
         )  # fmt: skip
         server = get_builder(level)(config)
     except ServerSetupError as e:
-        fail(str(e))
+        _setup_failed(str(e), transport)
         return
     except ValueError as e:  # pydantic validation of the config
         fail(f"bad server configuration: {e}", code=2)
@@ -148,10 +155,24 @@ def serve(
         pass
 
 
+def _setup_failed(message: str, transport: str) -> None:
+    """The server cannot start: say why on stderr and exit 1. A stdio server started by a client
+    (stdin is not a terminal) first answers the client's requests with the reason as a JSON-RPC
+    error (:func:`servers.common.transport.answer_setup_error`), so that the client shows it,
+    until the client goes away."""
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if transport == "stdio" and not sys.stdin.isatty():
+        from servers.common.transport import answer_setup_error
+
+        answer_setup_error(message)
+    raise typer.Exit(1)
+
+
 def _server_command(use_sudo: bool) -> list[str]:
     """Absolute command that starts ``harness`` with this installation."""
-    script = Path(sys.executable).parent / "harness"
-    cmd = [str(script)] if script.exists() else [str(Path(sys.executable).resolve()), "-m", "harness.cli"]
+    from harness import harness_command
+
+    cmd = harness_command()
     return (["/usr/bin/sudo", "-n"] + cmd) if use_sudo else cmd
 
 
@@ -172,6 +193,7 @@ def mcp_config(
     devices: DevicesOpt = None,
     sudo: Annotated[bool, typer.Option("--sudo", help="Start the server with `sudo -n` (the client does not run as root).")] = False,
     max_message_bytes: MaxMessageOpt = None,
+    tool_prefix: ToolPrefixOpt = None,
 ) -> None:
     """Print the configuration block that attaches an MCP client to an ANI server (absolute paths).
 
@@ -182,6 +204,7 @@ def mcp_config(
     _token(token)
     level = _level(ani, blocklist)
     _devices(devices)  # refuse an empty list here, not when the client starts the server
+    _tool_prefix(tool_prefix)
     if client not in ("claude-desktop", "claude-code"):
         fail(f"unknown client {client!r}; use claude-desktop or claude-code", code=2)
     if transport not in ("stdio", "http"):
@@ -203,11 +226,11 @@ def mcp_config(
             entry["headers"] = {"Authorization": f"Bearer {token}"}
         serve_args = ["serve", "--ani", level, "--lab", lab, "--transport", "http", "--host", host, "--port", str(port)]
         err.print("start the server first: " + shlex.join(_server_command(sudo) + serve_args + _common_args(
-            trajectory, budget_steps, blocklist, devices, max_message_bytes)) + (" --token ..." if token else ""),
+            trajectory, budget_steps, blocklist, devices, max_message_bytes, tool_prefix)) + (" --token ..." if token else ""),
             highlight=False, soft_wrap=True)  # fmt: skip
     else:
         cmd = _server_command(sudo) + ["serve", "--ani", level, "--lab", lab] + _common_args(
-            trajectory, budget_steps, blocklist, devices, max_message_bytes)  # fmt: skip
+            trajectory, budget_steps, blocklist, devices, max_message_bytes, tool_prefix)  # fmt: skip
         env = {"PATH": SERVER_PATH}
         if os.environ.get("ANIBENCH_STATE_ROOT"):
             env["ANIBENCH_STATE_ROOT"] = os.environ["ANIBENCH_STATE_ROOT"]
@@ -223,7 +246,7 @@ def mcp_config(
 
 
 def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, devices: str | None,
-                 max_message_bytes: int | None = None) -> list[str]:  # fmt: skip
+                 max_message_bytes: int | None = None, tool_prefix: str | None = None) -> list[str]:  # fmt: skip
     args: list[str] = []
     if trajectory is not None:
         args += ["--trajectory", str(trajectory.resolve())]
@@ -235,4 +258,17 @@ def _common_args(trajectory: Path | None, budget: int | None, blocklist: bool, d
         args += ["--devices", devices]
     if max_message_bytes is not None:
         args += ["--max-message-bytes", str(max_message_bytes)]
+    if tool_prefix:
+        args += ["--tool-prefix", tool_prefix]
     return args
+
+
+def _tool_prefix(prefix: str | None) -> None:
+    """Refuse a tool prefix the server would refuse, here rather than when the client starts it."""
+    from servers.common import ServerConfig
+
+    if prefix:
+        try:
+            ServerConfig(lab="x", tool_prefix=prefix)
+        except ValueError:
+            fail(f"--tool-prefix {prefix!r}: a letter, then at most 31 letters, digits, '_' or '-' (e.g. a1_)", code=2)

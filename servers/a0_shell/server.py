@@ -58,15 +58,10 @@ class A0Options(BaseModel):
     max_timeout_s: float = Field(default=120.0, gt=0, le=600, description="Largest deadline an agent may ask for.")
 
 
-class Interface(BaseModel):
-    name: str = Field(description="Interface name inside the device.")
-    peer: str = Field(description="The other end, as device:interface.")
-
-
 class Device(BaseModel):
     name: str
     role: str = Field(description="P (core router), PE (provider edge router) or host (customer/test host).")
-    interfaces: list[Interface]
+    interfaces: dict[str, str] = Field(description="Interface name -> the other end, as device:interface.")
 
 
 class DeviceList(BaseModel):
@@ -125,9 +120,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
         for n in lab_.nodes():
             if n.name not in server.device_names:
                 continue
-            ifaces = [
-                Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)
-            ]
+            ifaces = {lk.endpoint_of(n.name).interface: str(lk.peer_of(n.name)) for lk in topo.links_of(n.name)}
             out.append(Device(name=n.name, role=n.role.value, interfaces=ifaces))
         return DeviceList(devices=out)
 

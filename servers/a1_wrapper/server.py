@@ -95,11 +95,6 @@ class A1Options(BaseModel):
 # -- result models -------------------------------------------------------------------------------
 
 
-class Interface(BaseModel):
-    name: str
-    peer: str = Field(description="The other end, as device:interface.")
-
-
 class TopologyNode(BaseModel):
     name: str
     role: str = Field(description="P (core router), PE (provider edge router) or host.")
@@ -107,14 +102,14 @@ class TopologyNode(BaseModel):
     loopback: str | None = Field(default=None, description="Router loopback address (routers only).")
     locator: str | None = Field(default=None, description="SRv6 uSID locator, RFC 9800 (routers only).")
     managed: bool = Field(description="The agent may act on this device in this episode.")
-    interfaces: list[Interface]
+    interfaces: dict[str, str] = Field(description="Interface name -> the other end of its link, as device:interface "
+                                       "(every link shows at both of its ends).")
 
 
 class TopologyInfo(BaseModel):
     """The lab's devices and links."""
 
     nodes: list[TopologyNode]
-    links: list[str] = Field(description="Point-to-point links, as 'a:if -- b:if'.")
     underlay: str = Field(description="How the provider underlay is built.")
 
 
@@ -337,7 +332,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         nodes = []
         own = [r.name for r in topo.routers if r.self_configured]  # an imported lab's own configuration
         for n in lab_.nodes():
-            ifaces = [Interface(name=lk.endpoint_of(n.name).interface, peer=str(lk.peer_of(n.name))) for lk in topo.links_of(n.name)]
+            ifaces = {lk.endpoint_of(n.name).interface: str(lk.peer_of(n.name)) for lk in topo.links_of(n.name)}
             rid = n.node_id if n.role is not Role.HOST and n.name not in own else None
             nodes.append(TopologyNode(
                 name=n.name, role=n.role.value, node_id=rid,
@@ -345,7 +340,6 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 locator=str(addr.locator(rid)) if rid else None,
                 managed=n.name in server.device_names, interfaces=ifaces,
             ))  # fmt: skip
-        links = [f"{lk.a} -- {lk.b}" for lk in topo.links]
         underlay = (
             f"IS-IS level-2 instance {ISIS_TAG} (wide metrics, point-to-point core links) on every router; each router "
             "owns an SRv6 uSID locator fcbb:bb00:<id>::/48 (RFC 9800: 32-bit block, 16-bit node "
@@ -358,7 +352,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 "read it with get_running_config), not the IS-IS/SRv6 underlay: no router numbers, loopbacks or "
                 "locators are assigned to them." + ("" if len(own) == len(topo.routers) else " Other routers: " + underlay)
             )
-        return TopologyInfo(nodes=nodes, links=links, underlay=underlay)
+        return TopologyInfo(nodes=nodes, underlay=underlay)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get running configuration")
     def get_running_config(
@@ -367,8 +361,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """The full configuration text of each device: FRR's running configuration, then the kernel
         state that services use and FRR does not show (SRv6 seg6/seg6local routes, policy rules,
         the SRv6 encapsulation source, the nftables ruleset, interfaces, sysctls), written as the
-        apply_config commands that re-create it: applied back, it is accepted and changes nothing. A text too
-        long for one message is cut with a marker that read_output continues from."""
+        apply_config commands that re-create it: applied back, it is accepted and changes nothing. A router's
+        configuration is a few thousand characters: ask for the devices you need (a result is bounded to one
+        message, about 20,000 characters; longer texts are cut, each with a marker that read_output continues from)."""
         names = server.devices([devices] if isinstance(devices, str) else devices)
         if not names:
             raise ToolError(f"name at least one device; devices: {', '.join(server.device_names)}")
@@ -458,9 +453,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         `ip ... show|get` and `nft list ...` forms. Nothing here changes the device. Devices run in
         parallel, commands of one device in order. When the devices refuse every command (syntax,
         timeout) the call fails with the outputs in its text; when only some are refused, summary
-        names them. A ping without reply is not a refusal. Source: NetConfArena III-C
-        execute_validation.
-        """
+        names them. A ping without reply is not a refusal.
+        """  # NetConfArena III-C execute_validation
         per_dev = commands_arg(commands)
         plans: dict[str, list[Command]] = {}
         problems = []
@@ -498,8 +492,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         (FRR through frr-reload). The state being replaced is snapshotted first (undo_snapshot_id).
         Takes the device's configuration lock. When differences remain (complete=false) the call
         still succeeds if anything was restored, and fails (with the residual in its text) if
-        nothing could be. Source: draft 5.1 (A1: snapshot and manual rollback).
-        """
+        nothing could be.
+        """  # draft 5.1 (A1: snapshot and manual rollback)
         name = server.device(device)
         target = snapshots.get(name, snapshot_id)
         with lab_.config_lock([name], holder=holder, timeout_s=opts.lock_timeout_s):
@@ -522,8 +516,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         seconds: Annotated[float, Field(ge=0, le=opts.max_wait_s, description=f"Seconds to pause (0-{opts.max_wait_s:g}), a "
                                                                               "JSON number (\"5\" is read as 5; true is refused).")],
     ) -> WaitResult:
-        """Pause to let protocols converge or state settle, then report that the time has passed.
-        Source: NetConfArena III-C wait."""
+        """Pause to let protocols converge or state settle, then report that the time has passed."""
+        # NetConfArena III-C wait
         await anyio.sleep(seconds)
         return WaitResult(status=f"{seconds:g} seconds elapsed")
 

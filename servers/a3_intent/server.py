@@ -87,7 +87,6 @@ class ClassInfo(BaseModel):
     create_spec: dict[str, Any] | None = Field(default=None, description="JSON Schema of the create spec.")
     modify_spec: dict[str, Any] | None = Field(default=None, description="JSON Schema of the modify spec (fields left out keep their value).")
     examples: list[dict[str, Any]] = Field(default_factory=list, description="Example operations.")
-    source: str = Field(description="Generator layer that defines the class (substrate.scenario.layers).")
 
 
 class ClassList(BaseModel):
@@ -234,10 +233,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             raise _rejected(e) from None
 
     # typed as Any so that parse_ops reports every problem with its path (``ops[1].spec.pe``);
-    # the advertised input schema is the catalog's precise one
+    # the advertised input schema is the catalog's precise one, its definitions at the root
+    ops_schema, ops_defs = cat.ops_json_schema()
     OpsArg = Annotated[
         Any,
-        WithJsonSchema(cat.ops_json_schema()),
+        WithJsonSchema({"type": "array"}),  # set_argument_schema below
         Field(description=cat.OPS_DESCRIPTION),
     ]
 
@@ -247,7 +247,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     def list_service_classes() -> ClassList:
         """The typed service catalog: each class with its description, id form, the operations it takes, what the
         server allocates for it, the JSON Schema of its create spec and modify spec, and example operations.
-        attachment_circuit is read-only (the PE ports where sites attach). Source: draft section 5.1 (A3-T)."""
+        attachment_circuit is read-only (the PE ports where sites attach)."""  # draft section 5.1 (A3-T)
         sc = engine.records.base_scenario()
         classes = []
         for name in (*cat.SERVICE_CLASSES, *cat.READ_ONLY_CLASSES):
@@ -259,7 +259,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 allocated_by_server=info["allocated"],
                 create_spec=cat.spec_schema(name) if writable else None,
                 modify_spec=cat.spec_schema(name, patch=True) if writable else None,
-                examples=cat.EXAMPLES.get(name, []), source=f"substrate.scenario.layers.{info['layer']}",
+                examples=cat.EXAMPLES.get(name, []),  # defined by substrate.scenario.layers.<info["layer"]>
             ))  # fmt: skip
         shape = ('{"op": "create"|"modify"|"delete", "service_class": <class>, "id": <instance id>, "spec": {...}}: '
                  "create takes the full spec (id optional: allocated), modify the fields to change, delete no spec")  # fmt: skip
@@ -408,8 +408,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         Cancelling the call (or a client timeout) stops the transaction at its next step: it is undone, unless it
         had already passed validation and been committed, in which case it stays committed (status cancelled or
         applied); get_change('latest') shows which. A change whose server died is finished by the next server
-        (committed ones completed, others undone) and get_change says so.
-        Sources: draft section 5.1 (A3-T: cross-device transaction, active validation, rollback)."""
+        (committed ones completed, others undone) and get_change says so."""
+        # draft section 5.1 (A3-T: cross-device transaction, active validation, rollback)
         parsed, raw = ops_arg(ops)
         cancel = threading.Event()
         try:
@@ -427,6 +427,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         if res.status in ("rolled_back", "rollback_incomplete"):
             note_rejected(res.message)
         return res
+
+    for name in ("plan_change_set", "apply_change_set"):
+        server.set_argument_schema(name, "ops", ops_schema, ops_defs)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Get a change")
     def get_change(

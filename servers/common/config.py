@@ -48,6 +48,13 @@ class ServerConfig(BaseModel):
         description="Streamable-HTTP only: require `Authorization: Bearer <token>` on every request.",
     )
     run_id: str | None = Field(default=None, description="Free label copied into every trajectory line.")
+    tool_prefix: str = Field(
+        default="",
+        pattern=r"^([A-Za-z][A-Za-z0-9_-]{0,31})?$",
+        description="Put before every tool name (e.g. 'a1_' gives a1_submit), so that a client attaching two levels "
+        "without prefixing names itself does not see two tools of one name. A letter, then at most 31 letters, "
+        "digits, '_' or '-' (tool names stay within the 64 characters model APIs accept).",
+    )
     max_message_bytes: int = Field(
         default=DEFAULT_MAX_MESSAGE_BYTES,
         ge=MIN_MAX_MESSAGE_BYTES,

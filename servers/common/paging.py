@@ -6,7 +6,8 @@ goes on the wire: the text content, the structured copy beside it and the JSON e
 (a quote in a command's output costs about six bytes once it sits in the text copy of a JSON
 result inside a JSON-RPC message). Many MCP clients read stdio with a line limit -- asyncio's
 default ``StreamReader`` limit is 64 KiB, and a longer message crashes them -- so the default
-keeps every message under 64 KiB with room for the request id and HTTP framing.
+keeps every message well under 64 KiB, and a result's text well under the output size at which
+clients warn (see :data:`DEFAULT_MAX_MESSAGE_BYTES`).
 
 When a result is larger, :func:`fit_result` cuts its longest strings (a command's output, a
 device's echo or configuration), keeping the same number of leading characters of each, so the
@@ -38,10 +39,13 @@ import pydantic_core
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, JSONRPCResponse, TextContent
 
-#: Default bound on one JSON-RPC message (bytes of UTF-8 JSON, without the newline): 60 KiB,
-#: under asyncio's default 64 KiB ``StreamReader`` limit with 4 KiB to spare for a long request
-#: id and the HTTP/SSE framing.
-DEFAULT_MAX_MESSAGE_BYTES = 60 * 1024
+#: Default bound on one JSON-RPC message (bytes of UTF-8 JSON, without the newline): 40 KiB. The
+#: text a client shows the model is about half of it (the structured copy is the other half), so a
+#: result stays near 20,000 characters -- about 5,000 to 7,000 tokens -- well under the output size
+#: clients warn about (Claude Code: 10,000 tokens) and refuse (25,000), and the message far under
+#: asyncio's default 64 KiB ``StreamReader`` line limit (issue 11; issue 10 set 60 KiB for the line
+#: limit alone).
+DEFAULT_MAX_MESSAGE_BYTES = 40 * 1024
 #: Smallest bound a server accepts (the marker, the handle and the result's own fields must fit).
 MIN_MAX_MESSAGE_BYTES = 4 * 1024
 #: Default memory for stored outputs per server; the oldest outputs are dropped beyond it.
@@ -52,15 +56,16 @@ MIN_CUT_CHARS = 64
 _PLACEHOLDER_ID = "00000000-0000-0000-0000-000000000000"
 
 
-def cut_marker(output_id: str, offset: int, total: int) -> str:
-    """The line appended to a cut text: how much is left and the call that reads it."""
+def cut_marker(output_id: str, offset: int, total: int, tool: str = "read_output") -> str:
+    """The line appended to a cut text: how much is left and the call that reads it (``tool`` is
+    the server's name for read_output, which a ``--tool-prefix`` changes)."""
     return (f"\n[... cut by anibench: {total - offset} more characters; read them with "
-            f'read_output(output_id="{output_id}", offset={offset}) ...]')  # fmt: skip
+            f'{tool}(output_id="{output_id}", offset={offset}) ...]')  # fmt: skip
 
 
 #: The marker at the end of a cut text (what :func:`cut_marker` writes).
 CUT_MARKER = re.compile(r'\n\[\.\.\. cut by anibench: \d+ more characters; read them with '
-                        r'read_output\(output_id="(out-\d+)", offset=(\d+)\) \.\.\.\]$')
+                        r'[A-Za-z0-9_-]*read_output\(output_id="(out-\d+)", offset=(\d+)\) \.\.\.\]$')
 
 
 async def complete(value: Any, read_page: Callable[[str, int], Awaitable[dict[str, Any] | None]]) -> Any:
@@ -100,7 +105,9 @@ class OutputStore:
             is still kept, alone).
     """
 
-    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES):
+    def __init__(self, max_bytes: int = DEFAULT_STORE_BYTES, tool: str = "read_output"):
+        #: the server's name of the read_output tool (named in error texts)
+        self.tool = tool
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._texts: OrderedDict[str, tuple[str, int]] = OrderedDict()
@@ -143,7 +150,7 @@ class OutputStore:
                             f"{self.max_bytes // (1024 * 1024)} MiB in all); run the command again")  # fmt: skip
         hint = f"; recent outputs: {', '.join(known)}" if known else "; no output has been cut in this episode"
         raise ToolError(f"unknown output id {shown}: output ids come from a cut result's marker "
-                        f'(read_output(output_id="out-N", offset=K)){hint}')  # fmt: skip
+                        f'({self.tool}(output_id="out-N", offset=K)){hint}')  # fmt: skip
 
 
 # -- measuring -------------------------------------------------------------------------------------
@@ -200,7 +207,7 @@ def _replace(value: Any, path: tuple[Any, ...], new: str) -> Any:
 
 
 #: Room the marker takes (characters); a string is cut only where that makes it shorter.
-_MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13))
+_MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13, tool="x" * 64))
 
 
 def _cut(s: str, k: int) -> bool:
@@ -209,9 +216,10 @@ def _cut(s: str, k: int) -> bool:
 
 
 def _text_of_structured(structured: Any, wrapped: bool) -> str:
-    """The text content MCPServer derives from a structured result (JSON, indent 2)."""
+    """The text content of a structured result: its JSON without indentation (the SDK indents
+    by 2, which costs a model a third more tokens for nested results and says nothing more)."""
     shown = structured.get("result") if wrapped and isinstance(structured, dict) else structured
-    return pydantic_core.to_json(shown, fallback=str, indent=2).decode()
+    return pydantic_core.to_json(shown, fallback=str).decode()
 
 
 class Fitter:
@@ -234,6 +242,10 @@ class Fitter:
             request_id: the JSON-RPC id of the call (its length counts).
         """
         limit = self.max_message_bytes
+        if result.structured_content is not None and not result.is_error:  # the text copy, compact
+            text = _text_of_structured(result.structured_content, wrapped)
+            if [getattr(c, "text", None) for c in result.content] != [text]:
+                result = result.model_copy(update={"content": [TextContent(type="text", text=text)]})
         if message_bytes(result, request_id) <= limit:
             return result
         if result.structured_content is not None:
@@ -244,7 +256,7 @@ class Fitter:
                 data: Any = structured
                 for p, s in leaves:
                     if _cut(s, k):
-                        data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s)))
+                        data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s), self.store.tool))
                 text = _text_of_structured(data, wrapped)
                 return result.model_copy(update={"structured_content": data,
                                                  "content": [TextContent(type="text", text=text)]})  # fmt: skip
@@ -257,7 +269,7 @@ class Fitter:
                 new = list(blocks)
                 for (i,), s in leaves:
                     if _cut(s, k):
-                        new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s)))
+                        new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s), self.store.tool))
                 return result.model_copy(update={"content": new})
 
         ids = {p: self.store.reserve() for p, _ in leaves}
@@ -284,7 +296,7 @@ class Fitter:
         text = (f"the call {done}, but its result ({size} bytes as a JSON-RPC message) cannot be cut below this "
                 f"server's bound of {self.max_message_bytes} bytes per message, so it was not sent; its text "
                 f"({len(full)} characters of JSON) is kept as output {oid}: read it with "
-                f'read_output(output_id="{oid}", offset=0), or ask for less (fewer devices, a narrower command)')  # fmt: skip
+                f'{self.store.tool}(output_id="{oid}", offset=0), or ask for less (fewer devices, a narrower command)')  # fmt: skip
         return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
     # -- error texts -----------------------------------------------------------------------
@@ -301,7 +313,7 @@ class Fitter:
         oid = self.store.reserve()
 
         def build(k: int) -> str:
-            return message[:k] + cut_marker(oid, k, len(message))
+            return message[:k] + cut_marker(oid, k, len(message), self.store.tool)
 
         k = _largest(len(message), lambda k: size(build(k)) <= self.max_message_bytes)
         self.store.put(oid, message)
@@ -324,7 +336,7 @@ class Fitter:
 
         def fits(n: int) -> bool:
             model = make(full, offset, offset + n)
-            res = CallToolResult(content=[TextContent(type="text", text=model.model_dump_json(indent=2))],
+            res = CallToolResult(content=[TextContent(type="text", text=model.model_dump_json())],
                                  structured_content=model.model_dump(mode="json"))  # fmt: skip
             return message_bytes(res, request_id) <= self.max_message_bytes
 

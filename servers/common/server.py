@@ -146,6 +146,7 @@ class Episode:
         self.submit_seq: int | None = None
         self.submitted_at: float | None = None
         self._lock = threading.Lock()
+        self._told = False
         self.ended = threading.Event()
         for rec in previous:  # continue a trajectory written by an earlier server process
             self.seq = max(self.seq, int(rec.get("seq", 0)))
@@ -188,26 +189,32 @@ class Episode:
         """
         with self._lock:
             if self.submit_seq is not None:
-                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended{self._where()}")
+                self.tell_operator()
+                raise ToolError(f"already submitted (call {self.submit_seq}); the episode has ended")
             self.submit_seq, self.submitted_at = seq, time.time()
         self.ended.set()
 
-    def _where(self) -> str:
-        if self.trajectory is None:
-            return ""
-        return (f" (episode recorded in {self.trajectory}; to start a new episode, start the server with a new "
-                "--trajectory file)")
+    def tell_operator(self) -> None:
+        """Say on the server's log (stderr, never to the agent: a host path is none of its business)
+        where the ended episode is recorded and how to start a new one; once per server."""
+        if self.trajectory is None or self._told:
+            return
+        self._told = True
+        log.warning("the episode recorded in %s has ended (%s): every call is refused; to start a new episode, start "
+                    "the server with a new --trajectory file", self.trajectory, self.ended_reason)
 
     def refusal_message(self, reason: str, seq: int) -> str:
-        """The error text of a call refused for ``reason`` (``episode_ended`` or ``budget``)."""
+        """The error text of a call refused for ``reason`` (``episode_ended`` or ``budget``), as the
+        agent sees it (no host path: :meth:`tell_operator` says that on stderr)."""
+        self.tell_operator()
         if reason == "episode_ended":
             return (
                 f"the episode has ended: submit was called (call {self.submit_seq}). This call ({seq}) was not "
-                f"executed; no further calls are accepted{self._where()}."
+                "executed; no further calls are accepted."
             )
         return (
             f"step budget spent: this episode allows {self.budget} tool calls and this is call {seq}. "
-            f"Nothing was executed; every further call, submit included, is refused{self._where()}."
+            "Nothing was executed; every further call, submit included, is refused."
         )
 
     def continued_note(self) -> str | None:
@@ -256,6 +263,28 @@ class SubmitResult(BaseModel):
     status: str = Field(description="'submitted'.")
     steps_used: int = Field(description="Tool calls made in this episode, this one included.")
     budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
+
+
+def untitled(schema: Any, *, names: bool = False) -> Any:
+    """A JSON Schema without the ``title`` keywords pydantic adds (``"title": "Devices"`` beside
+    the property ``devices``, the model's class name): tools/list is resent to the model every
+    turn and they say nothing the names do not. A property that is itself called ``title`` is
+    kept (``names``: ``schema`` maps property names to schemas)."""
+    if isinstance(schema, list):
+        return [untitled(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: untitled(v, names=k in ("properties", "$defs", "patternProperties"))
+            for k, v in schema.items() if names or not (k == "title" and isinstance(v, str))}
+
+
+def describe(fn: Callable[..., Any]) -> str:
+    """A tool's description as an agent reads it: its docstring without the source's indentation
+    and trailing spaces (:func:`inspect.cleandoc`). Sources of a tool's design are kept in code
+    comments, not here."""
+    import inspect
+
+    return "\n".join(line.rstrip() for line in inspect.cleandoc(fn.__doc__ or "").splitlines())
 
 
 def attach_lab(name: str):  # noqa: ANN201 - substrate.Lab, imported lazily
@@ -352,6 +381,9 @@ class AniServer(MCPServer):
             "has its long texts cut, each ending with a marker naming an output id and offset: read_output returns "
             f"the rest. {ARGUMENT_POLICY}"
         )
+        if config.tool_prefix:
+            rules += (f" Every tool name of this server starts with {config.tool_prefix!r} (e.g. "
+                      f"{config.tool_prefix}submit, {config.tool_prefix}read_output): the names above are without it.")
         super().__init__(
             name=f"anibench-{level.lower()}",
             title=f"anibench ANI level {level}",
@@ -390,7 +422,7 @@ class AniServer(MCPServer):
         self.episode = Episode(config.budget_steps, previous, trajectory=config.trajectory)
         self._kinds: dict[str, KindSpec] = {}
         #: full texts of cut results, read back with read_output (servers.common.paging)
-        self.outputs = OutputStore()
+        self.outputs = OutputStore(tool=f"{config.tool_prefix}read_output")
         self.fitter = Fitter(self.outputs, config.max_message_bytes)
         self._register_submit()
         self._register_read_output()
@@ -412,12 +444,13 @@ class AniServer(MCPServer):
         world). The docstring is the tool's description."""
 
         def deco(fn: F) -> F:
-            tool_name = name or fn.__name__
+            tool_name = self.config.tool_prefix + (name or fn.__name__)
             self._kinds[tool_name] = kind
             self.add_tool(
                 fn,
                 name=tool_name,
                 title=title,
+                description=describe(fn),
                 annotations=ToolAnnotations(
                     title=title,
                     read_only_hint=read_only,
@@ -426,9 +459,36 @@ class AniServer(MCPServer):
                     open_world_hint=False,
                 ),
             )
+            registered = self._tool_manager.get_tool(tool_name)
+            if registered is not None:  # pydantic's titles repeat the names: noise a client resends every turn
+                registered.parameters = untitled(registered.parameters)
+                if registered.fn_metadata.output_schema is not None:
+                    registered.fn_metadata.output_schema = untitled(registered.fn_metadata.output_schema)
             return fn
 
         return deco
+
+    def set_argument_schema(self, tool: str, argument: str, schema: dict[str, Any], defs: dict[str, Any]) -> None:
+        """Advertise ``schema`` for one argument of a registered tool, with JSON Schema definitions
+        at the root of the tool's input schema (``$defs``) that it refers to as
+        ``{"$ref": "#/$defs/NAME"}``: a shape used many times is written once. (Pydantic resolves
+        refs given to ``WithJsonSchema`` against its own definitions, so they are set here.)
+
+        Args:
+            tool: the tool's name without the server's tool prefix.
+            argument: the argument's name.
+            schema: its JSON Schema (the description is kept from the registration if it has none).
+            defs: name -> schema.
+
+        Raises:
+            KeyError: no such tool or argument.
+        """
+        registered = self._tool_manager.get_tool(self.config.tool_prefix + tool)
+        if registered is None:
+            raise KeyError(tool)
+        props = dict(registered.parameters["properties"])
+        props[argument] = {"description": props[argument].get("description", ""), **schema}
+        registered.parameters = {**registered.parameters, "properties": props, "$defs": defs}
 
     def _register_submit(self) -> None:
         server = self
