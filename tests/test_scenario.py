@@ -89,7 +89,7 @@ BASE = "name: m\ntopology: grid:3x3:nohosts\nlayers:\n"
 @pytest.mark.parametrize(
     "text,needle",
     [
-        (BASE + "  - underlay\n  - cloud\n", r"line 5, layers\[1\]: unknown layer 'cloud'; known layers: addressing"),
+        (BASE + "  - underlay\n  - cloud\n", r"line 5, layers\[1\]: unknown layer 'cloud'; registered service classes: underlay, addressing, l3vpn"),
         (BASE + "  - underlay\n  - l3vpn\n", r"line 5, layers\[1\]: layer 'l3vpn' needs 'addressing' before it"),
         (BASE + "  - underlay\n  - underlay\n", r"appears twice"),
         (BASE + "  - underlay\n  - addressing\n  - l3vpn:\n      sitez: 3\n",
