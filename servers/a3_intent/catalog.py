@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from substrate.scenario.layers import intents
+from substrate.scenario.layers import intents, registry
 from substrate.scenario.layers.specs import AUTO, ID_RE, Spec  # noqa: F401 - re-exported
 
 #: Most operations in one change set.
@@ -211,11 +211,22 @@ OPS_DESCRIPTION = (
 )
 
 
-def ops_json_schema() -> dict[str, Any]:
-    """Self-contained JSON Schema of the ``ops`` argument (a list of operations)."""
+def ops_json_schema(layers: list[str] | None = None) -> dict[str, Any]:
+    """Self-contained JSON Schema of the ``ops`` argument (a list of operations); with ``layers``
+    (a scenario's), only the operations of the classes those service classes offer."""
     s = _inline(_OPS.json_schema())
+    if layers is not None:
+        keep = set(classes_of(layers))
+        s["items"]["anyOf"] = [g for g in s["items"]["anyOf"] if g["anyOf"][0]["properties"]["service_class"]["const"] in keep]
     s.update(minItems=1, maxItems=MAX_OPS, description=OPS_DESCRIPTION)
     return s
+
+
+def classes_of(layers: list[str]) -> list[str]:
+    """The catalog classes (writable, then read-only, in registry order) offered by the service
+    classes ``layers`` (a scenario's)."""
+    owner = {i.name: c.name for c in registry() for i in c.intents}
+    return [n for n in (*SERVICE_CLASSES, *READ_ONLY_CLASSES) if owner[n] in layers]
 
 
 def spec_schema(cls_name: str, patch: bool = False) -> dict[str, Any]:

@@ -85,9 +85,10 @@ def _adapter(fld: str) -> TypeAdapter[Any]:
     return TypeAdapter(Scenario.model_fields[fld].annotation)
 
 
-def record_fields() -> tuple[str, ...]:
-    """The Scenario fields A3-T keeps: every service class's ``records`` and ``derived`` fields."""
-    return tuple(f for c in registry() for f in (*c.records, *c.derived))
+def record_fields(sc: Scenario) -> tuple[str, ...]:
+    """The Scenario fields A3-T keeps: the ``records`` and ``derived`` fields of every service
+    class the scenario has."""
+    return tuple(f for c in registry() if c.name in sc.layers for f in (*c.records, *c.derived))
 
 
 class Records:
@@ -138,7 +139,7 @@ class Records:
         st = state or self.state()
         base = self.base_scenario()
         sc = base.model_copy(deep=True)
-        update = {f: v for f, v in (st.records or {}).items() if f in record_fields()}
+        update = {f: v for f, v in (st.records or {}).items() if f in record_fields(base)}
         if update:
             sc = sc.model_copy(update={f: _adapter(f).validate_python(v) for f, v in update.items()})
             sc.node_config = render_scenario(sc)
@@ -205,7 +206,7 @@ class Records:
 
     def commit(self, state: A3State, sc: Scenario, applied: AppliedChange) -> None:
         """Persist the new records (atomically) after a successful change set."""
-        state.records = sc.model_dump(mode="json", include=set(record_fields()))
+        state.records = sc.model_dump(mode="json", include=set(record_fields(sc)))
         state.version = applied.version
         state.applied.append(applied)
         self._write(self.dir / STATE_FILE, state.model_dump_json())

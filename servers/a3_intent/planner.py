@@ -106,14 +106,15 @@ def _ids(sc: Scenario) -> list[str]:
     return [x.id for it in intents() if not it.read_only for x in it.instances(sc)]
 
 
-def record_fields() -> list[str]:
-    """The Scenario fields holding the records change sets change (every class's ``records``)."""
-    return [f for c in registry() for f in c.records]
+def record_fields(sc: Scenario) -> list[str]:
+    """The Scenario fields holding the records change sets change: the ``records`` of every
+    class the scenario has (a layer of its manifest)."""
+    return [f for c in registry() if c.name in sc.layers for f in c.records]
 
 
 def records_of(sc: Scenario) -> dict[str, Any]:
     """The service records that change sets change (derived ones, e.g. spare circuits, excluded)."""
-    return {k: sc.model_dump(mode="json", include={k})[k] for k in record_fields()}
+    return {k: sc.model_dump(mode="json", include={k})[k] for k in record_fields(sc)}
 
 
 def digest_of(ops: list[Any]) -> str:

@@ -201,7 +201,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     # the advertised input schema is the catalog's precise one
     OpsArg = Annotated[
         Any,
-        WithJsonSchema(cat.ops_json_schema()),
+        WithJsonSchema(cat.ops_json_schema(engine.records.base_scenario().layers)),
         Field(description=cat.OPS_DESCRIPTION),
     ]
 
@@ -214,7 +214,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         attachment_circuit is read-only (the PE ports where sites attach). Source: draft section 5.1 (A3-T)."""
         sc = engine.records.base_scenario()
         classes = []
-        for name in (*cat.SERVICE_CLASSES, *cat.READ_ONLY_CLASSES):
+        for name in cat.classes_of(sc.layers):
             info = cat.CLASS_INFO[name]
             writable = name in cat.SERVICE_CLASSES
             classes.append(ClassInfo(

@@ -115,6 +115,10 @@ class ServiceClass:
     def claim(self, sc: Scenario, ipam: Any) -> None:
         """Mark the pool resources held by ``sc``'s instances of this class as used in ``ipam``."""
 
+    def hosts(self, sc: Scenario) -> set[str]:
+        """Hosts this class cabled to PEs for its own use (not attachment circuits for sites)."""
+        return set()
+
     def sids(self, sc: Scenario) -> list[tuple[str, int, str, str, dict[str, Any]]]:
         """The SIDs its instances allocate, as (node, local function, behaviour, what for,
         behaviour parameters): the ``addressing`` class checks each stays bound."""

@@ -302,6 +302,9 @@ class FloatingIp(Layer):
         if sc.external:
             ipam.functions.setdefault(sc.external.border_pe, set()).add(sc.external.dx4_function)
 
+    def hosts(self, sc: Scenario) -> set[str]:
+        return {sc.external.host} if sc.external else set()
+
     def sids(self, sc: Scenario) -> list[tuple[str, int, str, str, dict[str, Any]]]:
         e = sc.external
         if e is None:

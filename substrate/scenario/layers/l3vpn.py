@@ -252,14 +252,15 @@ class Circuit:
 
 def circuits(sc: Scenario) -> dict[tuple[str, str], Circuit]:
     """Every attachment circuit of the topology: links from a PE to a scenario-managed host other
-    than the external peer, keyed by (pe, pe_if), in topology order."""
+    than those service classes cabled for their own use (``ServiceClass.hosts``: the external
+    peer, ...), keyed by (pe, pe_if), in topology order."""
     topo = sc.topology
-    ext = sc.external.host if sc.external else None
+    own = {h for c in registry() for h in c.hosts(sc)}
     out: dict[tuple[str, str], Circuit] = {}
     for lk in topo.links:
         for pe_ep, h_ep in ((lk.a, lk.b), (lk.b, lk.a)):
             pe, h = topo.node(pe_ep.node), topo.node(h_ep.node)
-            if pe.role is Role.PE and h.role is Role.HOST and h.managed and h.name != ext:
+            if pe.role is Role.PE and h.role is Role.HOST and h.managed and h.name not in own:
                 out[(pe.name, pe_ep.interface)] = Circuit(pe.name, pe_ep.interface, h.name, h_ep.interface)
     return out
 
