@@ -125,6 +125,25 @@ class External(_M):
     dx4_function: int = Field(description="Border PE's End.DX4 SID function toward the external host.")
 
 
+class SharedServices(_M):
+    """The shared-services segment (DNS/NTP-like hosts) on one PE, with a routing table of its own."""
+
+    pe: str = Field(description="PE the shared-services host hangs off.")
+    pe_if: str
+    host: str
+    host_if: str = "eth1"
+    prefix6: str = Field(description="The shared-services /64 (PE ::1, host ::2), outside the tenant pools.")
+    table: int = Field(description="Routing table of the shared services on their PE (from the table pool).")
+    dt6_function: int = Field(description="Local function of the End.DT6 SID into that table, on the PE.")
+
+
+class RouteLeak(_M):
+    """Tenant ``tenant`` reaches the shared services (and they reach its sites); nobody else does."""
+
+    id: str
+    tenant: str
+
+
 class SpareCircuit(_M):
     """An unconfigured attachment circuit: a CE host cabled to a PE port, for onboarding tasks."""
 
@@ -194,6 +213,8 @@ class Scenario(_M):
     firewalls: list[FirewallPolicy] = Field(default_factory=list)
     floating_ips: list[FloatingIP] = Field(default_factory=list)
     external: External | None = None
+    shared_services: SharedServices | None = Field(default=None, json_schema_extra={"omit_default": True})
+    route_leaks: list[RouteLeak] = Field(default_factory=list, json_schema_extra={"omit_default": True})
     spares: list[SpareCircuit] = Field(default_factory=list)
     node_config: dict[str, NodeConfig] = Field(default_factory=dict)
     invariants: list[Invariant] = Field(default_factory=list)
@@ -222,7 +243,14 @@ class Scenario(_M):
         """Canonical JSON (sorted keys, 1-space indent, trailing newline): byte-stable."""
         import json
 
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
+        data = self.model_dump(mode="json")
+        # fields of later service classes are left out while they hold their default, so that a
+        # scenario without those classes stays byte-identical to the one written before them
+        for name, f in type(self).model_fields.items():
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+            if extra.get("omit_default") and getattr(self, name) == f.get_default(call_default_factory=True):
+                data.pop(name, None)
+        return json.dumps(data, sort_keys=True, indent=1) + "\n"
 
     @classmethod
     def load(cls, path: str) -> Scenario:
