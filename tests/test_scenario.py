@@ -31,7 +31,9 @@ def test_same_manifest_and_seed_give_byte_identical_scenarios(tmp_path: Path) ->
 def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     sc = build(load_manifest(MANIFEST))
     assert len(sc.topology.routers) == 25
-    assert sc.layers == ["underlay", "addressing", "l3vpn", "steering", "firewall", "floating_ip"]
+    from substrate.scenario.layers import registry
+
+    assert sc.layers == [c.name for c in registry()]  # every registered class, in registry order
     kinds = Counter(i.kind for i in sc.invariants)
     for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule"):
         assert kinds[kind] > 0, kind
@@ -39,6 +41,7 @@ def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     services = {i.service for i in sc.invariants}
     assert {f"l3vpn/{t.id}" for t in sc.tenants if len(t.sites) > 1} <= services
     assert {f"steering/{p.id}" for p in sc.steering} <= services
+    assert {f"route_leak/{x.id}" for x in sc.route_leaks} <= services and sc.route_leaks
     assert len({i.id for i in sc.invariants}) == len(sc.invariants)
 
 
@@ -47,6 +50,7 @@ def test_density_scales_instances_not_topology() -> None:
     d1, d3 = build(m, density=1), build(m, density=3)
     assert len(d1.topology.routers) == len(d3.topology.routers)
     assert len(d3.tenants) == 3 * len(d1.tenants)
+    assert len(d3.route_leaks) > len(d1.route_leaks) > 0
     assert len(d3.invariants) > 2 * len(d1.invariants) - 200
 
 
