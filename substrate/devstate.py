@@ -91,8 +91,7 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
-s sr; printf 'sr tunsrc show\nsr hmac show\n' | ip -j -force -batch - 2>/dev/null
+s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
@@ -840,23 +839,6 @@ def _sysctls(text: str) -> dict[str, str]:
     return out
 
 
-def _sr_docs(text: str) -> list[Any]:
-    """The JSON documents of the ``sr`` section (SRv6 encapsulation source and HMAC keys).
-
-    In a node with a user namespace of its own the kernel refuses both reads (the seg6 generic
-    netlink family wants CAP_NET_ADMIN in the host's user namespace: EPERM), and ip prints a bare
-    ``[``; nothing in such a node can set them either, so they read as the defaults then."""
-    out = []
-    for line in text.splitlines():
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, list):
-            out.append(doc)
-    return out
-
-
 def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) -> DeviceState:
     """Build a DeviceState from the capture script's output. On a node without FRR
     (``router`` false) a route with an FRR protocol number is an ordinary route someone added.
@@ -908,7 +890,7 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.host_addresses.sort()
         for link in named["link"]:
             state.links[link["ifname"]] = _link_state(link)
-        for doc in [*docs[len(_IP_DOCS):], *_sr_docs(sec.get("sr", ""))]:
+        for doc in docs[len(_IP_DOCS):]:
             for x in doc:
                 if "tunsrc" in x:
                     state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
