@@ -97,7 +97,8 @@ def _plan_digest(sc: Any, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return {"rejected": [str(x) for x in e.problems]}
     return {
         "ops": [r.as_dict() for r in p.ops],
-        "deltas": {n: asdict(d) for n, d in p.deltas.items()},
+        # (a device change of the reference had no qdiscs: a field added with the rate limits)
+        "deltas": {n: {k: v for k, v in asdict(d).items() if not (k == "qdiscs" and not v)} for n, d in p.deltas.items()},
         "changed": p.changed_services,
         "scope": [i.model_dump(mode="json") for i in p.invariants],
         "warnings": p.warnings,
