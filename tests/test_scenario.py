@@ -42,6 +42,7 @@ def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     assert {f"l3vpn/{t.id}" for t in sc.tenants if len(t.sites) > 1} <= services
     assert {f"steering/{p.id}" for p in sc.steering} <= services
     assert {f"route_leak/{x.id}" for x in sc.route_leaks} <= services and sc.route_leaks
+    assert {f"rate_limit/{x.id}" for x in sc.rate_limits} <= services and sc.rate_limits
     assert len({i.id for i in sc.invariants}) == len(sc.invariants)
 
 
@@ -51,6 +52,7 @@ def test_density_scales_instances_not_topology() -> None:
     assert len(d1.topology.routers) == len(d3.topology.routers)
     assert len(d3.tenants) == 3 * len(d1.tenants)
     assert len(d3.route_leaks) > len(d1.route_leaks) > 0
+    assert len(d3.rate_limits) == 3 * len(d1.rate_limits) > 0
     assert len(d3.invariants) > 2 * len(d1.invariants) - 200
 
 

@@ -13,6 +13,7 @@ from substrate.scenario.layers import steering  # noqa: F401
 from substrate.scenario.layers import firewall  # noqa: F401
 from substrate.scenario.layers import floating_ip  # noqa: F401
 from substrate.scenario.layers import shared_services  # noqa: F401
+from substrate.scenario.layers import rate_limits  # noqa: F401
 from substrate.scenario.layers.base import (
     LAYERS,
     GenerationError,
