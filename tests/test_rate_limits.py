@@ -19,10 +19,10 @@ from servers.a3_intent.planner import plan
 from substrate import Lab
 from substrate.scenario import Scenario, build, load_manifest
 from substrate.scenario.apply import TBF_OPTIONS, qdisc_command, qdisc_value
-from substrate.scenario.deploy import deploy_scenario, reset
+from substrate.scenario.deploy import reset
 from substrate.scenario.observer import observe
-from tests.a3t_support import server
-from tests.conftest import REPO, unique_name
+from tests.a3t_support import back_to_baseline, deployed, server
+from tests.conftest import REPO
 from tests.servers_support import connect, data
 
 MANIFEST = REPO / "tests" / "data" / "small-new-classes.yaml"
@@ -50,19 +50,14 @@ def test_limits_render_a_shaper_per_circuit_and_a3t_checks_their_rules(sc: Scena
 
 @pytest.fixture(scope="module")
 def bf(sc: Scenario) -> Iterator[tuple[Lab, Scenario]]:
-    lab = deploy_scenario(sc, unique_name("t-rate"))  # verifies every baseline invariant, the rate probes too
-    try:
+    with deployed(sc, "t-rate") as lab:  # verifies every baseline invariant
         yield lab, sc
-    finally:
-        lab.destroy()
 
 
 @pytest.fixture
 def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
-    lab_, _ = bf
-    yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
+    yield bf[0]
+    back_to_baseline(bf[0])
 
 
 def verdict(lab: Lab, sc: Scenario, iid: str) -> tuple[bool, str]:

@@ -17,11 +17,11 @@ from servers.a3_intent.inventory import expected_found
 from servers.a3_intent.planner import plan
 from substrate import Lab
 from substrate.scenario import Scenario, build, load_manifest
-from substrate.scenario.deploy import deploy_scenario, reset
+from substrate.scenario.deploy import reset
 from substrate.scenario.layers.l3vpn import ce_addr, segs
 from substrate.scenario.observer import observe
-from tests.a3t_support import server
-from tests.conftest import REPO, unique_name
+from tests.a3t_support import back_to_baseline, deployed, server
+from tests.conftest import REPO
 from tests.servers_support import connect, data
 
 MANIFEST = REPO / "tests" / "data" / "small-new-classes.yaml"
@@ -53,19 +53,14 @@ def test_a_leak_colliding_with_another_leaked_tenant_is_refused(sc: Scenario) ->
 
 @pytest.fixture(scope="module")
 def bf(sc: Scenario) -> Iterator[tuple[Lab, Scenario]]:
-    lab = deploy_scenario(sc, unique_name("t-leak"))  # verifies every baseline invariant
-    try:
+    with deployed(sc, "t-leak") as lab:  # verifies every baseline invariant
         yield lab, sc
-    finally:
-        lab.destroy()
 
 
 @pytest.fixture
 def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
-    lab_, _ = bf
-    yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
+    yield bf[0]
+    back_to_baseline(bf[0])
 
 
 def verdicts(lab: Lab, sc: Scenario, prefix: str) -> dict[str, bool]:

@@ -172,6 +172,7 @@ class Addressing(Layer):
     Params = AddressingParams
     records = ()
     intents = ()
+    error_fields = ("pools",)
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, AddressingParams)

@@ -93,6 +93,9 @@ class ServiceClass:
     derived: ClassVar[tuple[str, ...]] = ()
     intents: ClassVar[tuple[Intent, ...]] = ()
     checks: ClassVar[dict[str, Callable[..., Any]]] = {}
+    #: First words of generation-error fields that name this class's parameters (``pools`` for
+    #: ``addressing``: its pools run dry as ``pools.prefix6``), for the manifest's line numbers.
+    error_fields: ClassVar[tuple[str, ...]] = ()
 
     # -- generation -------------------------------------------------------------------------------
 
@@ -227,6 +230,59 @@ class Intent:
 
     def items(self, sc: Scenario, extra: Any) -> list[dict[str, Any]]:
         return []
+
+
+class RecordIntent(Intent):
+    """An intent whose instances are the records of one :class:`Scenario` list field, with spec
+    and patch fields named as the record's: create (no change when an instance with this spec
+    exists; id ``<id_prefix><N>`` when left out), modify (a merge-patch of the record's fields),
+    delete. ``refuse(ctx, i, op)`` may refuse an operation first (e.g. the network lacks what
+    the class needs); ``delete_notes(x)`` says what a delete frees."""
+
+    field: ClassVar[str]
+    id_prefix: ClassVar[str]
+    Record: ClassVar[type[BaseModel]]
+
+    def instances(self, sc: Scenario) -> list[Any]:
+        return list(getattr(sc, self.field))
+
+    def refuse(self, ctx: Any, i: int, op: Any) -> bool:
+        return False
+
+    def delete_notes(self, x: Any) -> list[str]:
+        return []
+
+    def apply(self, ctx: Any, i: int, op: Any) -> None:
+        if self.refuse(ctx, i, op):
+            return
+        items = getattr(ctx.work, self.field)
+        by_id = {x.id: x for x in items}
+        if op.op == "create":
+            spec = op.spec.model_dump()
+            same = [x for x in items if all(getattr(x, k) == v for k, v in spec.items()) and op.id in (None, x.id)]
+            if same:
+                ctx.result(i, op, same[0].id, "no change", notes=[f"{same[0].id} exists with this spec"])
+                return
+            iid = op.id or ctx.new_id(self.id_prefix, set(ctx.ids()))
+            if ctx.in_use(i, iid):
+                return
+            items.append(self.Record(id=iid, **spec))
+            ctx.result(i, op, iid, "created")
+            return
+        if op.id not in by_id:
+            ctx.missing(i, op, self.name)
+            return
+        cur = by_id[op.id]
+        if op.op == "delete":
+            items.remove(cur)
+            ctx.result(i, op, cur.id, "deleted", notes=self.delete_notes(cur))
+            return
+        new = cur.model_copy(update={k: getattr(op.spec, k) for k in op.spec.model_fields_set if getattr(op.spec, k) is not None})
+        if new == cur:
+            ctx.result(i, op, cur.id, "no change")
+            return
+        items[items.index(cur)] = new
+        ctx.result(i, op, cur.id, "modified")
 
 
 class PlanContext(Protocol):

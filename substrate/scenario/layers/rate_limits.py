@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from substrate.scenario.apply import qdisc_value
-from substrate.scenario.layers.base import GenerationError, Intent, Layer, LayerParams, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, node_cfg, register
 from substrate.scenario.layers.l3vpn import ce_addr, dump, site_changed
 from substrate.scenario.layers.specs import InstanceId, Spec
 from substrate.scenario.model import Invariant, NodeConfig, RateLimit, Scenario, Site
@@ -180,10 +180,13 @@ class RateLimitPatch(Spec):
     rate_mbit: int | None = Field(default=None, ge=1, le=1000, description="Rate in Mbit/s.")
 
 
-class RateLimitIntent(Intent):
+class RateLimitIntent(RecordIntent):
     """Catalog class ``rate_limit``."""
 
     name = "rate_limit"
+    field = "rate_limits"
+    id_prefix = "rl"
+    Record = RateLimit
     Spec = RateLimitSpec
     Patch = RateLimitPatch
     id_type = InstanceId
@@ -200,9 +203,6 @@ class RateLimitIntent(Intent):
     examples = [{"op": "create", "service_class": "rate_limit", "id": "rl2", "spec": {"site": "t3s2", "rate_mbit": 10}},
                 {"op": "modify", "service_class": "rate_limit", "id": "rl2", "spec": {"rate_mbit": 20}}]  # fmt: skip
 
-    def instances(self, sc: Scenario) -> list[Any]:
-        return list(sc.rate_limits)
-
     def spec_of(self, x: Any) -> dict[str, Any]:
         return {"site": x.site, "rate_mbit": x.rate_mbit}
 
@@ -212,36 +212,6 @@ class RateLimitIntent(Intent):
 
     def service(self, x: Any) -> str:
         return f"rate_limit/{x.id}"
-
-    def apply(self, ctx: Any, i: int, op: Any) -> None:
-        limits = {x.id: x for x in ctx.work.rate_limits}
-        if op.op == "create":
-            sp = op.spec
-            same = [x for x in ctx.work.rate_limits if (x.site, x.rate_mbit) == (sp.site, sp.rate_mbit) and (op.id is None or x.id == op.id)]
-            if same:
-                ctx.result(i, op, same[0].id, "no change", notes=[f"{same[0].id} already limits {sp.site} to {sp.rate_mbit} Mbit/s"])
-                return
-            iid = op.id or ctx.new_id("rl", set(ctx.ids()))
-            if ctx.in_use(i, iid):
-                return
-            ctx.work.rate_limits.append(RateLimit(id=iid, site=sp.site, rate_mbit=sp.rate_mbit))
-            ctx.result(i, op, iid, "created")
-            return
-        if op.id not in limits:
-            ctx.missing(i, op, "rate_limit")
-            return
-        cur = limits[op.id]
-        if op.op == "delete":
-            ctx.work.rate_limits.remove(cur)
-            ctx.result(i, op, cur.id, "deleted")
-            return
-        given = op.spec.model_fields_set
-        new = cur.model_copy(update={k: getattr(op.spec, k) for k in ("site", "rate_mbit") if k in given and getattr(op.spec, k) is not None})
-        if new == cur:
-            ctx.result(i, op, cur.id, "no change")
-            return
-        ctx.work.rate_limits[ctx.work.rate_limits.index(cur)] = new
-        ctx.result(i, op, cur.id, "modified")
 
 
 @register

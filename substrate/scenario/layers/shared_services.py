@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Intent, Layer, LayerParams, density_fits, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, density_fits, node_cfg, register
 from substrate.scenario.layers.l3vpn import (
     attach_host,
     ce_addr,
@@ -148,10 +148,13 @@ class RouteLeakPatch(Spec):
     tenant: InstanceId | None = Field(default=None, description="Tenant id, e.g. 't3'.")
 
 
-class RouteLeakIntent(Intent):
+class RouteLeakIntent(RecordIntent):
     """Catalog class ``route_leak``."""
 
     name = "route_leak"
+    field = "route_leaks"
+    id_prefix = "leak"
+    Record = RouteLeak
     Spec = RouteLeakSpec
     Patch = RouteLeakPatch
     id_type = InstanceId
@@ -168,9 +171,6 @@ class RouteLeakIntent(Intent):
     }  # fmt: skip
     examples = [{"op": "create", "service_class": "route_leak", "id": "leak3", "spec": {"tenant": "t4"}}]
 
-    def instances(self, sc: Scenario) -> list[Any]:
-        return list(sc.route_leaks)
-
     def spec_of(self, x: Any) -> dict[str, Any]:
         return {"tenant": x.tenant}
 
@@ -184,36 +184,14 @@ class RouteLeakIntent(Intent):
     def service(self, x: Any) -> str:
         return f"route_leak/{x.id}"
 
-    def apply(self, ctx: Any, i: int, op: Any) -> None:
-        leaks = {x.id: x for x in ctx.work.route_leaks}
+    def refuse(self, ctx: Any, i: int, op: Any) -> bool:
         if ctx.work.shared_services is None:
             ctx.bad(f"ops[{i}].service_class", "this network has no shared services (no shared_services layer): route leaks cannot be used")
-            return
-        if op.op == "create":
-            same = [x for x in ctx.work.route_leaks if x.tenant == op.spec.tenant and (op.id is None or x.id == op.id)]
-            if same:
-                ctx.result(i, op, same[0].id, "no change", notes=[f"{same[0].id} already leaks the shared services to {op.spec.tenant}"])
-                return
-            iid = op.id or ctx.new_id("leak", set(ctx.ids()))
-            if ctx.in_use(i, iid):
-                return
-            ctx.work.route_leaks.append(RouteLeak(id=iid, tenant=op.spec.tenant))
-            ctx.result(i, op, iid, "created")
-            return
-        if op.id not in leaks:
-            ctx.missing(i, op, "route_leak")
-            return
-        cur = leaks[op.id]
-        if op.op == "delete":
-            ctx.work.route_leaks.remove(cur)
-            ctx.result(i, op, cur.id, "deleted", notes=[f"{cur.tenant} loses access to the shared services"])
-            return
-        tenant = op.spec.tenant if op.spec.tenant is not None else cur.tenant
-        if tenant == cur.tenant:
-            ctx.result(i, op, cur.id, "no change")
-            return
-        ctx.work.route_leaks[ctx.work.route_leaks.index(cur)] = cur.model_copy(update={"tenant": tenant})
-        ctx.result(i, op, cur.id, "modified")
+            return True
+        return False
+
+    def delete_notes(self, x: Any) -> list[str]:
+        return [f"{x.tenant} loses access to the shared services"]
 
 
 @register
