@@ -562,6 +562,13 @@ def route_args(route: dict[str, Any], family: int, table: str = "main", *, owned
 _PROTO_NAMES = {"2": "kernel"}
 
 
+def rule_protocol(value: Any) -> str:
+    """A policy rule's protocol as :func:`rule_args` prints it (``kernel`` for 2, else its number;
+    iproute2 names such as ``boot`` are read as their number), or "" for unspec (0)."""
+    proto = _num(value, _PROTO_NUM)
+    return "" if proto == "0" else _PROTO_NAMES.get(proto, proto)
+
+
 def route_del_args(args: str) -> str:
     """The ``route del`` arguments of a route in canonical form (see :func:`substrate.routes.route_key`)."""
     return route_key(args)
@@ -602,9 +609,9 @@ def rule_args(rule: dict[str, Any]) -> str:
         parts.append(f"goto {rule.get('target')}")
     elif table:
         parts.append(f"lookup {_TABLES.get(table, table)}")
-    proto = _num(rule.get("protocol", "0"), _PROTO_NUM)
-    if proto != "0":
-        parts.append(f"protocol {_PROTO_NAMES.get(proto, proto)}")
+    proto = rule_protocol(rule.get("protocol", "0"))
+    if proto:
+        parts.append(f"protocol {proto}")
     parts += [_marker(k, rule[k]) for k in sorted(rule) if k not in _RULE_KEYS]
     return " ".join(parts)
 

@@ -123,7 +123,7 @@ def test_sft_export_is_the_clean_success_in_the_openai_chat_format(store_with_ru
     for a, t in zip(msgs[2:-1:2], msgs[3::2], strict=True):
         assert a["role"] == "assistant" and t["role"] == "tool" and t["tool_call_id"] == a["tool_calls"][0]["id"]
     assert msgs[-1]["role"] == "assistant" and msgs[-1]["tool_calls"][0]["function"]["name"] == "submit"
-    assert {t["function"]["name"] for t in line["tools"]} == {"list_devices", "run_shell", "submit"}
+    assert {t["function"]["name"] for t in line["tools"]} == {"list_devices", "run_shell", "read_output", "submit"}
     with CampaignStore(db) as store:  # filters: nothing of another level, metadata on request
         assert export(store, CID, "sft", out, ExportFilter(levels=["A1"])).selected == 0
         export(store, CID, "sft", out, metadata=True)

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from substrate.devstate import rule_protocol
+
 #: Protocol routes that come and go with the routing protocols, left out of the route digest.
 _PROTO_ROUTES = r" proto (isis|bgp|ospf|ospf6|rip|ripng|eigrp|babel|openfabric|nhrp|ldp|sharp|pbr|18[6-9]|19[0-8]) "
 #: Run as ``bash -c SCRIPT anibench KIND CMD ARGS...``: the command between two digests of the
@@ -94,8 +96,10 @@ def split_marker(stderr: str) -> tuple[str, str | None]:
 
 # -- canonical forms ---------------------------------------------------------------------------
 
-_RULE_ORDER = ("priority", "not", "from", "to", "iif", "oif", "ipproto", "tos", "fwmark", "sport", "dport", "lookup", "action")
-_RULE_ALIASES = {"pref": "priority", "preference": "priority", "prio": "priority", "table": "lookup", "dsfield": "tos"}
+_RULE_ORDER = ("priority", "not", "from", "to", "iif", "oif", "ipproto", "tos", "fwmark", "sport", "dport", "lookup", "action",
+               "protocol")
+_RULE_ALIASES = {"pref": "priority", "preference": "priority", "prio": "priority", "table": "lookup", "dsfield": "tos",
+                 "proto": "protocol"}
 
 
 def canonical_rule(words: list[str]) -> str:
@@ -110,7 +114,11 @@ def canonical_rule(words: list[str]) -> str:
         elif w in ("blackhole", "unreachable", "prohibit"):
             parts["action"] = w
         elif i + 1 < len(words):
-            if not (w in ("from", "to") and words[i + 1] == "all"):
+            if w == "protocol":  # as devstate prints it: a name where iproute2 has one, no "unspec"
+                proto = rule_protocol(words[i + 1])
+                if proto:
+                    parts[w] = f"{w} {proto}"
+            elif not (w in ("from", "to") and words[i + 1] == "all"):
                 parts[w] = f"{w} {words[i + 1]}"
             i += 1
         i += 1
