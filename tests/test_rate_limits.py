@@ -103,11 +103,18 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
 @pytest.mark.lab
 @pytest.mark.anyio
 async def test_a3t_changes_and_removes_a_limit(lab: Lab, sc: Scenario) -> None:
-    """The reference change of the class: a limit's rate changed, then the limit removed, through A3-T."""
+    """The reference change of the class: a limit's rate changed, then the limit removed, through A3-T
+    (after a shaper removed outside A3-T shows as drift of the limit)."""
     x = sc.rate_limits[0]
     s = sc.site(x.site)
     new_rate = 20 if x.rate_mbit != 20 else 10
     async with connect(server(lab)) as c:
+        detail = data(await c.call_tool("get_service", {"id": x.id}))
+        assert detail["devices"] == [s.pe] and detail["device_state"]["in_sync"], detail
+        sh(lab, s.pe, f"tc qdisc del dev {s.pe_if} root")  # removed outside A3-T: the drift shows
+        detail = data(await c.call_tool("get_service", {"id": x.id}))
+        assert not detail["device_state"]["in_sync"], detail
+        assert any("qdisc missing" in ln for ln in detail["device_state"]["differences"][s.pe]), detail
         res: dict[str, Any] = data(await c.call_tool("apply_change_set", {"ops": [
             {"op": "modify", "service_class": "rate_limit", "id": x.id, "spec": {"rate_mbit": new_rate}}]}))
         assert res["status"] == "applied", res

@@ -4,26 +4,30 @@
 service records are the scenario's plus A3-T's committed changes), the parsed operations and
 the resources found on the devices, and returns a :class:`Plan`:
 
-1. each operation is checked against the inventory as the previous operations left it (the
-   instance exists or not, its references resolve, the attachment circuit is a free circuit
-   of that PE, prefixes come from the pools, nothing the devices hold collides with it) --
-   every problem is collected with its field path (``ops[2].spec.pe_interface: ...``);
-2. resources are allocated in a fixed order, from the scenario's pools through
+1. each operation is applied to the inventory as the previous operations left it by its
+   catalog class (:class:`substrate.scenario.layers.base.Intent`, owned by a service class
+   module), which checks it (the instance exists or not, its references resolve, the attachment
+   circuit is a free circuit of that PE, prefixes come from the pools, nothing the devices hold
+   collides with it) -- every problem is collected with its field path
+   (``ops[2].spec.pe_interface: ...``); classes then adjust instances bound to deleted sites;
+2. every service class allocates what its operations left pending (``allocate``), in registry
+   order, from the scenario's pools through
    :class:`~substrate.scenario.layers.addressing.Ipam` (lowest free first, as the generator and
-   the task variants do), never picking one the records or the devices already use: tables of
-   new tenants; ``auto`` prefixes; End.DX4 functions of moved, then new IPv4 sites; End.DT6
-   functions of tenants on new PEs (sorted by PE); waypoint End functions; floating addresses
-   and marks;
-3. the final inventory is checked as a whole (references, one prefix per PE, no overlap within a
-   tenant, steering and firewall constraints), each problem blamed on the last operation that
-   touched one of the instances involved;
+   the task variants do), never picking one the records or the devices already use (l3vpn:
+   tables of new tenants, ``auto`` prefixes, End.DX4 functions of moved then new IPv4 sites,
+   End.DT6 functions of tenants on new PEs; steering: waypoint End functions; floating_ip:
+   addresses and marks);
+3. every service class checks the final inventory as a whole (``integrity``: references, one
+   prefix per PE, no overlap within a tenant, its own constraints), each problem blamed on the
+   last operation that touched one of the instances involved;
 4. the old and new inventories are rendered by the layers' own ``render`` functions
    (:func:`substrate.scenario.generator.render_scenario`) and each node's difference is a
    :class:`~substrate.scenario.apply.ConfigDelta` -- exactly the commands that turn one
    rendering into the other;
 5. the invariants to check after applying (active validation) are those of the new inventory
-   (the layers' ``invariants`` functions) for every service instance that changed or that has
-   state on, or is probed through, a touched device, plus pre-existing invariants of unchanged
+   (the layers' ``invariants`` functions) for every service instance that changed (each class's
+   ``changed``) or that has state on, or is probed through, a touched device (``service_nodes``,
+   ``address_owners``), plus pre-existing invariants of unchanged
    instances on those devices that the new inventory would sample differently.
 
 Raises :class:`~servers.a3_intent.catalog.ChangeSetRejected` with every problem found.
@@ -42,7 +46,7 @@ from servers.a3_intent.catalog import INTENTS, ChangeSetRejected, Problem, natur
 from servers.a3_intent.inventory import Found, expected_found, expected_state
 from substrate.devstate import DeviceState
 from substrate.errors import SubstrateError
-from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route
+from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route, root_qdisc
 from substrate.routes import route_key
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.generator import render_scenario, scenario_invariants
@@ -457,6 +461,10 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
         want, got = normalize_nft_table(text).splitlines(), normalize_nft_table(tables[table]).splitlines()
         out += [f"nft {table} missing: {ln}" for ln in want if ln not in got]
         out += [f"nft {table} extra: {ln}" for ln in got if ln not in want]
+    for dev, v in sorted(expected.qdiscs.items()):
+        now = root_qdisc(state, dev)
+        if now != v:
+            out.append(f"qdisc {'differs' if now else 'missing'}: {dev} root {v}" + (f" (device: {now})" if now else ""))
     if frr is not None:
         mine = _frr_stanzas(expected.frr)
         allowed = _frr_stanzas(full.frr)

@@ -153,6 +153,7 @@ def _owned(full: dict[str, NodeConfig], reduced: dict[str, NodeConfig]) -> dict[
             rules6=[x for x in cfg.rules6 if x not in r.rules6], rules4=[x for x in cfg.rules4 if x not in r.rules4],
             routes6=[x for x in cfg.routes6 if x not in r.routes6], routes4=[x for x in cfg.routes4 if x not in r.routes4],
             nft={}, frr=[x for x in cfg.frr if x not in r.frr],
+            qdiscs={d: v for d, v in cfg.qdiscs.items() if r.qdiscs.get(d) != v},
         )  # fmt: skip
         if not own.is_empty():
             out[node] = own
