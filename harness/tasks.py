@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from harness.errors import AnibenchError
 from substrate.scenario import Invariant, Scenario, render_scenario, scenario_invariants
 from substrate.scenario.layers.addressing import Ipam
+from substrate.scenario.layers.base import registry
 from substrate.scenario.layers.l3vpn import ce_addr, ce_iface
 from substrate.scenario.model import Site, SpareCircuit
 
@@ -159,10 +160,11 @@ def apply_changes(sc: Scenario, ch: Changes) -> Scenario:
         if sid not in by_id:
             raise AnibenchError(f"tenant {t.id} has no site {sid!r}")
     t.sites = [s for s in t.sites if s.id not in ch.remove]
-    # a removed site can no longer be a firewall rule's source: those rules go with it
-    for pol in new.firewalls:
-        pol.rules = [r for r in pol.rules if r.src_site not in ch.remove]
-    new.firewalls = [p for p in new.firewalls if p.rules]
+    # instances bound to a removed site follow it as their classes say (e.g. a firewall rule
+    # whose source it was goes with it)
+    for sid in ch.remove:
+        for c in registry():
+            c.site_gone(new, sid)
     for mv in ch.move:
         s = next((x for x in t.sites if x.id == mv.site), None)
         if s is None:
@@ -212,13 +214,12 @@ def _ce_setup(ce: str, ce_if: str, prefix6: str, prefix4: str | None) -> list[Se
 
 
 def _entangled(sc: Scenario, site: str) -> bool:
-    """A site whose attachment other services are bound to (a steering policy's destination, a
-    firewall policy protecting it -- its chain is jumped to by CE port --, a floating IP).
-    Moving or removing it would change those services too; variants leave such sites alone so
-    that every class's reference solution touches the tenant's VPN only."""
-    return (any(p.dst_site == site for p in sc.steering)
-            or any(r.dst_site == site for f in sc.firewalls for r in f.rules)
-            or any(f.site == site for f in sc.floating_ips))
+    """A site whose attachment other services are bound to (each service class's ``pins_site``:
+    a steering policy's destination, a firewall policy protecting it -- its chain is jumped to by
+    CE port --, a floating IP, ...). Moving or removing it would change those services too;
+    variants leave such sites alone so that every class's reference solution touches the
+    tenant's VPN only."""
+    return any(c.pins_site(sc, site) for c in registry())
 
 
 def _pick_spare(rng: random.Random, sc: Scenario, avoid: set[str], prefer_pes: set[str]) -> SpareCircuit:

@@ -1419,11 +1419,34 @@ def _apply_qdiscs(lab: Lab, node: str, have: list[str], want: list[str], rep: Re
             lines.append(f"qdisc del dev {dev} root")
         elif where in ("ingress", "clsact"):
             lines.append(f"qdisc del dev {dev} {where}")
+    adds: list[str] = []
     for x in sorted(set(want) - set(have)):
-        if not _default_qdisc(x):
+        if _default_qdisc(x):
+            continue
+        line = _tbf_line(x)
+        if line is None:
             errors.append(f"qdisc {x} is missing and cannot be re-created from its description")
-    rep.actions += [f"tc {x}" for x in lines]
-    return errors + _batch(lab, node, ["tc", "-force", "-batch", "-"], sorted(set(lines)), deleting=True)
+        else:
+            adds.append(line)
+    rep.actions += [f"tc {x}" for x in [*lines, *adds]]
+    errors += _batch(lab, node, ["tc", "-force", "-batch", "-"], sorted(set(lines)), deleting=True)
+    return errors + (_batch(lab, node, ["tc", "-batch", "-"], adds) if adds else [])
+
+
+def _tbf_line(args: str) -> str | None:
+    """The ``tc -batch`` line re-creating a root token-bucket qdisc from its captured form
+    (``dev IF root tbf handle H {"rate": bytes/s, "burst": bytes, "lat": us}``), burst and latency
+    in the KiB and ms a service writes them in (tc rounds what it reports); None for another kind."""
+    w = args.split(" ", 6)
+    if len(w) < 7 or w[2] != "root" or w[3] != "tbf":
+        return None
+    try:
+        o = json.loads(w[6])
+        rate, burst, lat = int(o["rate"]), int(o["burst"]), int(o["lat"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    handle = f"handle {w[5]} " if w[4] == "handle" and w[5] not in ("", "None") else ""
+    return f"qdisc replace dev {w[1]} root {handle}tbf rate {rate}bps burst {max(1, round(burst / 1024))}kb latency {max(1, round(lat / 1000))}ms"
 
 
 def restart_frr(lab: Lab, node: str, config: str) -> list[str]:

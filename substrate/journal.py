@@ -56,7 +56,7 @@ from pydantic import BaseModel, Field
 from substrate.devstate import DeviceState, canonical_frr, capture
 from substrate.errors import SubstrateError
 from substrate.routes import route_key
-from substrate.scenario.apply import ConfigDelta, frr_lines, nft_delete, nft_replace
+from substrate.scenario.apply import ConfigDelta, frr_lines, nft_delete, nft_replace, qdisc_value
 from substrate.topology import Role
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 JOURNAL_DIR = "journal"
 SCHEMA_VERSION = 1
 
-ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "nft", "sysctl", "frr"]
+ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "nft", "sysctl", "frr", "qdisc"]
 Phase = Literal["applying", "validating", "rolling_back", "rolled_back", "committed", "abandoned"]
 FINISHED: frozenset[str] = frozenset({"rolled_back", "committed", "abandoned"})
 #: Value of a present rule, address or FRR line (absent: None).
@@ -89,7 +89,8 @@ class Item(BaseModel):
     arguments) -> ``present``; ``address``: ``ADDR/LEN dev IF`` -> ``present``; ``link``: the
     interface -> ``up|down``; ``nft``: the table (``inet tenant_fw``) -> its ``nft list`` text;
     ``sysctl``: the path under /proc/sys -> the value; ``frr``: ``<stanza head>\\t<line>`` ->
-    ``present``.
+    ``present``; ``qdisc``: the interface -> its root qdisc
+    (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default).
     """
 
     kind: ItemKind
@@ -103,7 +104,7 @@ class Item(BaseModel):
             head, _, line = self.key.partition(_FRR_SEP)
             return f"FRR '{head} / {line}'" if head else f"FRR '{line}'"
         names = {"route4": "ip -4 route", "route6": "ip -6 route", "rule4": "ip -4 rule", "rule6": "ip -6 rule",
-                 "address": "address", "link": "link", "nft": "nft table", "sysctl": "sysctl"}  # fmt: skip
+                 "address": "address", "link": "link", "nft": "nft table", "sysctl": "sysctl", "qdisc": "root qdisc of"}  # fmt: skip
         return f"{names[self.kind]} {self.key}"
 
 
@@ -190,6 +191,23 @@ def read_frr(lab: Lab, node: str, timeout_s: float = 2.0) -> FrrView:
     return FrrView(out)
 
 
+def root_qdisc(state: DeviceState, dev: str) -> str | None:
+    """The root queueing discipline of ``dev`` in a capture, in canonical form
+    (:func:`substrate.scenario.apply.qdisc_value`); None for none or the device's default (noqueue)."""
+    for q in state.qdiscs:
+        w = q.split(" ", 6)
+        if len(w) >= 4 and w[0] == "dev" and w[1] == dev and w[2] == "root":
+            kind = w[3]
+            if kind == "noqueue":
+                return None
+            rate = None
+            if kind == "tbf" and len(w) == 7:
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    rate = int(json.loads(w[6]).get("rate")) * 8  # tc -j gives bytes per second
+            return qdisc_value(kind, rate)
+    return None
+
+
 def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> str | None:
     """The value of one item in a captured state (``frr`` for FRR items).
 
@@ -210,6 +228,8 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
         return nft_tables(state.nft).get(key)
     if kind == "sysctl":
         return state.sysctls.get(key)
+    if kind == "qdisc":
+        return root_qdisc(state, key)
     if frr is None:
         raise ValueError("an FRR item needs the node's FRR configuration")
     head, _, line = key.partition(_FRR_SEP)
@@ -247,6 +267,8 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
         want[("sysctl", path)] = v
     for head, line, present in delta.frr_changes:
         want[("frr", _frr_key(head, line))] = PRESENT if present else None
+    for dev, v in delta.qdiscs.items():
+        want[("qdisc", dev)] = v
     return [Item(kind=k, key=key, before=value_of(before, frr, k, key), after=v) for (k, key), v in want.items()]  # type: ignore[arg-type]
 
 
@@ -274,6 +296,8 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
         elif it.kind == "sysctl":
             if v is not None:
                 d.sysctls[it.key] = v
+        elif it.kind == "qdisc":
+            d.qdiscs[it.key] = v
         else:
             head, _, line = it.key.partition(_FRR_SEP)
             d.frr_changes.append((head, line, v is not None))

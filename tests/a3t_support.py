@@ -4,6 +4,7 @@ hook on the engine's active validation."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,15 +23,28 @@ from tests.conftest import REPO, unique_name
 SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
 
 
-@pytest.fixture(scope="module")
-def bf() -> Iterator[tuple[Lab, Scenario]]:
-    """The small brownfield (3x3 grid, every layer, 91 invariants), deployed for the module."""
-    sc = build(load_manifest(SMALL))
-    lab = deploy_scenario(sc, unique_name("t-a3t"))
+@contextlib.contextmanager
+def deployed(sc: Scenario, prefix: str) -> Iterator[Lab]:
+    """``sc`` deployed as a lab of a unique name (every baseline invariant verified), destroyed after."""
+    lab = deploy_scenario(sc, unique_name(prefix))
     try:
-        yield lab, sc
+        yield lab
     finally:
         lab.destroy()
+
+
+def back_to_baseline(lab: Lab) -> None:
+    """Reset ``lab`` and check that every node is at its baseline again."""
+    rep = reset(lab)
+    assert rep.exact, rep.residual
+
+
+@pytest.fixture(scope="module")
+def bf() -> Iterator[tuple[Lab, Scenario]]:
+    """The small brownfield (3x3 grid, the six original layers, 91 invariants), deployed for the module."""
+    sc = build(load_manifest(SMALL))
+    with deployed(sc, "t-a3t") as lab:
+        yield lab, sc
 
 
 @pytest.fixture
@@ -38,8 +52,7 @@ def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
     """The module's lab, put back at its baseline after each test (and checked to be there)."""
     lab_, _ = bf
     yield lab_
-    rep = reset(lab_)
-    assert rep.exact, rep.residual
+    back_to_baseline(lab_)
 
 
 @pytest.fixture

@@ -112,7 +112,7 @@ def test_schema_violations_name_every_field_path() -> None:
         "ops[0].spec.prefix4: site prefixes are /24 (PE gets host 1, CE host 2); got /16",
         "ops[1].spec: delete takes no spec (leave it out or null)",
         "ops[2].op: unknown op 'move'; one of: create, modify, delete",
-        "ops[3].service_class: unknown service_class 'vpn'; one of: tenant, tenant_site, steering_policy, firewall_rule_set, floating_ip",
+        "ops[3].service_class: unknown service_class 'vpn'; one of: " + ", ".join(cat.SERVICE_CLASSES),
         "ops[4].spec.rules[0].port: Input should be greater than or equal to 1",
         "ops[4].spec.rules[0].action: Input should be 'accept' or 'drop'",
         "ops[4].spec.rules[0].bogus: unexpected field",

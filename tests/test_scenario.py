@@ -31,7 +31,9 @@ def test_same_manifest_and_seed_give_byte_identical_scenarios(tmp_path: Path) ->
 def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     sc = build(load_manifest(MANIFEST))
     assert len(sc.topology.routers) == 25
-    assert sc.layers == ["underlay", "addressing", "l3vpn", "steering", "firewall", "floating_ip"]
+    from substrate.scenario.layers import registry
+
+    assert sc.layers == [c.name for c in registry()]  # every registered class, in registry order
     kinds = Counter(i.kind for i in sc.invariants)
     for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule"):
         assert kinds[kind] > 0, kind
@@ -39,6 +41,8 @@ def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     services = {i.service for i in sc.invariants}
     assert {f"l3vpn/{t.id}" for t in sc.tenants if len(t.sites) > 1} <= services
     assert {f"steering/{p.id}" for p in sc.steering} <= services
+    assert {f"route_leak/{x.id}" for x in sc.route_leaks} <= services and sc.route_leaks
+    assert {f"rate_limit/{x.id}" for x in sc.rate_limits} <= services and sc.rate_limits
     assert len({i.id for i in sc.invariants}) == len(sc.invariants)
 
 
@@ -47,6 +51,8 @@ def test_density_scales_instances_not_topology() -> None:
     d1, d3 = build(m, density=1), build(m, density=3)
     assert len(d1.topology.routers) == len(d3.topology.routers)
     assert len(d3.tenants) == 3 * len(d1.tenants)
+    assert len(d3.route_leaks) > len(d1.route_leaks) > 0
+    assert len(d3.rate_limits) == 3 * len(d1.rate_limits) > 0
     assert len(d3.invariants) > 2 * len(d1.invariants) - 200
 
 
@@ -89,7 +95,7 @@ BASE = "name: m\ntopology: grid:3x3:nohosts\nlayers:\n"
 @pytest.mark.parametrize(
     "text,needle",
     [
-        (BASE + "  - underlay\n  - cloud\n", r"line 5, layers\[1\]: unknown layer 'cloud'; known layers: addressing"),
+        (BASE + "  - underlay\n  - cloud\n", r"line 5, layers\[1\]: unknown layer 'cloud'; registered service classes: underlay, addressing, l3vpn"),
         (BASE + "  - underlay\n  - l3vpn\n", r"line 5, layers\[1\]: layer 'l3vpn' needs 'addressing' before it"),
         (BASE + "  - underlay\n  - underlay\n", r"appears twice"),
         (BASE + "  - underlay\n  - addressing\n  - l3vpn:\n      sitez: 3\n",

@@ -47,13 +47,22 @@ def build(
         err.print(f"verified: all {len(sc.invariants)} baseline invariants pass ({time.monotonic() - t0:.1f} s)", highlight=False)
     output.write_text(sc.to_json())
     kinds = Counter(i.kind for i in sc.invariants)
+    from substrate.scenario.layers import intents
+
+    counts = ", ".join(f"{len(it.instances(sc))} {it.name}" for it in intents() if not it.read_only)
     out.print(
         f"wrote {output}: {len(sc.topology.routers)} routers, {len(sc.topology.hosts)} hosts, "
-        f"{len(sc.tenants)} tenants / {len(sc.all_sites())} sites, {len(sc.steering)} steering, "
-        f"{len(sc.firewalls)} firewall, {len(sc.floating_ips)} floating IPs; {len(sc.invariants)} invariants "
+        f"{counts}; {len(sc.invariants)} invariants "
         f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))})",
         highlight=False,
     )
+
+
+def _cell(v: object) -> str:
+    """A table cell as plain text (never rich markup: values are scenario data)."""
+    from rich.text import Text
+
+    return Text(" ".join(map(str, v)) if isinstance(v, list) else ("" if v is None else str(v)))  # type: ignore[return-value]
 
 
 @app.command("show")
@@ -62,15 +71,22 @@ def show(scenario: Annotated[Path, typer.Argument(help="Scenario file.")]) -> No
     """Summarise a scenario: tenants, sites per PE, services, invariants."""
     from substrate.scenario import Scenario
 
+    from substrate.scenario.layers import intents
+
     sc = Scenario.load(str(scenario))
-    t = Table("tenant", "name", "table", "sites", "PEs", "IPv4 sites")
-    for ten in sc.tenants:
-        t.add_row(ten.id, ten.name, str(ten.table), str(len(ten.sites)),
-                  " ".join(sorted({s.pe for s in ten.sites})), str(sum(1 for s in ten.sites if s.prefix4)))
-    out.print(t)
-    out.print(f"steering: {', '.join(f'{p.id} {p.tenant} {p.ingress_pe}->{p.dst_site} via {p.waypoint}' for p in sc.steering) or 'none'}")
-    out.print(f"floating IPs: {', '.join(f'{f.address}->{f.site}' for f in sc.floating_ips) or 'none'}")
-    out.print(f"spare circuits: {', '.join(f'{s.pe}:{s.pe_if}-{s.ce}' for s in sc.spares) or 'none'}")
+    out.print(f"layers: {', '.join(sc.layers)}", highlight=False)
+    for it in intents():
+        if it.read_only:
+            continue
+        rows = [it.summary(x) for x in it.instances(sc)]
+        if not rows:
+            out.print(f"{it.name}: none", highlight=False)
+            continue
+        t = Table(*rows[0], title=f"{it.name} ({len(rows)})", title_justify="left")
+        for r in rows:
+            t.add_row(*(_cell(v) for v in r.values()))
+        out.print(t)
+    out.print(f"spare circuits: {', '.join(f'{s.pe}:{s.pe_if}-{s.ce}' for s in sc.spares) or 'none'}", highlight=False)
     kinds = Counter(i.kind for i in sc.invariants)
     out.print(f"{len(sc.invariants)} invariants: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))
 

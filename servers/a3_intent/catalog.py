@@ -13,187 +13,30 @@ whose members are discriminated unions on ``op``, so the tool input JSON Schema 
 which spec each (class, op) takes. :func:`parse_ops` validates raw JSON against it and reports
 every problem with its field path (``ops[1].spec.prefix6: ...``).
 
-Classes (draft-salsano-nmrg-nmaa-benchmarking-framework section 6, "service classes"):
-
-- ``tenant``: a tenant's L3VPN over SRv6 (its routing table; layer ``l3vpn``);
-- ``tenant_site``: one site of a tenant, a CE behind a PE port (layer ``l3vpn``); a *move* is a
-  modify with a new ``pe``/``pe_interface``;
-- ``steering_policy``: a tenant flow pinned through a waypoint (layer ``steering``, RFC 9800 uSID);
-- ``firewall_rule_set``: a tenant's firewall rules (layer ``firewall``), one set per tenant;
-- ``floating_ip``: 1:1 NAT of a TEST-NET-2 address to a site (layer ``floating_ip``, RFC 5737);
-- ``attachment_circuit`` (read-only): PE ports cabled to CE hosts, free or in use.
+Classes: every catalog class (:class:`substrate.scenario.layers.base.Intent`) of every registered
+service class (:mod:`substrate.scenario.layers`, draft-salsano-nmrg-nmaa-benchmarking-framework
+section 6), in registry order; the service-class module owns its spec, patch, description and
+examples, and this module assembles them. Nothing here names a class.
 """
 
-import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from substrate.scenario.model import FirewallRule
-from substrate.topology import IFNAME_RE, NODE_NAME_RE
+from substrate.scenario.layers import intents, registry
+from substrate.scenario.layers.specs import AUTO, ID_RE, Spec  # noqa: F401 - re-exported
 
-#: Instance ids: short, lowercase, no '-' or '/' (they appear inside invariant ids such as
-#: ``l3vpn/t3/isolated/t3s1-x-t1s2``).
-ID_RE = r"^[a-z][a-z0-9_]{0,31}$"
-#: Firewall rule set ids may carry the generator's ``fw-<tenant>`` form.
-FW_ID_RE = r"^[a-z][a-z0-9_-]{0,31}$"
 #: Most operations in one change set.
 MAX_OPS = 50
-AUTO = "auto"
 
-ServiceClass = Literal["tenant", "tenant_site", "steering_policy", "firewall_rule_set", "floating_ip"]
-SERVICE_CLASSES: tuple[str, ...] = ("tenant", "tenant_site", "steering_policy", "firewall_rule_set", "floating_ip")
-#: Read-only classes (listed, never changed by a change set).
-READ_ONLY_CLASSES: tuple[str, ...] = ("attachment_circuit",)
+#: Catalog classes a change set may change, and read-only ones (listed, never changed), in registry order.
+SERVICE_CLASSES: tuple[str, ...] = tuple(i.name for i in intents() if not i.read_only)
+READ_ONLY_CLASSES: tuple[str, ...] = tuple(i.name for i in intents() if i.read_only)
+INTENTS = {i.name: i for i in intents()}
 OP_NAMES: tuple[str, ...] = ("create", "modify", "delete")
-
-
-# -- field types -----------------------------------------------------------------------------------
-
-
-def _prefix(version: int, length: int) -> Any:
-    example = "fd10:0:0:7::/64" if version == 6 else "10.0.7.0/24"
-
-    def check(v: str) -> str:
-        if v == AUTO:
-            return v
-        try:
-            net = ipaddress.ip_network(v, strict=False)
-        except ValueError:
-            raise ValueError(f"{v!r} is not an IPv{version} prefix (e.g. {example}) or 'auto'") from None
-        if net.version != version:
-            raise ValueError(f"{v!r} is an IPv{net.version} prefix; an IPv{version} prefix is expected here")
-        if net.prefixlen != length:
-            raise ValueError(f"site prefixes are /{length} (PE gets host 1, CE host 2); got /{net.prefixlen}")
-        try:
-            ipaddress.ip_network(v, strict=True)
-        except ValueError:
-            raise ValueError(f"{v!r} has host bits set; did you mean {net}?") from None
-        return str(net)
-
-    return AfterValidator(check)
-
-
-def _ipv4_address(v: str) -> str:
-    if v == AUTO:
-        return v
-    try:
-        return str(ipaddress.IPv4Address(v))
-    except ValueError:
-        raise ValueError(f"{v!r} is not an IPv4 address (e.g. 198.51.100.20) or 'auto'") from None
-
-
-InstanceId = Annotated[str, Field(pattern=ID_RE, description="Instance id: lowercase letters, digits and '_', starting with a letter.")]
-NodeName = Annotated[str, Field(pattern=NODE_NAME_RE, description="Device name, e.g. 'r2'.")]
-IfName = Annotated[str, Field(pattern=IFNAME_RE, description="Interface name, e.g. 'eth5'.")]
-Prefix6 = Annotated[str, _prefix(6, 64), Field(description="IPv6 /64 from the tenant pool, or 'auto' (allocated lowest-free from the pool).",
-                                               examples=["fd10:0:0:7::/64", "auto"])]
-Prefix4 = Annotated[str, _prefix(4, 24), Field(description="IPv4 /24 from the tenant pool, or 'auto'.", examples=["10.0.7.0/24", "auto"])]
-Address4 = Annotated[str, AfterValidator(_ipv4_address), Field(description="IPv4 address from the floating pool, or 'auto'.",
-                                                                examples=["198.51.100.20", "auto"])]
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-# -- specs and patches -----------------------------------------------------------------------------
-
-
-class TenantSpec(_Spec):
-    """A tenant (customer) L3VPN. Its routing table id is allocated from the table pool; its
-    per-PE End.DT6 SIDs are allocated when its first site on a PE is created."""
-
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,31}$", description="Customer name, unique, e.g. 'vandelay'.")
-
-
-class TenantPatch(_Spec):
-    """Fields of a tenant to change (left out = unchanged)."""
-
-    name: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]{0,31}$", description="New customer name.")
-
-
-class TenantSiteSpec(_Spec):
-    """A tenant site: the CE host cabled to (pe, pe_interface) -- a spare attachment circuit
-    (list_services attachment_circuit) -- gets the site's prefixes (PE ::1/.1, CE ::2/.2)."""
-
-    tenant: InstanceId = Field(description="Tenant id, e.g. 't3'.")
-    pe: NodeName = Field(description="PE router the site attaches to.")
-    pe_interface: IfName = Field(description="PE port of the attachment circuit (cabled to the site's CE host).")
-    prefix6: Prefix6 = AUTO
-    prefix4: Prefix4 | None = Field(default=None, description="IPv4 /24, 'auto' to allocate one, or null for an IPv6-only site.")
-
-
-class TenantSitePatch(_Spec):
-    """Fields of a site to change. A new pe/pe_interface moves the site to that circuit (the CE
-    changes with it); prefix4 null removes the site's IPv4 service. The tenant cannot change."""
-
-    tenant: InstanceId | None = Field(default=None, description="Must equal the site's tenant if given.")
-    pe: NodeName | None = None
-    pe_interface: IfName | None = None
-    prefix6: Prefix6 | None = None
-    prefix4: Prefix4 | None = None
-
-
-class SteeringPolicySpec(_Spec):
-    """Traffic of ``tenant`` entering at ``ingress_pe`` toward ``dst_site`` goes through
-    ``waypoint`` (a uSID End SID with the NEXT-C-SID flavor is allocated on the waypoint, RFC 9800)."""
-
-    tenant: InstanceId
-    ingress_pe: NodeName = Field(description="PE where the tenant has a site; its traffic to dst_site is steered.")
-    dst_site: InstanceId = Field(description="Destination site (of the same tenant, on another PE).")
-    waypoint: NodeName = Field(description="Router the traffic must cross (not the ingress or egress PE).")
-
-
-class SteeringPolicyPatch(_Spec):
-    """Fields of a steering policy to change."""
-
-    tenant: InstanceId | None = Field(default=None, description="Must equal the policy's tenant if given.")
-    ingress_pe: NodeName | None = None
-    dst_site: InstanceId | None = None
-    waypoint: NodeName | None = None
-
-
-class FirewallRuleSetSpec(_Spec):
-    """A tenant's firewall: rules in the tenant's chain of the shared ``inet tenant_fw`` table
-    on each PE hosting a destination site. A rule protects one TCP port of one site: ``drop``
-    from every source (``src_site`` null), optionally preceded by ``accept`` rules for chosen
-    source sites. Other ports stay open."""
-
-    tenant: InstanceId
-    rules: list[FirewallRule] = Field(min_length=1, max_length=64)
-
-
-class FirewallRuleSetPatch(_Spec):
-    """A new rule list for the set (replaces the old list)."""
-
-    tenant: InstanceId | None = Field(default=None, description="Must equal the set's tenant if given.")
-    rules: list[FirewallRule] | None = Field(default=None, min_length=1, max_length=64)
-
-
-class FloatingIpSpec(_Spec):
-    """A public address (TEST-NET-2, RFC 5737) NATed 1:1 to the CE of an IPv4 site on the border PE."""
-
-    site: InstanceId = Field(description="Site whose CE receives the traffic (it must have IPv4).")
-    address: Address4 = AUTO
-
-
-class FloatingIpPatch(_Spec):
-    """Fields of a floating IP to change."""
-
-    site: InstanceId | None = None
-    address: Address4 | None = None
-
-
-SPEC_MODELS: dict[str, type[_Spec]] = {
-    "tenant": TenantSpec, "tenant_site": TenantSiteSpec, "steering_policy": SteeringPolicySpec,
-    "firewall_rule_set": FirewallRuleSetSpec, "floating_ip": FloatingIpSpec,
-}  # fmt: skip
-PATCH_MODELS: dict[str, type[_Spec]] = {
-    "tenant": TenantPatch, "tenant_site": TenantSitePatch, "steering_policy": SteeringPolicyPatch,
-    "firewall_rule_set": FirewallRuleSetPatch, "floating_ip": FloatingIpPatch,
-}  # fmt: skip
+SPEC_MODELS: dict[str, type[Spec]] = {i.name: i.Spec for i in intents() if i.Spec is not None}
+PATCH_MODELS: dict[str, type[Spec]] = {i.name: i.Patch for i in intents() if i.Patch is not None}
 
 
 # -- operations ------------------------------------------------------------------------------------
@@ -205,7 +48,7 @@ class _Op(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _ops_for(cls_name: str, spec: type[_Spec], patch: type[_Spec], id_type: Any, create_id_doc: str) -> Any:
+def _ops_for(cls_name: str, spec: type[Spec], patch: type[Spec], id_type: Any, create_id_doc: str) -> Any:
     """The discriminated union (on ``op``) of one class's create, modify and delete operations."""
     title = "".join(w.capitalize() for w in cls_name.split("_"))
     tag = (Literal[cls_name], Field(description="Service class (see list_service_classes)."))  # type: ignore[valid-type]
@@ -229,18 +72,15 @@ def _ops_for(cls_name: str, spec: type[_Spec], patch: type[_Spec], id_type: Any,
     return Annotated[create | modify | delete, Field(discriminator="op")]
 
 
-TenantOp = _ops_for("tenant", TenantSpec, TenantPatch, InstanceId, "New tenant id (e.g. 't7'); left out = next free 't<N>'.")
-TenantSiteOp = _ops_for("tenant_site", TenantSiteSpec, TenantSitePatch, InstanceId,
-                        "New site id (e.g. 't3s4'); left out = next free '<tenant>s<N>'.")
-SteeringPolicyOp = _ops_for("steering_policy", SteeringPolicySpec, SteeringPolicyPatch, InstanceId,
-                            "New policy id (e.g. 'sp4'); left out = next free 'sp<N>'.")
-FirewallRuleSetOp = _ops_for("firewall_rule_set", FirewallRuleSetSpec, FirewallRuleSetPatch,
-                             Annotated[str, Field(pattern=FW_ID_RE)], "Rule set id; left out = 'fw-<tenant>'.")
-FloatingIpOp = _ops_for("floating_ip", FloatingIpSpec, FloatingIpPatch, InstanceId,
-                        "New floating IP id (e.g. 'fip3'); left out = next free 'fip<N>'.")
+def _union(members: list[Any]) -> Any:
+    out = members[0]
+    for m in members[1:]:
+        out = out | m
+    return out
+
 
 Op = Annotated[
-    TenantOp | TenantSiteOp | SteeringPolicyOp | FirewallRuleSetOp | FloatingIpOp,
+    _union([_ops_for(i.name, i.Spec, i.Patch, i.id_type, i.id_doc) for i in intents() if not i.read_only]),
     Field(discriminator="service_class"),
 ]
 _OPS = TypeAdapter(list[Op])
@@ -380,8 +220,9 @@ def _bare(schema: Any) -> Any:
     return schema
 
 
-def ops_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The JSON Schema of the ``ops`` argument, compact and as precise as the validator (``parse_ops``).
+def ops_json_schema(layers: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON Schema of the ``ops`` argument, compact and as precise as the validator (``parse_ops``);
+    with ``layers`` (a scenario's), only the operations of the classes those service classes offer.
 
     One schema per operation shape, each naming its class and op as constants and referring to
     the class's spec or patch schema, which is written once in ``$defs`` (with the instance id
@@ -396,7 +237,7 @@ def ops_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     named = {"id": InstanceId, "device": NodeName, "interface": IfName, "prefix6": Prefix6, "prefix4": Prefix4,
              "address4": Address4}  # fmt: skip
     types = {name: _bare(TypeAdapter(t).json_schema()) for name, t in named.items()}
-    defs: dict[str, Any] = {**types, "fw_id": {"type": "string", "pattern": FW_ID_RE, "description": "Rule set id, e.g. 'fw-t3'."}}
+    defs: dict[str, Any] = dict(types)
 
     def shared(node: Any) -> Any:
         """``node`` with every use of a named type replaced by a ``$ref`` to it (a field's own
@@ -411,22 +252,24 @@ def ops_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
                 return {"$ref": f"#/$defs/{name}", **({"description": own} if own and own != t.get("description") else {})}
         return {k: shared(v) for k, v in node.items()}
 
-    for name, ref in (("new_id", "id"), ("new_fw_id", "fw_id")):
-        defs[name] = {"anyOf": [{"$ref": f"#/$defs/{ref}"}, {"type": "null"}],
-                      "description": "The new instance's id (e.g. 't7', 't3s4', 'sp4', 'fip3'; a rule set is 'fw-<tenant>'); "
-                                     "left out or null: allocated."}  # fmt: skip
     shapes = []
-    for cls_name in SERVICE_CLASSES:
+    writable = {i.name: i for i in intents() if not i.read_only}
+    for cls_name in [n for n in (classes_of(layers) if layers is not None else SERVICE_CLASSES) if n in writable]:
+        intent = writable[cls_name]
+        ident = shared(_bare(TypeAdapter(intent.id_type).json_schema()))
+        if "$ref" not in ident:  # an id form of the class's own: written once
+            defs[f"{cls_name}_id"] = {**ident, **({"description": intent.id_doc} if intent.id_doc else {})}
+            ident = {"$ref": f"#/$defs/{cls_name}_id"}
+        new_id = {"anyOf": [ident, {"type": "null"}], "description": "The new instance's id; left out or null: allocated."}
         for kind, model in (("spec", SPEC_MODELS[cls_name]), ("patch", PATCH_MODELS[cls_name])):
             schema = _bare(model.model_json_schema(ref_template="#/$defs/{model}"))
             defs.update(shared(schema.pop("$defs", {})))
             defs[f"{cls_name}_{kind}"] = shared(schema)
-        ident = {"$ref": "#/$defs/fw_id" if cls_name == "firewall_rule_set" else "#/$defs/id"}
         for op in OP_NAMES:
             props: dict[str, Any] = {"op": {"const": op}, "service_class": {"const": cls_name}}
             required = ["op", "service_class"]
             if op == "create":
-                props["id"] = {"$ref": "#/$defs/new_fw_id" if cls_name == "firewall_rule_set" else "#/$defs/new_id"}
+                props["id"] = new_id
                 props["spec"] = {"$ref": f"#/$defs/{cls_name}_spec"}
                 required.append("spec")
             else:
@@ -440,6 +283,13 @@ def ops_json_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     return ops, defs
 
 
+def classes_of(layers: list[str]) -> list[str]:
+    """The catalog classes (writable, then read-only, in registry order) offered by the service
+    classes ``layers`` (a scenario's)."""
+    owner = {i.name: c.name for c in registry() for i in c.intents}
+    return [n for n in (*SERVICE_CLASSES, *READ_ONLY_CLASSES) if owner[n] in layers]
+
+
 def spec_schema(cls_name: str, patch: bool = False) -> dict[str, Any]:
     """Self-contained JSON Schema of a class's create spec (or modify patch)."""
     model = (PATCH_MODELS if patch else SPEC_MODELS)[cls_name]
@@ -448,75 +298,8 @@ def spec_schema(cls_name: str, patch: bool = False) -> dict[str, Any]:
 
 # -- class descriptions (list_service_classes) -------------------------------------------------------
 
-CLASS_INFO: dict[str, dict[str, Any]] = {
-    "tenant": {
-        "description": "A tenant's L3VPN over SRv6: one routing table (same id on every PE of the tenant, selected by "
-                       "policy rules on its CE ports) and one End.DT6 SID per PE with sites. Delete needs the tenant "
-                       "to have no sites, policies, rule set or floating IPs left.",
-        "id_format": "t<N>, e.g. 't4'",
-        "allocated": ["table (from pools.tables)", "End.DT6 SID function per PE (from pools.functions)"],
-        "layer": "l3vpn",
-    },
-    "tenant_site": {
-        "description": "A tenant site: the CE host on an attachment circuit (PE port) with an IPv6 /64 and optionally an "
-                       "IPv4 /24; PE ::1/.1, CE ::2/.2. Remote PEs reach it with H.Encaps.Red to the site PE's uDT6 "
-                       "(IPv6) or the site's own End.DX4 SID (IPv4). Move = modify with a new pe/pe_interface. "
-                       "Prefixes must not overlap another site of the same tenant, and a prefix can be attached only "
-                       "once per PE (any tenant).",
-        "id_format": "<tenant>s<N>, e.g. 't3s4'",
-        "allocated": ["prefix6/prefix4 when 'auto' (lowest free in pools.prefix6 / pools.prefix4)",
-                      "End.DX4 SID function on the PE for IPv4 sites", "the tenant's End.DT6 SID on a new PE"],
-        "layer": "l3vpn",
-    },
-    "steering_policy": {
-        "description": "Pins a tenant's traffic from one PE to one remote site through a waypoint router: the segment "
-                       "list is one uSID container <waypoint><policy End SID><egress PE><egress uDT6/uDX4> (RFC 9800).",
-        "id_format": "sp<N>, e.g. 'sp3'",
-        "allocated": ["End (NEXT-C-SID) SID function on the waypoint"],
-        "layer": "steering",
-    },
-    "firewall_rule_set": {
-        "description": "A tenant's firewall rules (nftables chain <tenant> in the shared 'inet tenant_fw' table of each PE "
-                       "hosting a destination site). A drop rule closes a TCP port of a site to every source (src_site "
-                       "null); accept rules before it let chosen source sites through. One set per tenant. Port 8443 is "
-                       "the open-port control of the set's checks and cannot be filtered.",
-        "id_format": "fw-<tenant>, e.g. 'fw-t3'",
-        "allocated": [],
-        "layer": "firewall",
-    },
-    "floating_ip": {
-        "description": "A public IPv4 address (198.51.100.0/24, RFC 5737) NATed 1:1 on the border PE to the CE of an "
-                       "IPv4 site, with a firewall mark that selects the tenant's table; replies return through the "
-                       "border PE's End.DX4 SID toward the external host.",
-        "id_format": "fip<N>, e.g. 'fip2'",
-        "allocated": ["address when 'auto' (pools.floating4)", "firewall mark (pools.marks)"],
-        "layer": "floating_ip",
-    },
-    "attachment_circuit": {
-        "description": "Read-only: each PE port cabled to a CE host, with the site using it or 'free'. New sites and "
-                       "moved sites go on free circuits. A circuit whose devices carry addresses or rules that no "
-                       "service explains is shown as 'in use outside A3-T'.",
-        "id_format": "<pe>:<pe_interface>, e.g. 'r2:eth5'",
-        "allocated": [],
-        "layer": "l3vpn",
-    },
-}
-
-EXAMPLES: dict[str, list[dict[str, Any]]] = {
-    "tenant": [{"op": "create", "service_class": "tenant", "id": "t4", "spec": {"name": "vandelay"}}],
-    "tenant_site": [
-        {"op": "create", "service_class": "tenant_site", "id": "t3s4",
-         "spec": {"tenant": "t3", "pe": "r2", "pe_interface": "eth5", "prefix6": "auto", "prefix4": "auto"}},
-        {"op": "modify", "service_class": "tenant_site", "id": "t3s2", "spec": {"pe": "r6", "pe_interface": "eth4"}},
-        {"op": "delete", "service_class": "tenant_site", "id": "t3s1"},
-    ],
-    "steering_policy": [{"op": "create", "service_class": "steering_policy", "id": "sp2",
-                         "spec": {"tenant": "t3", "ingress_pe": "r1", "dst_site": "t3s1", "waypoint": "r5"}}],
-    "firewall_rule_set": [{"op": "modify", "service_class": "firewall_rule_set", "id": "fw-t3", "spec": {"rules": [
-        {"src_site": "t3s2", "dst_site": "t3s1", "port": 22, "action": "accept"},
-        {"src_site": None, "dst_site": "t3s1", "port": 22, "action": "drop"}]}}],
-    "floating_ip": [{"op": "create", "service_class": "floating_ip", "id": "fip2", "spec": {"site": "t3s2", "address": "auto"}}],
-}  # fmt: skip
+CLASS_INFO: dict[str, dict[str, Any]] = {i.name: i.info for i in intents()}
+EXAMPLES: dict[str, list[dict[str, Any]]] = {i.name: i.examples for i in intents() if i.examples}
 
 
 def natural_key(s: str) -> list[Any]:

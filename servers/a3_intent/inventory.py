@@ -23,6 +23,7 @@ Pure functions here (``scan``, ``circuits``, ``expected_state``) are unit-tested
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import json
 import re
@@ -32,14 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
 
 from substrate import addressing as a
 from substrate.devstate import DeviceState
 from substrate.journal import write_durable
 from substrate.scenario.generator import render_scenario, scenario_invariants
-from substrate.scenario.model import FirewallPolicy, FloatingIP, NodeConfig, Scenario, SpareCircuit, SteeringPolicy, Tenant
-from substrate.topology import Role
+from substrate.scenario.layers.base import registry
+from substrate.scenario.layers.l3vpn import Circuit, circuits, spare_circuits  # noqa: F401 - re-exported
+from substrate.scenario.model import NodeConfig, Scenario
 
 if TYPE_CHECKING:
     from substrate.lab import Lab
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 STATE_DIR = "a3t"
 STATE_FILE = "state.json"
 CHANGES_DIR = "changes"
-STATE_SCHEMA_VERSION = 1
+STATE_SCHEMA_VERSION = 2
 
 
 class AppliedChange(BaseModel):
@@ -66,11 +68,8 @@ class A3State(BaseModel):
     epoch: str = Field(description="Baseline epoch of the lab these records belong to.")
     version: int = Field(default=0, description="Committed change sets since the baseline.")
     next_change: int = Field(default=1, description="Number of the next change id (c<N>).")
-    tenants: list[Tenant] | None = None
-    steering: list[SteeringPolicy] | None = None
-    firewalls: list[FirewallPolicy] | None = None
-    floating_ips: list[FloatingIP] | None = None
-    spares: list[SpareCircuit] | None = None
+    records: dict[str, Any] | None = Field(default=None, description="Scenario field -> its records (every service "
+                                           "class's records and derived fields), as JSON; None before the first change set.")
     applied: list[AppliedChange] = Field(default_factory=list)
 
     def deleted_by(self, instance_id: str) -> str | None:
@@ -81,7 +80,15 @@ class A3State(BaseModel):
         return None
 
 
-RECORD_FIELDS = ("tenants", "steering", "firewalls", "floating_ips", "spares")
+@functools.cache
+def _adapter(fld: str) -> TypeAdapter[Any]:
+    return TypeAdapter(Scenario.model_fields[fld].annotation)
+
+
+def record_fields(sc: Scenario) -> tuple[str, ...]:
+    """The Scenario fields A3-T keeps: the ``records`` and ``derived`` fields of every service
+    class the scenario has."""
+    return tuple(f for c in registry() if c.name in sc.layers for f in (*c.records, *c.derived))
 
 
 class Records:
@@ -131,9 +138,10 @@ class Records:
         """The current inventory (scenario records + committed changes), rendered, with its invariants."""
         st = state or self.state()
         base = self.base_scenario()
-        update = {f: getattr(st, f) for f in RECORD_FIELDS if getattr(st, f) is not None}
-        sc = base.model_copy(update=update, deep=True)
+        sc = base.model_copy(deep=True)
+        update = {f: v for f, v in (st.records or {}).items() if f in record_fields(base)}
         if update:
+            sc = sc.model_copy(update={f: _adapter(f).validate_python(v) for f, v in update.items()})
             sc.node_config = render_scenario(sc)
             sc.invariants = scenario_invariants(sc)
         return sc, st
@@ -198,8 +206,7 @@ class Records:
 
     def commit(self, state: A3State, sc: Scenario, applied: AppliedChange) -> None:
         """Persist the new records (atomically) after a successful change set."""
-        for f in RECORD_FIELDS:
-            setattr(state, f, getattr(sc, f))
+        state.records = sc.model_dump(mode="json", include=set(record_fields(sc)))
         state.version = applied.version
         state.applied.append(applied)
         self._write(self.dir / STATE_FILE, state.model_dump_json())
@@ -211,43 +218,6 @@ class Records:
         """The id of the most recent change record of this epoch, if any."""
         ids = self.change_ids()
         return ids[-1] if ids else None
-
-
-# -- attachment circuits ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Circuit:
-    """A PE port cabled to a CE host (where sites attach)."""
-
-    pe: str
-    pe_if: str
-    ce: str
-    ce_if: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.pe}:{self.pe_if}"
-
-
-def circuits(sc: Scenario) -> dict[tuple[str, str], Circuit]:
-    """Every attachment circuit of the topology: links from a PE to a scenario-managed host other
-    than the external peer, keyed by (pe, pe_if), in topology order."""
-    topo = sc.topology
-    ext = sc.external.host if sc.external else None
-    out: dict[tuple[str, str], Circuit] = {}
-    for lk in topo.links:
-        for pe_ep, h_ep in ((lk.a, lk.b), (lk.b, lk.a)):
-            pe, h = topo.node(pe_ep.node), topo.node(h_ep.node)
-            if pe.role is Role.PE and h.role is Role.HOST and h.managed and h.name != ext:
-                out[(pe.name, pe_ep.interface)] = Circuit(pe.name, pe_ep.interface, h.name, h_ep.interface)
-    return out
-
-
-def spare_circuits(sc: Scenario) -> list[SpareCircuit]:
-    """Circuits no site of ``sc`` uses, in topology order."""
-    used = {(s.pe, s.pe_if) for s in sc.all_sites()}
-    return [SpareCircuit(pe=c.pe, pe_if=c.pe_if, ce=c.ce, ce_if=c.ce_if) for k, c in circuits(sc).items() if k not in used]
 
 
 # -- resources found on devices ----------------------------------------------------------------------

@@ -35,15 +35,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSche
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, natural_key, parse_ops
-from servers.a3_intent.inventory import circuits, expected_found, scanned_nodes
+from servers.a3_intent.inventory import expected_found, scanned_nodes
 from servers.a3_intent.planner import drift, underlay_frr
 from servers.a3_intent.transaction import ChangeResult, Engine, EngineOptions, PlanResult, TransactionError
 from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
 from substrate.scenario.generator import render_scenario
-from substrate.scenario.layers.l3vpn import ce_addr, sid_of
-from substrate.scenario.layers.steering import policy_segs
+from substrate.scenario.layers.base import intents, registry
 from substrate.scenario.model import NodeConfig, Scenario
 
 log = logging.getLogger("anibench.servers.a3t")
@@ -52,7 +51,7 @@ LEVEL = "A3-T"
 INSTRUCTIONS = (
     "Level A3-T of anibench: typed, transactional service intent over an emulated multi-tenant SRv6 provider network. "
     "You do not configure devices: you state service changes and the server turns them into device changes. "
-    "list_service_classes shows the service classes (tenant, tenant_site, steering_policy, firewall_rule_set, floating_ip) "
+    f"list_service_classes shows the service classes ({', '.join(cat.SERVICE_CLASSES)}) "
     "with the JSON Schema of their specs; list_services and get_service read the inventory (attachment_circuit lists "
     "PE ports cabled to customer CEs, free or in use). plan_change_set is a dry run; apply_change_set applies a list of "
     "operations ({op: create|modify|delete, service_class, id, spec}) as one transaction across devices: it validates, "
@@ -62,7 +61,7 @@ INSTRUCTIONS = (
     "nothing the second time. apply_change_set takes seconds (it validates with real traffic); get_change('latest') "
     "tells what became of a call whose answer you did not get."
 )
-CLASS_NAMES = Literal["tenant", "tenant_site", "steering_policy", "firewall_rule_set", "floating_ip", "attachment_circuit"]
+CLASS_NAMES = Literal[(*cat.SERVICE_CLASSES, *cat.READ_ONLY_CLASSES)]  # type: ignore[valid-type]
 
 
 class A3Options(BaseModel):
@@ -125,57 +124,22 @@ def _rejected(e: ChangeSetRejected) -> ToolError:
 
 
 def _spec_of(cls: str, x: Any) -> dict[str, Any]:
-    if cls == "tenant":
-        return {"name": x.name}
-    if cls == "tenant_site":
-        return {"tenant": x.tenant, "pe": x.pe, "pe_interface": x.pe_if, "prefix6": x.prefix6, "prefix4": x.prefix4}
-    if cls == "steering_policy":
-        return {"tenant": x.tenant, "ingress_pe": x.ingress_pe, "dst_site": x.dst_site, "waypoint": x.waypoint}
-    if cls == "firewall_rule_set":
-        return {"tenant": x.tenant, "rules": [r.model_dump(mode="json") for r in x.rules]}
-    return {"site": x.site, "address": x.address}
+    return cat.INTENTS[cls].spec_of(x)
 
 
 def _instances(sc: Scenario) -> dict[str, tuple[str, Any]]:
-    out: dict[str, tuple[str, Any]] = {t.id: ("tenant", t) for t in sc.tenants}
-    out.update({s.id: ("tenant_site", s) for s in sc.all_sites()})
-    out.update({p.id: ("steering_policy", p) for p in sc.steering})
-    out.update({f.id: ("firewall_rule_set", f) for f in sc.firewalls})
-    out.update({f.id: ("floating_ip", f) for f in sc.floating_ips})
-    return out
+    return {x.id: (it.name, x) for it in intents() if not it.read_only for x in it.instances(sc)}
 
 
 def _summary(cls: str, x: Any) -> dict[str, Any]:
-    if cls == "tenant":
-        return {"id": x.id, "name": x.name, "table": x.table, "sites": len(x.sites), "pes": sorted(x.dt6_functions, key=natural_key)}
-    if cls == "tenant_site":
-        return {"id": x.id, "tenant": x.tenant, "pe": x.pe, "pe_interface": x.pe_if, "ce": x.ce, "prefix6": x.prefix6,
-                "prefix4": x.prefix4}  # fmt: skip
-    if cls == "firewall_rule_set":
-        return {"id": x.id, "tenant": x.tenant, "rules": len(x.rules)}
-    return {"id": x.id, **_spec_of(cls, x)} | ({"tenant": x.tenant} if cls == "floating_ip" else {})
+    return cat.INTENTS[cls].summary(x)
 
 
 def _without(sc: Scenario, cls: str, iid: str) -> Scenario:
     """``sc`` without an instance and the instances that depend on it (for the state it owns)."""
     s = sc.model_copy(deep=True)
-    if cls == "tenant":
-        s.tenants = [t for t in s.tenants if t.id != iid]
-        s.steering = [p for p in s.steering if p.tenant != iid]
-        s.firewalls = [f for f in s.firewalls if f.tenant != iid]
-        s.floating_ips = [f for f in s.floating_ips if f.tenant != iid]
-    elif cls == "tenant_site":
-        for t in s.tenants:
-            t.sites = [x for x in t.sites if x.id != iid]
-        s.steering = [p for p in s.steering if p.dst_site != iid]
-        s.firewalls = [f for f in s.firewalls if not any(iid in (r.src_site, r.dst_site) for r in f.rules)]
-        s.floating_ips = [f for f in s.floating_ips if f.site != iid]
-    elif cls == "steering_policy":
-        s.steering = [p for p in s.steering if p.id != iid]
-    elif cls == "firewall_rule_set":
-        s.firewalls = [f for f in s.firewalls if f.id != iid]
-    else:
-        s.floating_ips = [f for f in s.floating_ips if f.id != iid]
+    for c in registry():
+        c.drop_dependents(s, cls, iid)
     return s
 
 
@@ -188,6 +152,7 @@ def _owned(full: dict[str, NodeConfig], reduced: dict[str, NodeConfig]) -> dict[
             rules6=[x for x in cfg.rules6 if x not in r.rules6], rules4=[x for x in cfg.rules4 if x not in r.rules4],
             routes6=[x for x in cfg.routes6 if x not in r.routes6], routes4=[x for x in cfg.routes4 if x not in r.routes4],
             nft={}, frr=[x for x in cfg.frr if x not in r.frr],
+            qdiscs={d: v for d, v in cfg.qdiscs.items() if r.qdiscs.get(d) != v},
         )  # fmt: skip
         if not own.is_empty():
             out[node] = own
@@ -234,7 +199,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
 
     # typed as Any so that parse_ops reports every problem with its path (``ops[1].spec.pe``);
     # the advertised input schema is the catalog's precise one, its definitions at the root
-    ops_schema, ops_defs = cat.ops_json_schema()
+    ops_schema, ops_defs = cat.ops_json_schema(engine.records.base_scenario().layers)
     OpsArg = Annotated[
         Any,
         WithJsonSchema({"type": "array"}),  # set_argument_schema below
@@ -250,7 +215,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         attachment_circuit is read-only (the PE ports where sites attach)."""  # draft section 5.1 (A3-T)
         sc = engine.records.base_scenario()
         classes = []
-        for name in (*cat.SERVICE_CLASSES, *cat.READ_ONLY_CLASSES):
+        for name in cat.classes_of(sc.layers):
             info = cat.CLASS_INFO[name]
             writable = name in cat.SERVICE_CLASSES
             classes.append(ClassInfo(
@@ -281,21 +246,12 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         For attachment_circuit the devices are read too: a circuit carrying state that no service explains
         shows as 'in use outside A3-T'."""
         sc, version = inventory()
-        if service_class == "attachment_circuit":
-            used = {(s.pe, s.pe_if): s for s in sc.all_sites()}
+        intent = cat.INTENTS[service_class]
+        if intent.read_only:  # read from the devices too: state no record explains shows
             _states, found, _errors = engine.scan(sc, scanned_nodes(sc))
-            extra = found.minus(expected_found(sc))
-            items = []
-            for c in circuits(sc).values():
-                s = used.get((c.pe, c.pe_if))
-                ev = sorted(extra.port_addrs.get((c.pe, c.pe_if), set()) | extra.port_rules.get((c.pe, c.pe_if), set()))
-                status = f"site {s.id}" if s else (f"in use outside A3-T ({'; '.join(ev[:3])})" if ev else "free")
-                items.append({"id": c.id, "pe": c.pe, "pe_interface": c.pe_if, "ce": c.ce, "ce_interface": c.ce_if,
-                              "status": "free" if status == "free" else ("site" if s else "in use outside A3-T"),
-                              "site": s.id if s else None, "tenant": s.tenant if s else None,
-                              "detail": status})  # fmt: skip
+            items = intent.items(sc, found.minus(expected_found(sc)))
         else:
-            items = [_summary(cls, x) for iid, (cls, x) in _instances(sc).items() if cls == service_class]
+            items = [intent.summary(x) for x in intent.instances(sc)]
             items.sort(key=lambda d: natural_key(d["id"]))
         if filter:
             fields = set(items[0]) if items else set()
@@ -318,52 +274,19 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             ids = sorted(inst, key=natural_key)
             raise ToolError(f"no service instance {id[:64]!r}; instances: {', '.join(ids[:40])}{' ...' if len(ids) > 40 else ''}")
         cls, x = inst[id]
-        allocated: dict[str, Any] = {}
-        refs: list[str] = []
-        if cls == "tenant":
-            allocated = {"table": x.table, "dt6_sids": {pe: sid_of(sc, pe, fn) for pe, fn in x.dt6_functions.items()},
-                         "sites": [s.id for s in x.sites]}  # fmt: skip
-            refs = [p.id for p in sc.steering if p.tenant == id] + [f.id for f in sc.firewalls if f.tenant == id]
-            refs += [f.id for f in sc.floating_ips if f.tenant == id]
-        elif cls == "tenant_site":
-            t = sc.tenant(x.tenant)
-            allocated = {"ce": x.ce, "ce_interface": x.ce_if, "table": t.table, "pe_address6": f"{ce_addr(x.prefix6, 1)}",
-                         "ce_address6": ce_addr(x.prefix6, 2), "dt6_sid": sid_of(sc, x.pe, t.dt6_functions[x.pe])}  # fmt: skip
-            if x.prefix4:
-                allocated.update(pe_address4=ce_addr(x.prefix4, 1), ce_address4=ce_addr(x.prefix4, 2))
-            if x.dx4_function is not None:
-                allocated["dx4_sid"] = sid_of(sc, x.pe, x.dx4_function)
-            refs = [f"{p.id} (steering dst_site)" for p in sc.steering if p.dst_site == id]
-            refs += [f"{f.id} (firewall rule)" for f in sc.firewalls if any(id in (r.src_site, r.dst_site) for r in f.rules)]
-            refs += [f"{f.id} (floating IP)" for f in sc.floating_ips if f.site == id]
-        elif cls == "steering_policy":
-            t = sc.tenant(x.tenant)
-            dst = sc.site(x.dst_site)
-            allocated = {"waypoint_sid": sid_of(sc, x.waypoint, x.waypoint_function),
-                         "segment_list6": policy_segs(sc, x, t.dt6_functions[dst.pe])}
-            if dst.prefix4 and dst.dx4_function is not None:
-                allocated["segment_list4"] = policy_segs(sc, x, dst.dx4_function)
-        elif cls == "floating_ip":
-            allocated = {"mark": hex(x.mark), "border_pe": sc.external.border_pe if sc.external else None,
-                         "nat_to": ce_addr(sc.site(x.site).prefix4 or "0.0.0.0/24", 2)}  # fmt: skip
+        intent = cat.INTENTS[cls]
+        allocated = intent.allocated(sc, x)
+        refs = [r for c in registry() for r in c.references(sc, cls, id)]
         owned = _owned(sc.node_config, render_scenario(_without(sc, cls, id)))
-        devices = sorted(owned, key=natural_key)
-        if cls == "firewall_rule_set":
-            devices = sorted({sc.site(r.dst_site).pe for r in x.rules}, key=natural_key)
-        svc = {"tenant": f"l3vpn/{id}", "steering_policy": f"steering/{id}", "firewall_rule_set": f"firewall/{getattr(x, 'tenant', '')}",
-               "floating_ip": f"floating_ip/{id}"}.get(cls)  # fmt: skip
-        if cls == "tenant_site":
-            invs = [i.id for i in sc.invariants if i.service == f"l3vpn/{x.tenant}" and (f"/{id}->" in i.id or f"->{id}/" in i.id
-                                                                                           or f"/{id}-x-" in i.id)]  # fmt: skip
-        else:
-            invs = [i.id for i in sc.invariants if i.service == svc]
+        devices = intent.devices(sc, x, sorted(owned, key=natural_key))
+        invs = intent.invariant_ids(sc, x)
         states, _found, errors = engine.scan(sc, devices)
         views = engine.frr_views(devices)
         differences: dict[str, list[str]] = {}
         for n in devices:
             if n in states:
                 full = sc.node_config.get(n, NodeConfig())
-                mine = owned.get(n, NodeConfig()) if cls != "firewall_rule_set" else NodeConfig(nft=full.nft)
+                mine = owned.get(n, NodeConfig()) if not intent.owned_nft else NodeConfig(nft=full.nft)
                 lines = drift(n, mine, states[n], full=full, frr=views.get(n), underlay=underlay_frr(sc, n))
                 if lines:
                     differences[n] = lines[:20] + ([f"... {len(lines) - 20} more"] if len(lines) > 20 else [])

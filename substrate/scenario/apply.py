@@ -36,6 +36,25 @@ def nft_delete(table: str) -> str:
     return f"add table {table}\ndelete table {table}\n"
 
 
+#: Burst and latency of the token-bucket shapers services render (their rate is the service's):
+#: a burst of 32 KiB is above rate/HZ up to 1 Gbit/s at HZ=250 (tc-tbf(8)). The root gets handle
+#: 1: (a kernel-chosen handle would differ after each re-creation, and so would the device state).
+TBF_OPTIONS = "burst 32kb latency 50ms"
+
+
+def qdisc_value(kind: str, rate_bit: int | None = None) -> str:
+    """The canonical value of a root queueing discipline: ``tbf rate <bit/s>bit`` for a token
+    bucket (what a rate limit is), the bare kind for anything else."""
+    return f"tbf rate {rate_bit}bit" if kind == "tbf" and rate_bit is not None else kind
+
+
+def qdisc_command(dev: str, value: str | None) -> str:
+    """The tc command giving ``dev`` the root qdisc ``value`` (None: the device's default)."""
+    if value is None:
+        return f"tc qdisc del dev {dev} root 2>/dev/null || true"
+    return f"tc qdisc replace dev {dev} root handle 1: {value}" + (f" {TBF_OPTIONS}" if value.startswith("tbf ") else "")
+
+
 def config_script(cfg: NodeConfig) -> str:
     """One bash script that applies ``cfg`` to a node (order: sysctls, links and addresses,
     nftables, IPv6 rules and routes, IPv4 rules and routes, FRR). Stops at the first error."""
@@ -54,6 +73,7 @@ def config_script(cfg: NodeConfig) -> str:
     if cfg.frr:
         conf = ["configure terminal"] + [ln for block in cfg.frr for ln in block.splitlines()] + ["end"]
         parts.append(_heredoc("vtysh", conf, "ANIBENCH_FRR"))
+    parts += [qdisc_command(dev, v) for dev, v in sorted(cfg.qdiscs.items())]
     return "\n".join(parts) + "\n"
 
 
@@ -81,9 +101,10 @@ class ConfigDelta:
     frr: list[str] = field(default_factory=list)  # vtysh configuration lines (see frr_delta)
     #: the same FRR change as data: (stanza head or "" for a top-level line, line, present after)
     frr_changes: list[tuple[str, str, bool]] = field(default_factory=list)
+    qdiscs: dict[str, str | None] = field(default_factory=dict)  # device -> root qdisc value, None = default
 
     def empty(self) -> bool:
-        return not (self.removals or self.additions or self.nft or self.sysctls or self.frr)
+        return not (self.removals or self.additions or self.nft or self.sysctls or self.frr or self.qdiscs)
 
     def describe(self) -> list[str]:
         """Human-readable lines (``- ...`` removed, ``+ ...`` added), for plans and reports."""
@@ -91,6 +112,7 @@ class ConfigDelta:
         out += [f"~ nft table {t}: {'delete' if v is None else 'replace'}" for t, v in sorted(self.nft.items())]
         out += [f"~ sysctl {k}={v}" for k, v in sorted(self.sysctls.items())]
         out += [f"~ frr: {x}" for x in self.frr]
+        out += [f"~ qdisc {d}: {v or 'default'}" for d, v in sorted(self.qdiscs.items())]
         return out
 
     def script(self) -> str:
@@ -117,6 +139,7 @@ class ConfigDelta:
             lines = [x[3:] for x in self.additions if x.startswith(f"-{fam} ")]
             if lines:
                 parts.append(_heredoc(f"ip -{fam} -batch -", lines, f"ANIBENCH_A{fam}"))
+        parts += [qdisc_command(dev, v) for dev, v in sorted(self.qdiscs.items())]
         return "\n".join(parts) + "\n"
 
 
@@ -140,6 +163,7 @@ def config_delta(node: str, before: NodeConfig | None, after: NodeConfig | None)
         if b.nft.get(table) != a.nft.get(table):
             d.nft[table] = a.nft.get(table)
     d.sysctls = {k: v for k, v in a.sysctls.items() if b.sysctls.get(k) != v}
+    d.qdiscs = {dev: a.qdiscs.get(dev) for dev in sorted(set(b.qdiscs) | set(a.qdiscs)) if b.qdiscs.get(dev) != a.qdiscs.get(dev)}
     d.frr = frr_delta(b.frr, a.frr)
     d.frr_changes = frr_changes(b.frr, a.frr)
     return d

@@ -63,12 +63,16 @@ class Manifest(BaseModel):
 
     def line_of(self, field: str) -> int | None:
         """The line of a field named like a generation error names it: ``layers.<layer>.<param>``,
-        ``pools.<pool>`` (the addressing layer's parameter), ``density``, ``topology``."""
+        a field a class reports errors under (``ServiceClass.error_fields``: ``pools.<pool>``, the
+        addressing class's parameter), ``density``, ``topology``."""
         parts = field.split(".")
         names = [spec.name for spec in self.layers]
         path: tuple[Any, ...] = tuple(parts)
-        if parts[0] == "pools" and "addressing" in names:
-            parts = ["layers", "addressing", *parts[1:]]
+        from substrate.scenario.layers import registry
+
+        owner = next((c.name for c in registry() if parts[0] in c.error_fields and c.name in names), None)
+        if owner is not None:  # a field a class reports errors under, e.g. pools.<pool> (addressing)
+            parts = ["layers", owner, *parts[1:]]
         if parts[0] == "layers" and len(parts) > 1 and parts[1] in names:
             i = names.index(parts[1])
             path = ("layers", i, parts[1], *parts[2:])

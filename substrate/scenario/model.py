@@ -24,14 +24,17 @@ the kernel facts it rests on):
   hosts a destination site of a rule, filtering traffic forwarded to the CE port;
 - a floating IP is a 1:1 NAT on the border PE from a TEST-NET-2 address to a site's IPv4
   address, with a firewall mark selecting the tenant table; replies return through an End.DX4
-  SID of the border PE toward the external host.
+  SID of the border PE toward the external host;
+- shared services (DNS/NTP-like hosts) sit in a routing table of their own on one PE, reached
+  through an End.DT6 SID of that PE; a route leak gives one tenant a route to them in its table
+  and them a route back to the tenant's sites (``substrate.scenario.layers.shared_services``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from substrate.topology import Topology
 
@@ -125,6 +128,33 @@ class External(_M):
     dx4_function: int = Field(description="Border PE's End.DX4 SID function toward the external host.")
 
 
+class SharedServices(_M):
+    """The shared-services segment (DNS/NTP-like hosts) on one PE, with a routing table of its own."""
+
+    pe: str = Field(description="PE the shared-services host hangs off.")
+    pe_if: str
+    host: str
+    host_if: str = "eth1"
+    prefix6: str = Field(description="The shared-services /64 (PE ::1, host ::2), outside the tenant pools.")
+    table: int = Field(description="Routing table of the shared services on their PE (from the table pool).")
+    dt6_function: int = Field(description="Local function of the End.DT6 SID into that table, on the PE.")
+
+
+class RouteLeak(_M):
+    """Tenant ``tenant`` reaches the shared services (and they reach its sites); nobody else does."""
+
+    id: str
+    tenant: str
+
+
+class RateLimit(_M):
+    """A shaper on a tenant circuit: traffic the PE sends to the site's CE is held to ``rate_mbit``."""
+
+    id: str
+    site: str
+    rate_mbit: int = Field(ge=1, le=1000, description="Rate in Mbit/s (10^6 bit/s).")
+
+
 class SpareCircuit(_M):
     """An unconfigured attachment circuit: a CE host cabled to a PE port, for onboarding tasks."""
 
@@ -173,9 +203,19 @@ class NodeConfig(_M):
     nft: dict[str, str] = Field(default_factory=dict)
     sysctls: dict[str, str] = Field(default_factory=dict)
     frr: list[str] = Field(default_factory=list)
+    qdiscs: dict[str, str] = Field(default_factory=dict, description="Interface -> its root queueing discipline, in "
+                                   "canonical form (substrate.scenario.apply.qdisc_value, e.g. 'tbf rate 10000000bit').")
 
     def is_empty(self) -> bool:
         return not any(getattr(self, f) for f in type(self).model_fields)
+
+    @model_serializer(mode="wrap")
+    def _omit_empty_qdiscs(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # left out while empty, so that renderings without shapers keep the bytes they had before
+        data = handler(self)
+        if not data.get("qdiscs"):
+            data.pop("qdiscs", None)
+        return data
 
 
 class Scenario(_M):
@@ -194,6 +234,9 @@ class Scenario(_M):
     firewalls: list[FirewallPolicy] = Field(default_factory=list)
     floating_ips: list[FloatingIP] = Field(default_factory=list)
     external: External | None = None
+    shared_services: SharedServices | None = Field(default=None, json_schema_extra={"omit_default": True})
+    route_leaks: list[RouteLeak] = Field(default_factory=list, json_schema_extra={"omit_default": True})
+    rate_limits: list[RateLimit] = Field(default_factory=list, json_schema_extra={"omit_default": True})
     spares: list[SpareCircuit] = Field(default_factory=list)
     node_config: dict[str, NodeConfig] = Field(default_factory=dict)
     invariants: list[Invariant] = Field(default_factory=list)
@@ -222,7 +265,14 @@ class Scenario(_M):
         """Canonical JSON (sorted keys, 1-space indent, trailing newline): byte-stable."""
         import json
 
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1) + "\n"
+        data = self.model_dump(mode="json")
+        # fields of later service classes are left out while they hold their default, so that a
+        # scenario without those classes stays byte-identical to the one written before them
+        for name, f in type(self).model_fields.items():
+            extra = f.json_schema_extra if isinstance(f.json_schema_extra, dict) else {}
+            if extra.get("omit_default") and getattr(self, name) == f.get_default(call_default_factory=True):
+                data.pop(name, None)
+        return json.dumps(data, sort_keys=True, indent=1) + "\n"
 
     @classmethod
     def load(cls, path: str) -> Scenario:

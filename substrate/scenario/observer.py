@@ -21,6 +21,8 @@ Check kinds (``Invariant.kind``):
   node for any of ``prefixes`` (IPv6 or IPv4), and no policy rule matching input interface
   ``rules_iif`` leads to that table (what a decommissioned site must leave behind: nothing).
 
+Service classes add kinds of their own (``ServiceClass.checks``, :func:`class_checks`).
+
 Read-only commands whose output several checks share (routing table, IS-IS neighbours, an nft
 table) run once per node and observation pass.
 """
@@ -326,10 +328,17 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
 }
 
 
+def class_checks() -> dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Evidence]]]]:
+    """Check kinds the registered service classes add (``ServiceClass.checks``), by kind."""
+    from substrate.scenario.layers.base import registry
+
+    return {k: fn for c in registry() for k, fn in c.checks.items()}
+
+
 def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
     """Check one invariant; any failure to check is a failed verdict with the reason."""
     t0 = time.monotonic()
-    fn = CHECKS.get(inv.kind)
+    fn = CHECKS.get(inv.kind) or class_checks().get(inv.kind)
     if fn is None:
         return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=False, detail=f"unknown check kind {inv.kind!r}")
     try:

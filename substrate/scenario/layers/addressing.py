@@ -19,8 +19,8 @@ import random
 from pydantic import ValidationInfo, field_validator
 
 from substrate import addressing as a
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, register
-from substrate.scenario.model import Invariant, Pools, Scenario
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, register, registry
+from substrate.scenario.model import Invariant, NodeConfig, Pools, Scenario
 
 SERVICE = "addressing"
 
@@ -77,23 +77,8 @@ class Ipam:
     def from_scenario(cls, sc: Scenario) -> Ipam:
         """Allocation state implied by ``sc``'s inventory."""
         ipam = cls(sc.pools)
-        for t in sc.tenants:
-            ipam.tables.add(t.table)
-            for pe, fn in t.dt6_functions.items():
-                ipam.functions.setdefault(pe, set()).add(fn)
-            for s in t.sites:
-                ipam.used6.add(s.prefix6)
-                if s.prefix4:
-                    ipam.used4.add(s.prefix4)
-                if s.dx4_function is not None:
-                    ipam.functions.setdefault(s.pe, set()).add(s.dx4_function)
-        for p in sc.steering:
-            ipam.functions.setdefault(p.waypoint, set()).add(p.waypoint_function)
-        for f in sc.floating_ips:
-            ipam.marks.add(f.mark)
-            ipam.floating.add(f.address)
-        if sc.external:
-            ipam.functions.setdefault(sc.external.border_pe, set()).add(sc.external.dx4_function)
+        for c in registry():
+            c.claim(sc, ipam)
         return ipam
 
     def prefix6(self) -> str:
@@ -174,18 +159,9 @@ def sid_invariants(sc: Scenario) -> list[Invariant]:
             description=f"{sid} on {node} is still {action} ({what})",
         ))
 
-    for t in sc.tenants:
-        for pe, fn in sorted(t.dt6_functions.items()):
-            add(pe, fn, "End.DT6", f"tenant {t.id}", table=str(t.table))
-        for s in t.sites:
-            if s.dx4_function is not None and s.prefix4:
-                add(s.pe, s.dx4_function, "End.DX4", f"site {s.id}", nh4=str(ipaddress.IPv4Network(s.prefix4).network_address + 2))
-    for p in sc.steering:
-        add(p.waypoint, p.waypoint_function, "End", f"steering {p.id}", flavors=["next-csid"])
-    if sc.external:
-        e = sc.external
-        add(e.border_pe, e.dx4_function, "End.DX4", "external segment",
-            nh4=str(ipaddress.IPv4Network(e.prefix4).network_address + 2))
+    for c in registry():
+        for node, fn, action, what, extra in c.sids(sc):
+            add(node, fn, action, what, **extra)
     return out
 
 
@@ -194,6 +170,9 @@ class Addressing(Layer):
     name = "addressing"
     requires = ("underlay",)
     Params = AddressingParams
+    records = ()
+    intents = ()
+    error_fields = ("pools",)
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, AddressingParams)
@@ -206,6 +185,9 @@ class Addressing(Layer):
         except ValueError as e:
             raise GenerationError("layers.addressing", str(e)) from None
         return sc.model_copy(update={"pools": pools})
+
+    def render(self, sc: Scenario, out: dict[str, NodeConfig]) -> None:
+        pass  # pools have no device state of their own: the classes that allocate render it
 
     def invariants(self, sc: Scenario) -> list[Invariant]:
         return sid_invariants(sc)

@@ -14,12 +14,13 @@ connection or a reset), and one unlisted port stays open (the policy does not ov
 from __future__ import annotations
 
 import random
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
-from substrate.scenario.layers.base import Layer, LayerParams, node_cfg, register
-from substrate.scenario.layers.l3vpn import ce_addr
+from substrate.scenario.layers.base import Intent, Layer, LayerParams, node_cfg, register
+from substrate.scenario.layers.l3vpn import ce_addr, dump, site_changed, tenant_nodes
+from substrate.scenario.layers.specs import InstanceId, Spec
 from substrate.scenario.model import FirewallPolicy, FirewallRule, Invariant, NodeConfig, Scenario, Site
 
 TABLE = "inet tenant_fw"
@@ -85,11 +86,161 @@ def verdict_invariant(sc: Scenario, pol: FirewallPolicy, src: Site, dst: Site, p
     )
 
 
+# -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
+
+#: Firewall rule set ids may carry the generator's ``fw-<tenant>`` form.
+FW_ID_RE = r"^[a-z][a-z0-9_-]{0,31}$"
+
+
+class FirewallRuleSetSpec(Spec):
+    """A tenant's firewall: rules in the tenant's chain of the shared ``inet tenant_fw`` table
+    on each PE hosting a destination site. A rule protects one TCP port of one site: ``drop``
+    from every source (``src_site`` null), optionally preceded by ``accept`` rules for chosen
+    source sites. Other ports stay open."""
+
+    tenant: InstanceId
+    rules: list[FirewallRule] = Field(min_length=1, max_length=64)
+
+
+class FirewallRuleSetPatch(Spec):
+    """A new rule list for the set (replaces the old list)."""
+
+    tenant: InstanceId | None = Field(default=None, description="Must equal the set's tenant if given.")
+    rules: list[FirewallRule] | None = Field(default=None, min_length=1, max_length=64)
+
+
+def _rule_text(r: Any) -> str:
+    return f"{r.action} TCP {r.port} from {r.src_site or 'any'} to {r.dst_site}"
+
+
+class FirewallRuleSetIntent(Intent):
+    """Catalog class ``firewall_rule_set``."""
+
+    name = "firewall_rule_set"
+    Spec = FirewallRuleSetSpec
+    Patch = FirewallRuleSetPatch
+    id_type = Annotated[str, Field(pattern=FW_ID_RE)]
+    id_doc = "Rule set id; left out = 'fw-<tenant>'."
+    owned_nft = True
+    info = {
+        "description": "A tenant's firewall rules (nftables chain <tenant> in the shared 'inet tenant_fw' table of each PE "
+                       "hosting a destination site). A drop rule closes a TCP port of a site to every source (src_site "
+                       "null); accept rules before it let chosen source sites through. One set per tenant. Port 8443 is "
+                       "the open-port control of the set's checks and cannot be filtered.",
+        "id_format": "fw-<tenant>, e.g. 'fw-t3'",
+        "allocated": [],
+        "layer": "firewall",
+    }  # fmt: skip
+    examples = [{"op": "modify", "service_class": "firewall_rule_set", "id": "fw-t3", "spec": {"rules": [
+        {"src_site": "t3s2", "dst_site": "t3s1", "port": 22, "action": "accept"},
+        {"src_site": None, "dst_site": "t3s1", "port": 22, "action": "drop"}]}}]  # fmt: skip
+
+    def instances(self, sc: Scenario) -> list[Any]:
+        return list(sc.firewalls)
+
+    def spec_of(self, x: Any) -> dict[str, Any]:
+        return {"tenant": x.tenant, "rules": [r.model_dump(mode="json") for r in x.rules]}
+
+    def summary(self, x: Any) -> dict[str, Any]:
+        return {"id": x.id, "tenant": x.tenant, "rules": len(x.rules)}
+
+    def service(self, x: Any) -> str:
+        return f"firewall/{x.tenant}"
+
+    def devices(self, sc: Scenario, x: Any, owned: list[str]) -> list[str]:
+        from substrate.scenario.layers.l3vpn import natural_key
+
+        return sorted({sc.site(r.dst_site).pe for r in x.rules}, key=natural_key)
+
+    def apply(self, ctx: Any, i: int, op: Any) -> None:
+        sets = {f.id: f for f in ctx.work.firewalls}
+        if op.op == "create":
+            sp = op.spec
+            same = [f for f in ctx.work.firewalls if f.tenant == sp.tenant and f.rules == sp.rules and (op.id is None or f.id == op.id)]
+            if same:
+                ctx.result(i, op, same[0].id, "no change", notes=[f"rule set {same[0].id} exists with these rules"])
+                return
+            iid = op.id or f"fw-{sp.tenant}"
+            if ctx.in_use(i, iid):
+                return
+            ctx.work.firewalls.append(FirewallPolicy(id=iid, tenant=sp.tenant, rules=list(sp.rules)))
+            ctx.result(i, op, iid, "created")
+            return
+        if op.id not in sets:
+            ctx.missing(i, op, "firewall_rule_set")
+            return
+        cur = sets[op.id]
+        if op.op == "delete":
+            ctx.work.firewalls.remove(cur)
+            ctx.result(i, op, cur.id, "deleted")
+            return
+        given = op.spec.model_fields_set
+        if "tenant" in given and op.spec.tenant not in (None, cur.tenant):
+            ctx.bad(f"ops[{i}].spec.tenant", f"a rule set cannot change tenant ({cur.id} belongs to {cur.tenant})")
+            return
+        if "rules" not in given or op.spec.rules is None or op.spec.rules == cur.rules:
+            ctx.result(i, op, cur.id, "no change")
+            return
+        ctx.work.firewalls[ctx.work.firewalls.index(cur)] = cur.model_copy(update={"rules": list(op.spec.rules)})
+        ctx.result(i, op, cur.id, "modified")
+
+
+def _integrity(ctx: Any) -> None:  # noqa: C901 - one check per rule, in one place
+    """Firewall rules: one rule set per tenant, whose rules name sites of the tenant; a drop
+    applies to every source, an accept names its source and needs the drop it makes an exception
+    to; port 8443 is the layer's open-port control; the tenant keeps at least two sites (the
+    layer's checks send traffic between them)."""
+    sites, tenants = ctx.sites(), ctx.tenants()
+    per_tenant: dict[str, str] = {}
+    for f in ctx.work.firewalls:
+        t = tenants.get(f.tenant)
+        if t is None:
+            ctx.final([(f.id, "spec.tenant")], f"{f.id}: no tenant {f.tenant!r}")
+            continue
+        if f.tenant in per_tenant:
+            ctx.final([(f.id, "spec.tenant")], f"tenant {f.tenant} already has rule set {per_tenant[f.tenant]} (one per tenant)")
+        per_tenant[f.tenant] = f.id
+        tsites = {s.id for s in t.sites}
+        if len(t.sites) < 2:
+            ctx.final([(f.id, "spec.rules"), *[(s.id, "spec.pe") for s in ctx.old.all_sites() if s.tenant == f.tenant]],
+                      f"{f.id} needs tenant {f.tenant} to keep at least 2 sites (a rule filters traffic between its sites); "
+                      f"delete or change {f.id} in the same change set")  # fmt: skip
+        seen: set[tuple[Any, ...]] = set()
+        drops = {(r.dst_site, r.port) for r in f.rules if r.action == "drop"}
+        for k, r in enumerate(f.rules):
+            rp = f"spec.rules[{k}]"
+            rt = _rule_text(r)
+            for fld in ("dst_site", "src_site"):
+                v = getattr(r, fld)
+                if v is not None and v not in tsites:
+                    what = "does not exist" if v not in sites else f"belongs to {sites[v].tenant}"
+                    ctx.final([(f.id, f"{rp}.{fld}"), (v, "id")], f"{f.id} rule '{rt}': site {v} {what}; rules name sites of "
+                                                                   f"{f.tenant}; delete or change {f.id} in the same change set")  # fmt: skip
+            if r.src_site is not None and r.src_site == r.dst_site:
+                ctx.final([(f.id, f"{rp}.src_site")], f"{f.id} rule '{rt}': source and destination are the same site")
+            if r.action == "drop" and r.src_site is not None:
+                ctx.final([(f.id, f"{rp}.src_site")], f"{f.id} rule '{rt}': a drop rule applies to every source (src_site null); "
+                                                      "to let one source through, add an accept rule for it")  # fmt: skip
+            if r.action == "accept" and r.src_site is None:
+                ctx.final([(f.id, f"{rp}.src_site")], f"{f.id} rule '{rt}': an accept rule names its source site")
+            if r.action == "accept" and (r.dst_site, r.port) not in drops:
+                ctx.final([(f.id, f"{rp}")], f"{f.id} rule '{rt}': an accept without a drop "
+                                             f"rule for {r.dst_site}:{r.port} filters nothing (other ports stay open)")  # fmt: skip
+            if r.port == OPEN_PORT:
+                ctx.final([(f.id, f"{rp}.port")], f"port {OPEN_PORT} is the rule set's open-port control and cannot be filtered")
+            key2 = (r.src_site, r.dst_site, r.port, r.action)
+            if key2 in seen:
+                ctx.final([(f.id, f"{rp}")], f"{f.id} rule '{rt}' is given twice")
+            seen.add(key2)
+
+
 @register
 class Firewall(Layer):
     name = "firewall"
     requires = ("l3vpn",)
     Params = FirewallParams
+    records = ("firewalls",)
+    intents = (FirewallRuleSetIntent(),)
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, FirewallParams)
@@ -135,3 +286,52 @@ class Firewall(Layer):
             src = rng.choice([s for s in t.sites if s.id != dst.id])
             out.append(verdict_invariant(sc, pol, src, dst, OPEN_PORT, "allow", "unlisted port stays open"))
         return out
+
+    def integrity(self, ctx: Any) -> None:
+        _integrity(ctx)
+
+    def service_nodes(self, sc: Scenario, out: dict[str, set[str]]) -> None:
+        for t in sc.tenants:
+            out[f"firewall/{t.id}"] = tenant_nodes(t)
+
+    def changed(self, old: Scenario, new: Scenario) -> set[str]:
+        out: set[str] = set()
+        ofw, nfw = {f.tenant: f for f in old.firewalls}, {f.tenant: f for f in new.firewalls}
+        for t in set(ofw) | set(nfw):
+            f = nfw.get(t) or ofw[t]
+            if dump(ofw.get(t)) != dump(nfw.get(t)) or any(site_changed(old, new, r.dst_site) or site_changed(old, new, r.src_site)
+                                                           for r in f.rules):  # fmt: skip
+                out.add(f"firewall/{t}")
+        return out
+
+    def references(self, sc: Scenario, cls: str, iid: str) -> list[str]:
+        if cls == "tenant":
+            return [f.id for f in sc.firewalls if f.tenant == iid]
+        if cls == "tenant_site":
+            return [f"{f.id} (firewall rule)" for f in sc.firewalls if any(iid in (r.src_site, r.dst_site) for r in f.rules)]
+        return []
+
+    def drop_dependents(self, sc: Scenario, cls: str, iid: str) -> None:
+        if cls == "tenant":
+            sc.firewalls = [f for f in sc.firewalls if f.tenant != iid]
+        elif cls == "tenant_site":
+            sc.firewalls = [f for f in sc.firewalls if not any(iid in (r.src_site, r.dst_site) for r in f.rules)]
+        elif cls == "firewall_rule_set":
+            sc.firewalls = [f for f in sc.firewalls if f.id != iid]
+
+    def site_gone(self, sc: Scenario, site: str) -> list[tuple[str, list[str]]]:
+        """Accept rules whose source is the removed site go with it; a set left without rules goes too."""
+        out = []
+        for pol in list(sc.firewalls):
+            gone = [r for r in pol.rules if r.src_site == site]
+            if gone:
+                pol.rules = [r for r in pol.rules if r.src_site != site]
+                notes = [f"{pol.id}: {len(gone)} accept rule(s) from {site} removed with it"]
+                if not pol.rules:
+                    sc.firewalls.remove(pol)
+                    notes.append(f"{pol.id} had no rule left and was removed")
+                out.append((pol.id, notes))
+        return out
+
+    def pins_site(self, sc: Scenario, site: str) -> bool:
+        return any(r.dst_site == site for f in sc.firewalls for r in f.rules)

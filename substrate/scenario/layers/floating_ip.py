@@ -15,13 +15,16 @@ pings, and the border PE's NAT still maps it to the right CE.
 
 from __future__ import annotations
 
+import ipaddress
 import random
+from typing import Any
 
 from pydantic import Field
 
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, density_fits, node_cfg, register
-from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, interface_block, segs, sid_of
+from substrate.scenario.layers.base import GenerationError, Intent, Layer, LayerParams, density_fits, node_cfg, register
+from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, dump, interface_block, segs, sid_of, site_changed
+from substrate.scenario.layers.specs import AUTO, Address4, InstanceId, Spec
 from substrate.scenario.model import (
     RULE_PRIO_FWMARK,
     UNREACHABLE_METRIC,
@@ -91,11 +94,155 @@ def render_floating(sc: Scenario, out: dict[str, NodeConfig]) -> None:
         ]) + "\n"
 
 
+# -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
+
+
+class FloatingIpSpec(Spec):
+    """A public address (TEST-NET-2, RFC 5737) NATed 1:1 to the CE of an IPv4 site on the border PE."""
+
+    site: InstanceId = Field(description="Site whose CE receives the traffic (it must have IPv4).")
+    address: Address4 = AUTO
+
+
+class FloatingIpPatch(Spec):
+    """Fields of a floating IP to change."""
+
+    site: InstanceId | None = None
+    address: Address4 | None = None
+
+
+class FloatingIpIntent(Intent):
+    """Catalog class ``floating_ip``."""
+
+    name = "floating_ip"
+    Spec = FloatingIpSpec
+    Patch = FloatingIpPatch
+    id_type = InstanceId
+    id_doc = "New floating IP id (e.g. 'fip3'); left out = next free 'fip<N>'."
+    info = {
+        "description": "A public IPv4 address (198.51.100.0/24, RFC 5737) NATed 1:1 on the border PE to the CE of an "
+                       "IPv4 site, with a firewall mark that selects the tenant's table; replies return through the "
+                       "border PE's End.DX4 SID toward the external host.",
+        "id_format": "fip<N>, e.g. 'fip2'",
+        "allocated": ["address when 'auto' (pools.floating4)", "firewall mark (pools.marks)"],
+        "layer": "floating_ip",
+    }  # fmt: skip
+    examples = [{"op": "create", "service_class": "floating_ip", "id": "fip2", "spec": {"site": "t3s2", "address": "auto"}}]
+
+    def instances(self, sc: Scenario) -> list[Any]:
+        return list(sc.floating_ips)
+
+    def spec_of(self, x: Any) -> dict[str, Any]:
+        return {"site": x.site, "address": x.address}
+
+    def summary(self, x: Any) -> dict[str, Any]:
+        return {"id": x.id, **self.spec_of(x), "tenant": x.tenant}
+
+    def allocated(self, sc: Scenario, x: Any) -> dict[str, Any]:
+        return {"mark": hex(x.mark), "border_pe": sc.external.border_pe if sc.external else None,
+                "nat_to": ce_addr(sc.site(x.site).prefix4 or "0.0.0.0/24", 2)}  # fmt: skip
+
+    def service(self, x: Any) -> str:
+        return f"floating_ip/{x.id}"
+
+    def apply(self, ctx: Any, i: int, op: Any) -> None:  # noqa: C901 - one operation's rules in one place
+        fips = {f.id: f for f in ctx.work.floating_ips}
+        if ctx.work.external is None:
+            ctx.bad(f"ops[{i}].service_class", "this network has no external segment (no floating_ip layer): floating IPs cannot be used")
+            return
+        if op.op == "create":
+            sp = op.spec
+            same = [f for f in ctx.work.floating_ips if f.site == sp.site and sp.address in (AUTO, f.address)
+                    and (op.id is None or f.id == op.id)]  # fmt: skip
+            if same:
+                ctx.result(i, op, same[0].id, "no change", notes=[f"{same[0].id} already maps {same[0].address} to {sp.site}"])
+                return
+            iid = op.id or ctx.new_id("fip", set(ctx.ids()))
+            if ctx.in_use(i, iid):
+                return
+            site = ctx.sites().get(sp.site)
+            if site is None:
+                ctx.bad(f"ops[{i}].spec.site", f"no site {sp.site!r}")
+                return
+            prev = ctx.gone.get(iid)
+            if isinstance(prev, FloatingIP) and prev.site == sp.site and sp.address in (AUTO, prev.address):
+                ctx.work.floating_ips.append(prev.model_copy())
+                ctx.result(i, op, iid, "created", notes=[f"takes back {prev.address} and mark {prev.mark:#x}"])
+                return
+            ctx.work.floating_ips.append(FloatingIP(id=iid, tenant=site.tenant, site=sp.site, address=sp.address, mark=0))
+            ctx.pending("floating_ip.fips").append((i, iid, sp.address == AUTO, True))
+            ctx.result(i, op, iid, "created")
+            return
+        if op.id not in fips:
+            ctx.missing(i, op, "floating_ip")
+            return
+        cur = fips[op.id]
+        if op.op == "delete":
+            ctx.work.floating_ips.remove(cur)
+            ctx.gone[cur.id] = cur
+            ctx.result(i, op, cur.id, "deleted", notes=[f"{cur.address} and mark {cur.mark:#x} freed"])
+            return
+        given = op.spec.model_fields_set
+        new = cur.model_copy()
+        if "site" in given and op.spec.site is not None:
+            site = ctx.sites().get(op.spec.site)
+            if site is None:
+                ctx.bad(f"ops[{i}].spec.site", f"no site {op.spec.site!r}")
+                return
+            new.site, new.tenant = site.id, site.tenant
+        auto = False
+        if "address" in given and op.spec.address is not None and op.spec.address != cur.address:
+            auto = op.spec.address == AUTO
+            new.address = op.spec.address
+        if new == cur:
+            ctx.result(i, op, cur.id, "no change")
+            return
+        ctx.work.floating_ips[ctx.work.floating_ips.index(cur)] = new
+        if auto:
+            ctx.pending("floating_ip.fips").append((i, new.id, True, False))
+        ctx.result(i, op, cur.id, "modified")
+
+
+def _integrity(ctx: Any) -> None:
+    """Floating IPs (RFC 5737 TEST-NET-2): the site has IPv4; the address is in
+    ``Pools.floating4`` and unique; the border PE holds no other site with the same IPv4 prefix
+    (the NATed traffic could not tell them apart)."""
+    sites = ctx.sites()
+    ext = ctx.work.external
+    addrs: dict[str, str] = {}
+    pool = ipaddress.ip_network(ctx.old.pools.floating4)
+    for f in ctx.work.floating_ips:
+        s = sites.get(f.site)
+        if s is None:
+            ctx.final([(f.id, "spec.site"), (f.site, "id")], f"floating_ip {f.id} maps {f.address} to site {f.site}, which would not "
+                                                             f"exist; delete or change {f.id} in the same change set")  # fmt: skip
+            continue
+        if not s.prefix4:
+            ctx.final([(f.id, "spec.site"), (s.id, "spec.prefix4")], f"floating_ip {f.id}: site {s.id} has no IPv4 prefix to NAT to")
+        if f.address != AUTO:
+            ip = ipaddress.ip_address(f.address)
+            if ip not in pool or ip in (pool.network_address, pool.broadcast_address):
+                ctx.final([(f.id, "spec.address")], f"{f.address} is outside the floating pool {pool} (pools.floating4)")
+            if f.address in addrs:
+                ctx.final([(f.id, "spec.address")], f"{f.address} is already {addrs[f.address]}'s")
+            elif f.address in ctx.unexplained.floating:
+                ctx.final([(f.id, "spec.address")], f"{f.address} is NATed on the border PE by state no service record explains")
+            addrs[f.address] = f.id
+        if ext is not None and s.prefix4:
+            clash = [o for o in ctx.work.all_sites() if o.pe == ext.border_pe and o.prefix4 == s.prefix4 and o.id != s.id]
+            if clash:
+                ctx.final([(f.id, "spec.site"), (s.id, "spec.prefix4"), *[(o.id, "spec.pe") for o in clash]],
+                          f"floating_ip {f.id}: the border PE {ext.border_pe} has site {clash[0].id} with the same IPv4 prefix "
+                          f"{s.prefix4} as {s.id}; the NATed traffic could not tell them apart")  # fmt: skip
+
+
 @register
 class FloatingIp(Layer):
     name = "floating_ip"
     requires = ("l3vpn",)
     Params = FloatingIpParams
+    records = ("floating_ips",)
+    intents = (FloatingIpIntent(),)
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, FloatingIpParams)
@@ -147,3 +294,76 @@ class FloatingIp(Layer):
                 description=f"{e.border_pe} translates {f.address} to {ce} (site {s.id})",
             ))
         return out
+
+    def claim(self, sc: Scenario, ipam: Any) -> None:
+        for f in sc.floating_ips:
+            ipam.marks.add(f.mark)
+            ipam.floating.add(f.address)
+        if sc.external:
+            ipam.functions.setdefault(sc.external.border_pe, set()).add(sc.external.dx4_function)
+
+    def hosts(self, sc: Scenario) -> set[str]:
+        return {sc.external.host} if sc.external else set()
+
+    def sids(self, sc: Scenario) -> list[tuple[str, int, str, str, dict[str, Any]]]:
+        e = sc.external
+        if e is None:
+            return []
+        return [(e.border_pe, e.dx4_function, "End.DX4", "external segment", {"nh4": str(ipaddress.IPv4Network(e.prefix4).network_address + 2)})]
+
+    def allocate(self, ctx: Any, ipam: Any) -> None:
+        """Floating addresses and marks, in operation order."""
+        fips = {f.id: f for f in ctx.work.floating_ips}
+        res = {r.id: r for r in ctx.results}
+        for i, fid, auto, mark in ctx.pending("floating_ip.fips"):
+            f = fips.get(fid)
+            if f is None:
+                continue
+            try:
+                if auto:
+                    f.address = ipam.floating4()
+                    res[fid].allocated["address"] = f.address
+                if mark:
+                    f.mark = ipam.mark()
+                    res[fid].allocated["mark"] = f"{f.mark:#x}"
+            except GenerationError as e:
+                ctx.exhausted(i, "spec.address" if auto else "spec", e)
+
+    def integrity(self, ctx: Any) -> None:
+        _integrity(ctx)
+
+    def service_nodes(self, sc: Scenario, out: dict[str, set[str]]) -> None:
+        sites = {s.id: s for s in sc.all_sites()}
+        for f in sc.floating_ips:
+            s = sites.get(f.site)
+            out[f"floating_ip/{f.id}"] = ({s.pe, s.ce} if s else set()) | ({sc.external.border_pe, sc.external.host} if sc.external else set())
+
+    def address_owners(self, sc: Scenario, out: dict[str, set[str]]) -> None:
+        sites = {s.id: s for s in sc.all_sites()}
+        for f in sc.floating_ips:
+            s = sites.get(f.site)
+            if s and sc.external:
+                out.setdefault(f.address, set()).update({s.ce, s.pe, sc.external.border_pe})
+
+    def changed(self, old: Scenario, new: Scenario) -> set[str]:
+        of, nf = {f.id: f for f in old.floating_ips}, {f.id: f for f in new.floating_ips}
+        return {f"floating_ip/{k}" for k in set(of) | set(nf)
+                if dump(of.get(k)) != dump(nf.get(k)) or site_changed(old, new, (nf.get(k) or of[k]).site)}  # fmt: skip
+
+    def references(self, sc: Scenario, cls: str, iid: str) -> list[str]:
+        if cls == "tenant":
+            return [f.id for f in sc.floating_ips if f.tenant == iid]
+        if cls == "tenant_site":
+            return [f"{f.id} (floating IP)" for f in sc.floating_ips if f.site == iid]
+        return []
+
+    def drop_dependents(self, sc: Scenario, cls: str, iid: str) -> None:
+        if cls == "tenant":
+            sc.floating_ips = [f for f in sc.floating_ips if f.tenant != iid]
+        elif cls == "tenant_site":
+            sc.floating_ips = [f for f in sc.floating_ips if f.site != iid]
+        elif cls == "floating_ip":
+            sc.floating_ips = [f for f in sc.floating_ips if f.id != iid]
+
+    def pins_site(self, sc: Scenario, site: str) -> bool:
+        return any(f.site == site for f in sc.floating_ips)

@@ -8,9 +8,11 @@ router's loopback with real packets.
 
 from __future__ import annotations
 
+import random
+
 from substrate import addressing as a
-from substrate.scenario.layers.base import Layer, register
-from substrate.scenario.model import Invariant, Scenario
+from substrate.scenario.layers.base import Layer, LayerParams, register
+from substrate.scenario.model import Invariant, NodeConfig, Scenario
 
 SERVICE = "underlay"
 
@@ -18,6 +20,21 @@ SERVICE = "underlay"
 @register
 class Underlay(Layer):
     name = "underlay"
+    requires = ()
+    Params = LayerParams
+    records = ()
+    intents = ()
+
+    def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
+        return sc  # deployed by the substrate itself (substrate.frr, substrate.lab)
+
+    def render(self, sc: Scenario, out: dict[str, NodeConfig]) -> None:
+        pass  # the same
+
+    def address_owners(self, sc: Scenario, out: dict[str, set[str]]) -> None:
+        for r in sc.topology.routers:
+            if r.node_id is not None:
+                out.setdefault(str(a.loopback(r.node_id).ip), set()).add(r.name)
 
     def invariants(self, sc: Scenario) -> list[Invariant]:
         topo = sc.topology

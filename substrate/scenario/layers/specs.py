@@ -1,0 +1,73 @@
+"""Field types shared by the service classes' typed specs (the A3-T catalog models).
+
+A spec is what an agent states when it creates an instance; a patch what it states when it
+modifies one (RFC 7396 merge-patch: a field left out keeps its value, an explicit ``null`` clears
+an optional one). Resources the agent does not choose (SID functions, table ids, marks) are
+allocated from the scenario's pools, so a spec never names them. Each service-class module
+defines its own specs from these types; :mod:`servers.a3_intent.catalog` assembles them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from substrate.topology import IFNAME_RE, NODE_NAME_RE
+
+#: Instance ids: short, lowercase, no '-' or '/' (they appear inside invariant ids such as
+#: ``l3vpn/t3/isolated/t3s1-x-t1s2``).
+ID_RE = r"^[a-z][a-z0-9_]{0,31}$"
+#: A value the server allocates from a pool.
+AUTO = "auto"
+
+
+def prefix_type(version: int, length: int) -> Any:
+    """A validator of a site prefix of one family and length, or ``auto``."""
+    example = "fd10:0:0:7::/64" if version == 6 else "10.0.7.0/24"
+
+    def check(v: str) -> str:
+        if v == AUTO:
+            return v
+        try:
+            net = ipaddress.ip_network(v, strict=False)
+        except ValueError:
+            raise ValueError(f"{v!r} is not an IPv{version} prefix (e.g. {example}) or 'auto'") from None
+        if net.version != version:
+            raise ValueError(f"{v!r} is an IPv{net.version} prefix; an IPv{version} prefix is expected here")
+        if net.prefixlen != length:
+            raise ValueError(f"site prefixes are /{length} (PE gets host 1, CE host 2); got /{net.prefixlen}")
+        try:
+            ipaddress.ip_network(v, strict=True)
+        except ValueError:
+            raise ValueError(f"{v!r} has host bits set; did you mean {net}?") from None
+        return str(net)
+
+    return AfterValidator(check)
+
+
+def ipv4_address(v: str) -> str:
+    """An IPv4 address (canonical form) or ``auto``. Raises ValueError."""
+    if v == AUTO:
+        return v
+    try:
+        return str(ipaddress.IPv4Address(v))
+    except ValueError:
+        raise ValueError(f"{v!r} is not an IPv4 address (e.g. 198.51.100.20) or 'auto'") from None
+
+
+InstanceId = Annotated[str, Field(pattern=ID_RE, description="Instance id: lowercase letters, digits and '_', starting with a letter.")]
+NodeName = Annotated[str, Field(pattern=NODE_NAME_RE, description="Device name, e.g. 'r2'.")]
+IfName = Annotated[str, Field(pattern=IFNAME_RE, description="Interface name, e.g. 'eth5'.")]
+Prefix6 = Annotated[str, prefix_type(6, 64), Field(description="IPv6 /64 from the tenant pool, or 'auto' (allocated lowest-free from the pool).",
+                                                   examples=["fd10:0:0:7::/64", "auto"])]
+Prefix4 = Annotated[str, prefix_type(4, 24), Field(description="IPv4 /24 from the tenant pool, or 'auto'.", examples=["10.0.7.0/24", "auto"])]
+Address4 = Annotated[str, AfterValidator(ipv4_address), Field(description="IPv4 address from the floating pool, or 'auto'.",
+                                                               examples=["198.51.100.20", "auto"])]
+
+
+class Spec(BaseModel):
+    """Base of every spec and patch model: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid")
