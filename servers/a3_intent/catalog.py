@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from substrate.scenario.layers import intents, registry
 from substrate.scenario.layers.specs import AUTO, ID_RE, Spec  # noqa: F401 - re-exported
+from substrate.scenario.layers.specs import Address4, IfName, InstanceId, NodeName, Prefix4, Prefix6
 
 #: Most operations in one change set.
 MAX_OPS = 50
