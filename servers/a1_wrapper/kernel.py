@@ -94,7 +94,7 @@ def split_marker(stderr: str) -> tuple[str, str | None]:
 
 # -- canonical forms ---------------------------------------------------------------------------
 
-_RULE_ORDER = ("priority", "not", "from", "to", "iif", "oif", "ipproto", "tos", "fwmark", "sport", "dport", "lookup", "action")
+_RULE_ORDER = ("priority", "not", "from", "to", "iif", "oif", "ipproto", "tos", "fwmark", "sport", "dport", "lookup", "action", "protocol")
 _RULE_ALIASES = {"pref": "priority", "preference": "priority", "prio": "priority", "table": "lookup", "dsfield": "tos"}
 
 
