@@ -164,6 +164,23 @@ async def test_commands_that_change_nothing_are_rejected(lab: Lab, lines: list[s
     assert capture(lab, "r2").same_as(before)
 
 
+async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
+    """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
+    reported unchanged (the verb was read as the object's name), where an ip flush that removes
+    nothing is rejected."""
+    lines = ["nft add table inet e", "nft add chain inet e c", "nft flush chain inet e c", "nft flush table inet e",
+             "nft delete table inet e", "nft flush ruleset"]  # fmt: skip
+    before = capture(lab, "r2")
+    assert before.nft == ""
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r2": lines})
+    r2 = res["devices"]["r2"]
+    assert not err and r2["applied"] == [lines[0], lines[1], lines[4]] and r2["unchanged"] == [], r2
+    assert [x["command"] for x in r2["rejected"]] == [lines[2], lines[3], lines[5]], r2
+    assert all("nothing to remove" in x["message"] for x in r2["rejected"]), r2
+    assert capture(lab, "r2").same_as(before)
+
+
 async def test_a_no_line_that_removes_something_is_applied(lab: Lab) -> None:
     async with connect(a1(lab)) as c:
         _, res = await apply(c, {"r2": ["ipv6 prefix-list PLX seq 5 permit fd99::/64", "interface eth1", "description x"]})

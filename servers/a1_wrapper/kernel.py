@@ -62,9 +62,11 @@ def kind_of(argv: list[str]) -> str:
 
 
 def verb_of(argv: list[str]) -> str:
-    """The command's verb (``add``, ``del``, ``flush``, ...)."""
+    """The command's verb (``add``, ``del``, ``flush``, ...): the word after the object for
+    ``ip`` (``ip -6 route flush``), the first word for ``nft`` (``nft flush chain ...``)."""
     words = [w for w in argv[1:] if not w.startswith("-")]
-    return words[1] if len(words) > 1 else ""
+    k = 0 if argv[0] == "nft" else 1
+    return words[k] if len(words) > k else ""
 
 
 def family_of(argv: list[str]) -> int:
