@@ -416,6 +416,34 @@ async def test_a1_cancellation_kills_what_runs_and_runs_nothing_more(lab: Lab, t
     assert rec["tool"] == "execute_validation" and rec["cancelled"] and rec["is_error"], json.dumps(rec)[:1500]
 
 
+async def test_a1_cancelled_mid_batch_records_what_the_router_took(lab: Lab, tmp_path: Path) -> None:
+    """Found by the issue-10 tester: an FRR batch cancelled mid-way recorded the line its killed
+    vtysh was running as not applied ("may or may not have taken effect") while FRR had taken
+    it: the record said one line fewer had changed the router than had. The read-back decides."""
+    traj = tmp_path / "t.jsonl"
+    lines = [f"ipv6 prefix-list CANCEL seq {5 * i} permit fd99:{i:x}::/64" for i in range(1, 451)]
+
+    def present() -> list[str]:
+        return [ln for ln in running(lab, "r3").splitlines() if ln.startswith("ipv6 prefix-list CANCEL ")]
+
+    try:
+        async with RawStdio.start("A1", lab.name, "--trajectory", str(traj)) as c:
+            rid = await c.call("tools/call", {"name": "apply_config", "arguments": {"commands": {"r3": lines}}})
+            await until(lambda: len(present()) >= 20, "the batch is under way", within_s=60)
+            await c.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+            await until(lambda: any(r["tool"] == "apply_config" for r in read_trajectory(traj)), "the call is recorded", 60)
+        (rec,) = read_trajectory(traj)
+        assert rec["cancelled"], json.dumps(rec)[:1500]
+        now = present()
+        assert 20 <= len(now) < len(lines)
+        m = re.search(r"(\d+) command\(s\) changed the device", rec["error"])
+        assert m and int(m.group(1)) == len(now), (rec["error"], len(now))
+        recorded = {x.split(": ", 2)[1] for x in rec["rejected"]}
+        assert not recorded & set(now), sorted(recorded & set(now))
+    finally:
+        lab.vtysh("r3", "configure terminal", "no ipv6 prefix-list CANCEL")
+
+
 async def test_stdio_server_exits_when_the_client_goes_away(lab: Lab, tmp_path: Path) -> None:
     traj = tmp_path / "t.jsonl"
     mark = f"/tmp/gone-{uuid.uuid4().hex[:8]}"

@@ -225,9 +225,15 @@ class DeviceRun:
             return "rejected", a.message or "FRR refused it without a message (vtysh exit status 1)"
         if a.status == "not_run":
             return "rejected", a.output
-        if a.status == "unknown":
-            return "rejected", a.message + (" The running configuration changed." if changed else
-                                            " The running configuration did not change.")  # fmt: skip
+        if a.status == "unknown":  # the session was killed (cancelled, timed out) while this line ran
+            if not c.navigation and not was and (now if not c.negated else changed):
+                # its own effect is in the read-back (a `no` line not of the running configuration runs alone)
+                return "applied", ("the FRR session was killed while this line ran, after FRR had taken it (the "
+                                   "running configuration read back shows its effect)")  # fmt: skip
+            if not changed:
+                return "rejected", ("not applied: the FRR session was killed while this line ran, and the running "
+                                    "configuration did not change")  # fmt: skip
+            return "rejected", a.message + " The running configuration changed."
         if c.navigation:
             return "unchanged", ""
         warning = a.warning
