@@ -164,6 +164,25 @@ async def test_commands_that_change_nothing_are_rejected(lab: Lab, lines: list[s
     assert capture(lab, "r2").same_as(before)
 
 
+async def test_a_line_repeated_in_one_call_changes_the_router_once(lab: Lab) -> None:
+    """Found by the issue-10 tester: a line sent twice in one call (a pasted block repeated, a
+    mode entered twice) was reported applied twice; the second changed nothing."""
+    lines = ["ipv6 route fd99:41::/64 blackhole", "ipv6 route fd99:41::/64 blackhole", "interface eth9", "description a",
+             "exit", "interface eth9", "description a", "exit", "router isis CORE", "lsp-gen-interval 2",
+             "lsp-gen-interval 2", "exit", "ipv6 prefix-list PL41 seq 5 permit fd99:41::/64",
+             "ipv6 prefix-list PL41 seq 5 permit fd99:41::/64"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": lines})
+        r1 = res["devices"]["r1"]
+        try:
+            assert not err and r1["rejected"] == [], r1
+            assert r1["applied"] == [lines[0], "interface eth9", "description a", "lsp-gen-interval 2", lines[12]], r1
+            assert r1["unchanged"] == [lines[1], "interface eth9", "description a", "router isis CORE",
+                                       "lsp-gen-interval 2", lines[13]], r1  # fmt: skip
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
+
+
 async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
     """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
     reported unchanged (the verb was read as the object's name), where an ip flush that removes

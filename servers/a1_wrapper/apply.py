@@ -202,14 +202,21 @@ class DeviceRun:
         # daemons this router runs that did not answer the read-back: vtysh skips a daemon that is
         # down without a word when the line also belongs to other daemons
         down = sorted(set(self.lab.state(self.device).daemons) - set(after))
+        taken: set[tuple[tuple[str, ...], str]] = set()  # lines of this segment FRR took so far
         for c, a in zip(seg, answers, strict=True):
             status[c.index] = a
             key = (c.ctx, c.text)
             said = a.output if a.status != "not_run" else f"% {a.output}"
             shown = f"{a.prompt or self.device + '(config)# '}{c.text}" + (f"\n{said}" if said else "")
             touched = any(ctx == c.ctx or ctx[: len(c.ctx) + 1] == (*c.ctx, c.text) for ctx, _ in unexplained)
-            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down,
-                                             touched=touched)  # fmt: skip
+            if key in taken and key not in was and a.status == "accepted" and not c.navigation:
+                # the same line again: an earlier line of this segment made the change it would make
+                outcome, why = "unchanged", "already in the running configuration: an earlier line of this call set it"
+            else:
+                outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down,
+                                                 touched=touched)  # fmt: skip
+            if a.status == "accepted" and not c.negated:
+                taken.add(key)
             if outcome == "rejected" and a.status == "accepted":
                 shown += f"\n% (anibench) {why}"
             self._add(c, outcome, why, shown)
