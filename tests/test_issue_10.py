@@ -499,6 +499,21 @@ async def read_to_end(c: RawStdio, text_: str) -> str:
     return out
 
 
+async def test_an_output_cut_at_the_capture_limit_keeps_whole_characters(lab: Lab) -> None:
+    """Found by the issue-10 tester: a stream cut at the byte cap in the middle of a UTF-8
+    character ended in U+FFFD, a character the device never printed."""
+    s = build_a0(ServerConfig(lab=lab.name, options={"max_output_bytes": 1024}), lab=lab)
+    async with connect(s) as c:
+        for char, n in (("é", 1000), ("€", 700), ("🚀", 600)):  # 2, 3 and 4 bytes
+            res = data(await c.call_tool("run_shell", {"device": "r1", "command": f"printf a; printf '{char}%.0s' $(seq {n})"}))
+            total = 1 + n * len(char.encode())
+            kept = 1 + (1023 // len(char.encode())) * len(char.encode())
+            head, _, tail = res["stdout"].partition("\n[... ")
+            assert res["truncated"] and "\ufffd" not in res["stdout"], res["stdout"][-80:]
+            assert head == "a" + char * ((kept - 1) // len(char.encode())), head[-10:]
+            assert tail.startswith(f"{total - kept} more bytes dropped"), tail
+
+
 async def test_large_outputs_are_paged_to_the_end_under_the_64k_line_limit(lab: Lab) -> None:
     async with RawStdio.start("A0", lab.name) as c:
         res = await c.tool("run_shell", {"device": "r1", "command": "seq 1 300000"})
