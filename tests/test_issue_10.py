@@ -499,6 +499,29 @@ async def read_to_end(c: RawStdio, text_: str) -> str:
     return out
 
 
+async def test_a_result_of_many_small_items_keeps_its_error_flag_and_summary(lab: Lab) -> None:
+    """Found by the issue-10 tester: a partly applied call with many rejected commands (each a
+    short command and reason: nothing to cut) came back as an error ("cannot be cut below this
+    server's bound") without its summary, although something was applied. Its lists are
+    shortened instead, the summary says so, and read_output gives the whole result."""
+    lines = ["ip -6 route add fd97::/64 dev eth1"] + [f"ip -6 route del fd99:{i:x}::/64 dev eth1" for i in range(60)]
+    async with RawStdio.start("A1", lab.name, "--max-message-bytes", "8192") as c:
+        res = await c.tool("apply_config", {"commands": {"r1": lines}})
+        try:
+            assert not res.get("isError"), res["content"][0]["text"][:500]
+            assert max(len(ln) for ln in c.lines) <= 8192
+            sc = res["structuredContent"]
+            assert sc["summary"].startswith("PARTLY APPLIED: 60 of 61 command(s) REJECTED"), sc["summary"]
+            m = MARKER.search(sc["summary"])
+            assert m and "lists of this result longer than" in sc["summary"] and m.group(2) == "0", sc["summary"]
+            assert 0 < len(sc["devices"]["r1"]["rejected"]) < 60
+            whole = json.loads(await read_to_end(c, f'[... read_output(output_id="{m.group(1)}", offset=0) ...]'))
+            assert [x["command"] for x in whole["devices"]["r1"]["rejected"]] == lines[1:]
+            assert whole["devices"]["r1"]["applied"] == lines[:1] and whole["summary"] == sc["summary"][: m.start()].split("\n[")[0]
+        finally:
+            await c.tool("apply_config", {"commands": {"r1": ["ip -6 route del fd97::/64 dev eth1"]}})
+
+
 async def test_an_output_cut_at_the_capture_limit_keeps_whole_characters(lab: Lab) -> None:
     """Found by the issue-10 tester: a stream cut at the byte cap in the middle of a UTF-8
     character ended in U+FFFD, a character the device never printed."""
