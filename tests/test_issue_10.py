@@ -183,6 +183,24 @@ async def test_a_line_repeated_in_one_call_changes_the_router_once(lab: Lab) -> 
             data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
 
 
+async def test_a_default_value_beside_a_replaced_value_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: `isis metric 10` (FRR's default, not shown) sent with
+    `isis hello-interval 2` (which replaced `isis hello-interval 1`) was reported applied: the
+    removed old value looked like an unexplained change in its mode."""
+    lines = ["interface eth1", "isis metric 10", "isis hello-interval 2", "description new", "exit",
+             "router isis CORE", "lsp-mtu 1497", "set-overload-bit"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": lines})
+        r1 = res["devices"]["r1"]
+        try:
+            assert not err and r1["rejected"] == [], r1
+            assert r1["applied"] == ["isis hello-interval 2", "description new", "set-overload-bit"], r1
+            assert r1["unchanged"] == ["interface eth1", "isis metric 10", "router isis CORE", "lsp-mtu 1497"], r1
+            consistent(lab, "r1", lines, r1)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
+
+
 async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
     """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
     reported unchanged (the verb was read as the object's name), where an ip flush that removes

@@ -78,6 +78,16 @@ def _lines_of(daemons: dict[str, str] | None) -> set[tuple[tuple[str, ...], str]
     return out
 
 
+def _replaces(new: tuple[tuple[str, ...], str], old: tuple[tuple[str, ...], str]) -> bool:
+    """Line ``new`` (mode, text) is the same command as line ``old`` with another value: same
+    mode, and one's words but the last are a prefix of the other's (``description b`` for
+    ``description to r2``, ``isis metric 20`` for ``isis metric 30``)."""
+    if new[0] != old[0]:
+        return False
+    a, b = new[1].split(), old[1].split()
+    return (len(a) > 1 and b[: len(a) - 1] == a[:-1]) or (len(b) > 1 and a[: len(b) - 1] == b[:-1])
+
+
 @dataclass
 class Result:
     cmd: Command
@@ -198,7 +208,11 @@ class DeviceRun:
         # changes no line of the segment accounts for word for word (FRR stores a line in another
         # form, or a line replaced a value): a line whose mode they are in may have made them
         explained = {(c.ctx, c.text[3:] if c.negated else c.text) for c in seg}
-        unexplained = {e for e in (now ^ was) if e not in explained}
+        added = {e for e in explained if e in now and e not in was}
+        # a line a new line of the segment replaced (the old value of the same command:
+        # `isis hello-interval 1` for `isis hello-interval 2`) is that line's doing, not another's
+        unexplained = {e for e in (now ^ was) if e not in explained
+                       and not (e in was and any(_replaces(new, e) for new in added))}  # fmt: skip
         # daemons this router runs that did not answer the read-back: vtysh skips a daemon that is
         # down without a word when the line also belongs to other daemons
         down = sorted(set(self.lab.state(self.device).daemons) - set(after))
