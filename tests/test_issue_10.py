@@ -201,6 +201,35 @@ async def test_a_default_value_beside_a_replaced_value_is_unchanged(lab: Lab) ->
             data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
 
 
+ROUTES_AS_WRITTEN = [  # as an agent writes them: defaults left out, words in its own order
+    "ip -6 route add fd99:51::/64 dev eth1", "ip -6 route add fd99:52::/64 via fe80::1 dev eth1 table 100",
+    "ip -6 route add fcbb:bb00:1:e051::/64 encap seg6local action End.DT6 table 100 dev sr0",
+    "ip -6 route add fd99:53::/64 encap seg6 mode encap segs fcbb:bb00:2::,fcbb:bb00:3:: dev eth1",
+    "ip -6 route add blackhole fd99:54::/64", "ip -4 route add 10.9.51.0/24 dev eth1 proto static",
+]
+
+
+async def test_a_route_sent_again_as_written_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: an `ip -6 route add` sent again exactly as the agent first
+    wrote it (defaults left out) was rejected with the kernel's "File exists", and alone it made
+    the call an error; only the canonical form get_running_config prints was recognised. A
+    different route to the same destination is still rejected."""
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": ROUTES_AS_WRITTEN})
+        sid = res["devices"]["r1"]["snapshot_id"]
+        try:
+            assert not err and res["devices"]["r1"]["applied"] == ROUTES_AS_WRITTEN, res["summary"]
+            before = capture(lab, "r1")
+            err, res = await apply(c, {"r1": ROUTES_AS_WRITTEN})
+            assert not err and res["summary"].startswith("no change: all 6 command(s)"), res["summary"]
+            assert res["devices"]["r1"]["unchanged"] == ROUTES_AS_WRITTEN
+            err, res = await apply(c, {"r1": ["ip -6 route add fd99:51::/64 dev eth2"]})
+            assert err and "File exists" in res["devices"]["r1"]["rejected"][0]["message"]
+            assert capture(lab, "r1").same_as(before)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
+
+
 async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
     """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
     reported unchanged (the verb was read as the object's name), where an ip flush that removes

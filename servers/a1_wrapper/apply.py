@@ -290,7 +290,7 @@ class DeviceRun:
         kind, verb = k.kind_of(argv), k.verb_of(argv)
         head = f"{self.device}(kernel)# {c.text}"
         args = argv[argv.index(verb) + 1 :] if verb in argv else []
-        if kind == "route" and verb in ("add", "append") and " ".join(args) in k.routes_of(self._live(), k.family_of(argv)):
+        if kind == "route" and verb in ("add", "append") and k.route_present(args, self._live(), k.family_of(argv)):
             self._add(c, "unchanged", "the identical route is already there (not added again)",
                       f"{head}\n% (anibench) unchanged: the identical route is already there; not added again")  # fmt: skip
             return
@@ -322,7 +322,7 @@ class DeviceRun:
         if r.returncode != 0:
             said = " ".join((err.strip() or r.stdout.strip() or f"exit status {r.returncode}").split())[:500]
             if kind == "route" and verb in ("add", "append") and "File exists" in said \
-                    and " ".join(args) in k.routes_of(self._live(), k.family_of(argv)):  # fmt: skip
+                    and k.route_present(args, self._live(), k.family_of(argv)):  # fmt: skip
                 self._add(c, "unchanged", "the identical route is already there", f"{shown}\n% (anibench) unchanged: "
                           "the identical route is already there")  # fmt: skip
                 return

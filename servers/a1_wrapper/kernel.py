@@ -280,6 +280,77 @@ def rule_target(argv: list[str]) -> tuple[tuple[str, str, str], str] | None:
     return (argv[3], argv[4], argv[5]), canonical_nft_rule(" ".join(rest))
 
 
+#: Words that end an ``encap ...`` part of a route (everything else after ``encap`` is its own,
+#: a seg6local ``table`` included, as iproute2 parses it).
+_AFTER_ENCAP = frozenset({"dev", "via", "src", "onlink", "scope", "mtu", "metric", "preference", "priority", "proto",
+                          "nexthop", "pref"})  # fmt: skip
+_ROUTE_TYPES = frozenset({"blackhole", "unreachable", "prohibit", "throw", "unicast", "local"})
+_TABLE_NAMES = {"254": "main", "255": "local", "253": "default"}
+_PROTO_NUMBERS = {"boot": "3", "static": "4", "kernel": "2", "zebra": "11", "ra": "9", "dhcp": "16"}
+
+
+def route_units(words: list[str], family: int) -> frozenset[str] | None:
+    """The attributes of a route, as ``ip route add`` arguments (an agent's, or the canonical
+    form :func:`substrate.devstate.route_args` writes), in a form where the same route compares
+    equal whatever the order of its words and the defaults left out: IPv6 metric 1024, the main
+    table, ``dev lo`` of an IPv6 blackhole/unreachable/prohibit route, protocol ``boot``.
+    None for what this does not model (multipath, unknown words): such routes are not compared."""
+    units: set[str] = set()
+    i = 0
+    if words and words[0] in _ROUTE_TYPES:
+        if words[0] != "unicast":
+            units.add(f"type {words[0]}")
+        i = 1
+    if i >= len(words):
+        return None
+    dst = "::/0" if words[i] == "default" and family == 6 else "0.0.0.0/0" if words[i] == "default" else words[i]
+    units.add(f"dst {dst if '/' in dst else dst + ('/128' if family == 6 else '/32')}")
+    i += 1
+    while i < len(words):
+        w = words[i]
+        if w == "onlink":
+            units.add(w)
+            i += 1
+            continue
+        if w == "encap":
+            j = i + 1
+            while j < len(words) and words[j] not in _AFTER_ENCAP:
+                j += 1
+            units.add("encap " + " ".join(sorted(words[i + 1 : j])))
+            i = j
+            continue
+        if i + 1 >= len(words) or w == "nexthop" or w.startswith("?"):
+            return None
+        v = words[i + 1]
+        if w == "via" and v in ("inet", "inet6") and i + 2 < len(words):
+            i, v = i + 1, words[i + 2]
+        key = {"preference": "metric", "priority": "metric", "ro": "", "r": ""}.get(w, w)
+        if key == "table":
+            v = _TABLE_NAMES.get(v, v)
+        if key == "proto":
+            v = _PROTO_NUMBERS.get(v, v)
+        units.add(f"{key} {v}")
+        i += 2
+    defaults = {"table main", "proto 3"} | ({"metric 1024"} if family == 6 else {"metric 0"})
+    if family == 6 and any(u in units for u in ("type blackhole", "type unreachable", "type prohibit")):
+        defaults.add("dev lo")
+    if family == 6 and not any(u.startswith("metric ") for u in units):
+        units.add("metric 1024")
+    if family == 6 and "dev lo" in defaults and not any(u.startswith("dev ") for u in units):
+        units.add("dev lo")
+    return frozenset(u for u in units if u not in {"table main", "proto 3", "metric 0"})
+
+
+def route_present(args: list[str], state: Any, family: int) -> bool:
+    """A route identical to the one ``ip route add ARGS`` would create is in ``state`` (compared
+    by :func:`route_units`, or word for word when they cannot be)."""
+    routes = routes_of(state, family)
+    if " ".join(args) in routes:
+        return True
+    mine = route_units(args, family)
+    return mine is not None and any(route_units(r.split(), family) == mine for r in routes)
+
+
 def routes_of(state: Any, family: int) -> list[str]:
     return list(state.routes6 if family == 6 else state.routes4)
 
