@@ -230,6 +230,30 @@ async def test_a_route_sent_again_as_written_is_unchanged(lab: Lab) -> None:
             data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
 
 
+async def test_an_nft_rule_sent_again_in_other_words_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: an nft rule the chain already had, written in words nft
+    prints otherwise (`mark 16` for `meta mark 0x00000010`, an uncompressed address, a protocol
+    match nft folds into the port match), was added a second time and reported applied."""
+    same = [("meta mark 0x10 drop", "mark 16 drop"), ("ip6 daddr fd00:0:0:1::0/64 drop", "ip6 daddr fd00:0:0:1::/64 drop"),
+            ("meta l4proto udp udp dport 53 accept", "udp dport 53 accept")]  # fmt: skip
+    lines = ["nft add table inet dupt", "nft add chain inet dupt c"]
+    lines += [f"nft add rule inet dupt c {r}" for pair in same for r in pair]
+    lines += ["nft add rule inet dupt c mark 17 drop"]  # another rule: added
+    before = capture(lab, "r2")
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r2": lines})
+        r2 = res["devices"]["r2"]
+        try:
+            assert not err and r2["rejected"] == [], r2
+            assert r2["applied"] == lines[:3] + [lines[4], lines[6], lines[8]], r2
+            assert r2["unchanged"] == [lines[3], lines[5], lines[7]], r2
+            listed = lab.exec("r2", ["nft", "list", "chain", "inet", "dupt", "c"]).stdout
+            assert listed.count(" drop\n") + listed.count(" accept\n") == 4, listed
+        finally:
+            data(await c.call_tool("rollback", {"device": "r2", "snapshot_id": r2["snapshot_id"]}))
+    assert capture(lab, "r2").same_as(before)
+
+
 async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
     """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
     reported unchanged (the verb was read as the object's name), where an ip flush that removes

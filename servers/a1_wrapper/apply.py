@@ -285,6 +285,19 @@ class DeviceRun:
             self.kernel_dirty = False
         return self.kernel_state
 
+    def _drop_appended_copy(self, chain: tuple[str, str, str]) -> bool:
+        """After ``nft add rule`` appended to ``chain``: when the chain already had the same rule
+        (in words A1 could not match before sending: nft prints them alike), delete the new copy.
+        True when a copy was found and deleted (the kernel state is then as before)."""
+        self.kernel_dirty = True
+        listing = self.lab.exec(self.device, ["nft", "-a", "list", "chain", *chain], timeout_s=self.opts.exec_timeout_s,
+                                max_output=self.opts.max_output_bytes)  # fmt: skip
+        handle = k.appended_duplicate(listing.stdout) if listing.ok else None
+        if handle is None:
+            return False
+        return self.lab.exec(self.device, ["nft", "delete", "rule", *chain, "handle", handle],
+                             timeout_s=self.opts.exec_timeout_s).ok  # fmt: skip
+
     def _kernel(self, c: Command) -> None:
         argv = c.argv or c.text.split()
         kind, verb = k.kind_of(argv), k.verb_of(argv)
@@ -328,7 +341,10 @@ class DeviceRun:
                 return
             self._add(c, "rejected", said, f"{shown}\n% exit status {r.returncode}")
             return
-        if state == "changed":
+        if state == "changed" and target is not None and self._drop_appended_copy(target[0]):
+            why = f"chain {' '.join(target[0])} already had this rule (nft prints both alike); the copy just added was removed"
+            self._add(c, "unchanged", why, f"{shown}\n% (anibench) unchanged: {why}")
+        elif state == "changed":
             self.kernel_dirty = True
             self._add(c, "applied", "", shown)
         elif state is None:

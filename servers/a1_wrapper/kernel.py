@@ -14,7 +14,10 @@ or ``nft -s list ruleset``):
   route, ``nft add table`` of an existing table), or an add found the identical object already
   there: a route (``File exists``), a policy rule, an nftables rule in that chain. Rules are not
   sent again in that case (the kernel would keep a second copy of a default rule, nftables of
-  any rule), so applying a device's own configuration back changes nothing.
+  any rule), so applying a device's own configuration back changes nothing. A route is compared
+  by its attributes (:func:`route_units`: defaults and word order do not matter); an nftables
+  rule written in words nft prints otherwise is found after it was added (nft lists both alike:
+  :func:`appended_duplicate`) and the copy removed.
 
 Agent text never reaches a shell: the command's words are positional parameters of a fixed
 script (``"$@"``), never parsed by it.
@@ -349,6 +352,20 @@ def route_present(args: list[str], state: Any, family: int) -> bool:
         return True
     mine = route_units(args, family)
     return mine is not None and any(route_units(r.split(), family) == mine for r in routes)
+
+
+def appended_duplicate(listing: str) -> str | None:
+    """From ``nft -a list chain FAMILY TABLE CHAIN``: the handle of the chain's last rule when
+    an earlier rule of the chain is identical to it (as nft prints both: nft is the judge of
+    what a rule's words mean -- ``mark 16`` and ``meta mark 0x10`` are one rule), else None."""
+    rules: list[tuple[str, str]] = []
+    for line in listing.splitlines():
+        m = re.fullmatch(r"\s*(.*\S)\s+# handle (\d+)", line)
+        if m and not re.match(r"(table|chain|set|map|flowtable) ", m.group(1)):
+            rules.append((canonical_nft_rule(m.group(1)), m.group(2)))
+    if len(rules) > 1 and rules[-1][0] in {r for r, _ in rules[:-1]}:
+        return rules[-1][1]
+    return None
 
 
 def routes_of(state: Any, family: int) -> list[str]:
