@@ -230,6 +230,26 @@ async def test_a_route_sent_again_as_written_is_unchanged(lab: Lab) -> None:
             data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
 
 
+async def test_a_policy_rule_sent_again_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: `ip -6 rule add from P lookup T` (no priority) sent again
+    was added again at the next free priority (three copies after three calls), and `fwmark 16`
+    did not match the `fwmark 0x10` the kernel shows."""
+    first = ["ip -6 rule add from fd99:61::/64 lookup 100", "ip -4 rule add fwmark 0x10 lookup 100"]
+    again = ["ip -6 rule add from fd99:61::/64 table 100", "ip -4 rule add fwmark 16 lookup 100",
+             "ip -6 rule add from fd99:61::/64 lookup 100"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": first})
+        sid = res["devices"]["r1"]["snapshot_id"]
+        try:
+            assert not err and res["devices"]["r1"]["applied"] == first, res["summary"]
+            before = capture(lab, "r1")
+            err, res = await apply(c, {"r1": again})
+            assert not err and res["devices"]["r1"]["unchanged"] == again, res["summary"]
+            assert capture(lab, "r1").same_as(before)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
+
+
 async def test_an_nft_rule_sent_again_in_other_words_is_unchanged(lab: Lab) -> None:
     """Found by the issue-10 tester: an nft rule the chain already had, written in words nft
     prints otherwise (`mark 16` for `meta mark 0x00000010`, an uncompressed address, a protocol

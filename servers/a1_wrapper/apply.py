@@ -307,7 +307,7 @@ class DeviceRun:
             self._add(c, "unchanged", "the identical route is already there (not added again)",
                       f"{head}\n% (anibench) unchanged: the identical route is already there; not added again")  # fmt: skip
             return
-        if kind == "rule" and verb == "add" and k.canonical_rule(args) in k.rules_of(self._live(), k.family_of(argv)):
+        if kind == "rule" and verb == "add" and k.rule_present(args, self._live(), k.family_of(argv)):
             self._add(c, "unchanged", "an identical rule is already there (not added again)",
                       f"{head}\n% (anibench) unchanged: an identical rule is already there; not added again")  # fmt: skip
             return

@@ -115,11 +115,36 @@ def canonical_rule(words: list[str]) -> str:
         elif w in ("blackhole", "unreachable", "prohibit"):
             parts["action"] = w
         elif i + 1 < len(words):
-            if not (w in ("from", "to") and words[i + 1] == "all"):
+            if w == "fwmark":
+                parts[w] = f"fwmark {_mark(words[i + 1])}"
+            elif not (w in ("from", "to") and words[i + 1] == "all"):
                 parts[w] = f"{w} {words[i + 1]}"
             i += 1
         i += 1
     return " ".join(parts[k] for k in _RULE_ORDER if k in parts)
+
+
+def _mark(value: str) -> str:
+    """A firewall mark (and mask) as ``ip rule`` prints it: hex, the full mask left out."""
+    mark, _, mask = value.partition("/")
+    try:
+        text = f"{int(mark, 0):#x}"
+        return text if not mask or int(mask, 0) == 0xFFFFFFFF else f"{text}/{int(mask, 0):#x}"
+    except ValueError:
+        return value
+
+
+def rule_present(args: list[str], state: Any, family: int) -> bool:
+    """A policy rule identical to the one ``ip rule add ARGS`` would create is in ``state``;
+    without a priority (the kernel would pick a free one and keep a second copy) any priority
+    matches."""
+    mine = canonical_rule(args)
+    rules = rules_of(state, family)
+    if mine in rules:
+        return True
+    if mine.startswith("priority "):
+        return False
+    return any(r.split(" ", 2)[2:] == [mine] for r in rules if r.startswith("priority "))
 
 
 def canonical_nft_rule(text: str) -> str:
