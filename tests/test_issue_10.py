@@ -427,6 +427,33 @@ async def test_a_richer_configuration_applies_back_as_a_no_op(tmp_path: Path) ->
         await round_trip(lab)
 
 
+async def test_kernel_state_a1_cannot_write_applies_back_as_comments(lab: Lab) -> None:
+    """Found by the issue-10 tester: a route with `pref high`, one over a nexthop object and an
+    nft rule with a comment (set through the shell, as A0 or an operator would) were printed by
+    get_running_config as commands apply_config refused, so the whole text could not be applied
+    back. What A1 cannot write is shown as a `!` comment; `pref low|medium|high` is a route form."""
+    from servers.a1_wrapper.server import NOT_A_FORM
+
+    setup = ("ip -6 route add fd99:a1::/64 dev eth1 pref high && ip -6 nexthop add id 4711 via fe80::1 dev eth1 && "
+             "ip -6 route add fd99:a2::/64 nhid 4711 && nft add table inet cmt && nft add chain inet cmt c && "
+             "nft add rule inet cmt c ip6 saddr fd00::1 counter drop comment '\"tenant a\"'")  # fmt: skip
+    before0 = capture(lab, "r3")
+    lab.check([lab.sh("r3", setup)])
+    try:
+        before = capture(lab, "r3")
+        async with connect(a1(lab)) as c:
+            cfg = data(await c.call_tool("get_running_config", {"devices": ["r3"]}))["r3"]
+            assert "\nip -6 route add fd99:a1::/64 metric 1024 dev eth1 pref high\n" in cfg
+            shown = [ln for ln in cfg.splitlines() if ln.startswith(NOT_A_FORM)]
+            assert len(shown) == 2 and "nhid 4711" in shown[0] and "comment" in shown[1], shown
+            err, res = await apply(c, {"r3": cfg})
+            assert not err and res["summary"].startswith("no change: all "), res["summary"]
+        assert capture(lab, "r3").same_as(before)
+    finally:
+        lab.sh("r3", "ip -6 route del fd99:a1::/64; ip -6 route del fd99:a2::/64; ip nexthop del id 4711; nft delete table inet cmt")
+    assert capture(lab, "r3").same_as(before0)
+
+
 async def test_a_restated_header_must_match_the_device(lab: Lab) -> None:
     async with connect(a1(lab)) as c:
         r = await c.call_tool("apply_config", {"commands": {"r1": ["hostname r9", "ipv6 route fd99:9::/64 blackhole"]}})

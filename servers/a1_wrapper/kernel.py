@@ -359,14 +359,14 @@ def route_units(words: list[str], family: int) -> frozenset[str] | None:
             v = _PROTO_NUMBERS.get(v, v)
         units.add(f"{key} {v}")
         i += 2
-    defaults = {"table main", "proto 3"} | ({"metric 1024"} if family == 6 else {"metric 0"})
+    defaults = {"table main", "proto 3", "pref medium"} | ({"metric 1024"} if family == 6 else {"metric 0"})
     if family == 6 and any(u in units for u in ("type blackhole", "type unreachable", "type prohibit")):
         defaults.add("dev lo")
     if family == 6 and not any(u.startswith("metric ") for u in units):
         units.add("metric 1024")
     if family == 6 and "dev lo" in defaults and not any(u.startswith("dev ") for u in units):
         units.add("dev lo")
-    return frozenset(u for u in units if u not in {"table main", "proto 3", "metric 0"})
+    return frozenset(u for u in units if u not in {"table main", "proto 3", "metric 0", "pref medium"})
 
 
 def route_present(args: list[str], state: Any, family: int) -> bool:
