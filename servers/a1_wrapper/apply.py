@@ -80,12 +80,12 @@ def _lines_of(daemons: dict[str, str] | None) -> set[tuple[tuple[str, ...], str]
 
 def _replaces(new: tuple[tuple[str, ...], str], old: tuple[tuple[str, ...], str]) -> bool:
     """Line ``new`` (mode, text) is the same command as line ``old`` with another value: same
-    mode, and one's words but the last are a prefix of the other's (``description b`` for
-    ``description to r2``, ``isis metric 20`` for ``isis metric 30``)."""
+    mode, and the same words but the last (``isis metric 20`` for ``isis metric 30``,
+    ``is-type level-1`` for ``is-type level-2-only``), or both a ``description`` (free text)."""
     if new[0] != old[0]:
         return False
     a, b = new[1].split(), old[1].split()
-    return (len(a) > 1 and b[: len(a) - 1] == a[:-1]) or (len(b) > 1 and a[: len(b) - 1] == b[:-1])
+    return (len(a) == len(b) > 1 and a[:-1] == b[:-1]) or a[0] == b[0] == "description"
 
 
 @dataclass
