@@ -161,6 +161,12 @@ def run_bounded(
         sel.close()
         proc.stdout.close()
         proc.stderr.close()
+    for i in (1, 2):  # a stream cut at the cap keeps whole characters: a split one is dropped, not shown as U+FFFD
+        if dropped[i]:
+            partial = _partial_utf8_tail(bufs[i])
+            if partial:
+                del bufs[i][-partial:]
+                dropped[i] += partial
     out, err = (bufs[i].decode(errors="replace") for i in (1, 2))
     if dropped[1]:
         out += TRUNCATION_MARK.format(dropped=dropped[1])
@@ -177,3 +183,16 @@ def run_bounded(
         truncated=bool(dropped[1] or dropped[2]),
         cancelled=cancelled,
     )
+
+
+def _partial_utf8_tail(buf: bytes | bytearray) -> int:
+    """How many bytes at the end of ``buf`` begin a UTF-8 character they do not complete (0-3):
+    where a byte cap split a multi-byte character (RFC 3629 lead bytes: 110xxxxx needs 1
+    continuation byte, 1110xxxx 2, 11110xxx 3)."""
+    for back in range(1, min(4, len(buf)) + 1):
+        b = buf[-back]
+        if b & 0xC0 == 0x80:  # a continuation byte: look further back for its lead byte
+            continue
+        need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
+        return back if back < need else 0
+    return 0

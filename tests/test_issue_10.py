@@ -164,6 +164,133 @@ async def test_commands_that_change_nothing_are_rejected(lab: Lab, lines: list[s
     assert capture(lab, "r2").same_as(before)
 
 
+async def test_a_line_repeated_in_one_call_changes_the_router_once(lab: Lab) -> None:
+    """Found by the issue-10 tester: a line sent twice in one call (a pasted block repeated, a
+    mode entered twice) was reported applied twice; the second changed nothing."""
+    lines = ["ipv6 route fd99:41::/64 blackhole", "ipv6 route fd99:41::/64 blackhole", "interface eth9", "description a",
+             "exit", "interface eth9", "description a", "exit", "router isis CORE", "lsp-gen-interval 2",
+             "lsp-gen-interval 2", "exit", "ipv6 prefix-list PL41 seq 5 permit fd99:41::/64",
+             "ipv6 prefix-list PL41 seq 5 permit fd99:41::/64"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": lines})
+        r1 = res["devices"]["r1"]
+        try:
+            assert not err and r1["rejected"] == [], r1
+            assert r1["applied"] == [lines[0], "interface eth9", "description a", "lsp-gen-interval 2", lines[12]], r1
+            assert r1["unchanged"] == [lines[1], "interface eth9", "description a", "router isis CORE",
+                                       "lsp-gen-interval 2", lines[13]], r1  # fmt: skip
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
+
+
+async def test_a_default_value_beside_a_replaced_value_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: `isis metric 10` (FRR's default, not shown) sent with
+    `isis hello-interval 2` (which replaced `isis hello-interval 1`) was reported applied: the
+    removed old value looked like an unexplained change in its mode."""
+    lines = ["interface eth1", "isis metric 10", "isis hello-interval 2", "description new", "exit",
+             "router isis CORE", "lsp-mtu 1497", "set-overload-bit"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": lines})
+        r1 = res["devices"]["r1"]
+        try:
+            assert not err and r1["rejected"] == [], r1
+            assert r1["applied"] == ["isis hello-interval 2", "description new", "set-overload-bit"], r1
+            assert r1["unchanged"] == ["interface eth1", "isis metric 10", "router isis CORE", "lsp-mtu 1497"], r1
+            consistent(lab, "r1", lines, r1)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": r1["snapshot_id"]}))
+
+
+ROUTES_AS_WRITTEN = [  # as an agent writes them: defaults left out, words in its own order
+    "ip -6 route add fd99:51::/64 dev eth1", "ip -6 route add fd99:52::/64 via fe80::1 dev eth1 table 100",
+    "ip -6 route add fcbb:bb00:1:e051::/64 encap seg6local action End.DT6 table 100 dev sr0",
+    "ip -6 route add fd99:53::/64 encap seg6 mode encap segs fcbb:bb00:2::,fcbb:bb00:3:: dev eth1",
+    "ip -6 route add blackhole fd99:54::/64", "ip -4 route add 10.9.51.0/24 dev eth1 proto static",
+]
+
+
+async def test_a_route_sent_again_as_written_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: an `ip -6 route add` sent again exactly as the agent first
+    wrote it (defaults left out) was rejected with the kernel's "File exists", and alone it made
+    the call an error; only the canonical form get_running_config prints was recognised. A
+    different route to the same destination is still rejected."""
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": ROUTES_AS_WRITTEN})
+        sid = res["devices"]["r1"]["snapshot_id"]
+        try:
+            assert not err and res["devices"]["r1"]["applied"] == ROUTES_AS_WRITTEN, res["summary"]
+            before = capture(lab, "r1")
+            err, res = await apply(c, {"r1": ROUTES_AS_WRITTEN})
+            assert not err and res["summary"].startswith("no change: all 6 command(s)"), res["summary"]
+            assert res["devices"]["r1"]["unchanged"] == ROUTES_AS_WRITTEN
+            err, res = await apply(c, {"r1": ["ip -6 route add fd99:51::/64 dev eth2"]})
+            assert err and "File exists" in res["devices"]["r1"]["rejected"][0]["message"]
+            assert capture(lab, "r1").same_as(before)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
+
+
+async def test_a_policy_rule_sent_again_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: `ip -6 rule add from P lookup T` (no priority) sent again
+    was added again at the next free priority (three copies after three calls), and `fwmark 16`
+    did not match the `fwmark 0x10` the kernel shows."""
+    first = ["ip -6 rule add from fd99:61::/64 lookup 100", "ip -4 rule add fwmark 0x10 lookup 100"]
+    again = ["ip -6 rule add from fd99:61::/64 table 100", "ip -4 rule add fwmark 16 lookup 100",
+             "ip -6 rule add from fd99:61::/64 lookup 100"]  # fmt: skip
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r1": first})
+        sid = res["devices"]["r1"]["snapshot_id"]
+        try:
+            assert not err and res["devices"]["r1"]["applied"] == first, res["summary"]
+            before = capture(lab, "r1")
+            err, res = await apply(c, {"r1": again})
+            assert not err and res["devices"]["r1"]["unchanged"] == again, res["summary"]
+            assert capture(lab, "r1").same_as(before)
+        finally:
+            data(await c.call_tool("rollback", {"device": "r1", "snapshot_id": sid}))
+
+
+async def test_an_nft_rule_sent_again_in_other_words_is_unchanged(lab: Lab) -> None:
+    """Found by the issue-10 tester: an nft rule the chain already had, written in words nft
+    prints otherwise (`mark 16` for `meta mark 0x00000010`, an uncompressed address, a protocol
+    match nft folds into the port match), was added a second time and reported applied."""
+    same = [("meta mark 0x10 drop", "mark 16 drop"), ("ip6 daddr fd00:0:0:1::0/64 drop", "ip6 daddr fd00:0:0:1::/64 drop"),
+            ("meta l4proto udp udp dport 53 accept", "udp dport 53 accept")]  # fmt: skip
+    lines = ["nft add table inet dupt", "nft add chain inet dupt c"]
+    lines += [f"nft add rule inet dupt c {r}" for pair in same for r in pair]
+    lines += ["nft add rule inet dupt c mark 17 drop"]  # another rule: added
+    before = capture(lab, "r2")
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r2": lines})
+        r2 = res["devices"]["r2"]
+        try:
+            assert not err and r2["rejected"] == [], r2
+            assert r2["applied"] == lines[:3] + [lines[4], lines[6], lines[8]], r2
+            assert r2["unchanged"] == [lines[3], lines[5], lines[7]], r2
+            listed = lab.exec("r2", ["nft", "list", "chain", "inet", "dupt", "c"]).stdout
+            assert listed.count(" drop\n") + listed.count(" accept\n") == 4, listed
+        finally:
+            data(await c.call_tool("rollback", {"device": "r2", "snapshot_id": r2["snapshot_id"]}))
+    assert capture(lab, "r2").same_as(before)
+
+
+async def test_nft_flushes_and_deletes_that_remove_nothing_are_rejected(lab: Lab) -> None:
+    """Found by the issue-10 tester: an nft flush of an empty chain, table or ruleset was
+    reported unchanged (the verb was read as the object's name), where an ip flush that removes
+    nothing is rejected."""
+    lines = ["nft add table inet e", "nft add chain inet e c", "nft flush chain inet e c", "nft flush table inet e",
+             "nft delete table inet e", "nft flush ruleset"]  # fmt: skip
+    before = capture(lab, "r2")
+    assert before.nft == ""
+    async with connect(a1(lab)) as c:
+        err, res = await apply(c, {"r2": lines})
+    r2 = res["devices"]["r2"]
+    assert not err and r2["applied"] == [lines[0], lines[1], lines[4]] and r2["unchanged"] == [], r2
+    assert [x["command"] for x in r2["rejected"]] == [lines[2], lines[3], lines[5]], r2
+    assert all("nothing to remove" in x["message"] for x in r2["rejected"]), r2
+    assert capture(lab, "r2").same_as(before)
+
+
 async def test_a_no_line_that_removes_something_is_applied(lab: Lab) -> None:
     async with connect(a1(lab)) as c:
         _, res = await apply(c, {"r2": ["ipv6 prefix-list PLX seq 5 permit fd99::/64", "interface eth1", "description x"]})
@@ -300,6 +427,33 @@ async def test_a_richer_configuration_applies_back_as_a_no_op(tmp_path: Path) ->
         await round_trip(lab)
 
 
+async def test_kernel_state_a1_cannot_write_applies_back_as_comments(lab: Lab) -> None:
+    """Found by the issue-10 tester: a route with `pref high`, one over a nexthop object and an
+    nft rule with a comment (set through the shell, as A0 or an operator would) were printed by
+    get_running_config as commands apply_config refused, so the whole text could not be applied
+    back. What A1 cannot write is shown as a `!` comment; `pref low|medium|high` is a route form."""
+    from servers.a1_wrapper.server import NOT_A_FORM
+
+    setup = ("ip -6 route add fd99:a1::/64 dev eth1 pref high && ip -6 nexthop add id 4711 via fe80::1 dev eth1 && "
+             "ip -6 route add fd99:a2::/64 nhid 4711 && nft add table inet cmt && nft add chain inet cmt c && "
+             "nft add rule inet cmt c ip6 saddr fd00::1 counter drop comment '\"tenant a\"'")  # fmt: skip
+    before0 = capture(lab, "r3")
+    lab.check([lab.sh("r3", setup)])
+    try:
+        before = capture(lab, "r3")
+        async with connect(a1(lab)) as c:
+            cfg = data(await c.call_tool("get_running_config", {"devices": ["r3"]}))["r3"]
+            assert "\nip -6 route add fd99:a1::/64 metric 1024 dev eth1 pref high\n" in cfg
+            shown = [ln for ln in cfg.splitlines() if ln.startswith(NOT_A_FORM)]
+            assert len(shown) == 2 and "nhid 4711" in shown[0] and "comment" in shown[1], shown
+            err, res = await apply(c, {"r3": cfg})
+            assert not err and res["summary"].startswith("no change: all "), res["summary"]
+        assert capture(lab, "r3").same_as(before)
+    finally:
+        lab.sh("r3", "ip -6 route del fd99:a1::/64; ip -6 route del fd99:a2::/64; ip nexthop del id 4711; nft delete table inet cmt")
+    assert capture(lab, "r3").same_as(before0)
+
+
 async def test_a_restated_header_must_match_the_device(lab: Lab) -> None:
     async with connect(a1(lab)) as c:
         r = await c.call_tool("apply_config", {"commands": {"r1": ["hostname r9", "ipv6 route fd99:9::/64 blackhole"]}})
@@ -399,6 +553,34 @@ async def test_a1_cancellation_kills_what_runs_and_runs_nothing_more(lab: Lab, t
     assert rec["tool"] == "execute_validation" and rec["cancelled"] and rec["is_error"], json.dumps(rec)[:1500]
 
 
+async def test_a1_cancelled_mid_batch_records_what_the_router_took(lab: Lab, tmp_path: Path) -> None:
+    """Found by the issue-10 tester: an FRR batch cancelled mid-way recorded the line its killed
+    vtysh was running as not applied ("may or may not have taken effect") while FRR had taken
+    it: the record said one line fewer had changed the router than had. The read-back decides."""
+    traj = tmp_path / "t.jsonl"
+    lines = [f"ipv6 prefix-list CANCEL seq {5 * i} permit fd99:{i:x}::/64" for i in range(1, 451)]
+
+    def present() -> list[str]:
+        return [ln for ln in running(lab, "r3").splitlines() if ln.startswith("ipv6 prefix-list CANCEL ")]
+
+    try:
+        async with RawStdio.start("A1", lab.name, "--trajectory", str(traj)) as c:
+            rid = await c.call("tools/call", {"name": "apply_config", "arguments": {"commands": {"r3": lines}}})
+            await until(lambda: len(present()) >= 20, "the batch is under way", within_s=60)
+            await c.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid}})
+            await until(lambda: any(r["tool"] == "apply_config" for r in read_trajectory(traj)), "the call is recorded", 60)
+        (rec,) = read_trajectory(traj)
+        assert rec["cancelled"], json.dumps(rec)[:1500]
+        now = present()
+        assert 20 <= len(now) < len(lines)
+        m = re.search(r"(\d+) command\(s\) changed the device", rec["error"])
+        assert m and int(m.group(1)) == len(now), (rec["error"], len(now))
+        recorded = {x.split(": ", 2)[1] for x in rec["rejected"]}
+        assert not recorded & set(now), sorted(recorded & set(now))
+    finally:
+        lab.vtysh("r3", "configure terminal", "no ipv6 prefix-list CANCEL")
+
+
 async def test_stdio_server_exits_when_the_client_goes_away(lab: Lab, tmp_path: Path) -> None:
     traj = tmp_path / "t.jsonl"
     mark = f"/tmp/gone-{uuid.uuid4().hex[:8]}"
@@ -433,6 +615,44 @@ async def read_to_end(c: RawStdio, text_: str) -> str:
         pages += 1
     assert pages >= 1
     return out
+
+
+async def test_a_result_of_many_small_items_keeps_its_error_flag_and_summary(lab: Lab) -> None:
+    """Found by the issue-10 tester: a partly applied call with many rejected commands (each a
+    short command and reason: nothing to cut) came back as an error ("cannot be cut below this
+    server's bound") without its summary, although something was applied. Its lists are
+    shortened instead, the summary says so, and read_output gives the whole result."""
+    lines = ["ip -6 route add fd97::/64 dev eth1"] + [f"ip -6 route del fd99:{i:x}::/64 dev eth1" for i in range(60)]
+    async with RawStdio.start("A1", lab.name, "--max-message-bytes", "8192") as c:
+        res = await c.tool("apply_config", {"commands": {"r1": lines}})
+        try:
+            assert not res.get("isError"), res["content"][0]["text"][:500]
+            assert max(len(ln) for ln in c.lines) <= 8192
+            sc = res["structuredContent"]
+            assert sc["summary"].startswith("PARTLY APPLIED: 60 of 61 command(s) REJECTED"), sc["summary"]
+            m = MARKER.search(sc["summary"])
+            assert m and "lists of this result longer than" in sc["summary"] and m.group(2) == "0", sc["summary"]
+            assert 0 < len(sc["devices"]["r1"]["rejected"]) < 60
+            whole = json.loads(await read_to_end(c, f'[... read_output(output_id="{m.group(1)}", offset=0) ...]'))
+            assert [x["command"] for x in whole["devices"]["r1"]["rejected"]] == lines[1:]
+            assert whole["devices"]["r1"]["applied"] == lines[:1] and whole["summary"] == sc["summary"][: m.start()].split("\n[")[0]
+        finally:
+            await c.tool("apply_config", {"commands": {"r1": ["ip -6 route del fd97::/64 dev eth1"]}})
+
+
+async def test_an_output_cut_at_the_capture_limit_keeps_whole_characters(lab: Lab) -> None:
+    """Found by the issue-10 tester: a stream cut at the byte cap in the middle of a UTF-8
+    character ended in U+FFFD, a character the device never printed."""
+    s = build_a0(ServerConfig(lab=lab.name, options={"max_output_bytes": 1024}), lab=lab)
+    async with connect(s) as c:
+        for char, n in (("é", 1000), ("€", 700), ("🚀", 600)):  # 2, 3 and 4 bytes
+            res = data(await c.call_tool("run_shell", {"device": "r1", "command": f"printf a; printf '{char}%.0s' $(seq {n})"}))
+            total = 1 + n * len(char.encode())
+            kept = 1 + (1023 // len(char.encode())) * len(char.encode())
+            head, _, tail = res["stdout"].partition("\n[... ")
+            assert res["truncated"] and "\ufffd" not in res["stdout"], res["stdout"][-80:]
+            assert head == "a" + char * ((kept - 1) // len(char.encode())), head[-10:]
+            assert tail.startswith(f"{total - kept} more bytes dropped"), tail
 
 
 async def test_large_outputs_are_paged_to_the_end_under_the_64k_line_limit(lab: Lab) -> None:

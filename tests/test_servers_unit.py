@@ -558,3 +558,26 @@ def test_frr_line_outcomes(line: str, status: str, output: str, changed: bool, w
     if outcome == "unchanged" and changed and not was:
         again = DeviceRun._frr_outcome(c, Answer(line, status, "", output), changed=True, was=False, now=False, touched=True)
         assert again[0] == "applied"
+
+
+def test_a1_routes_compare_by_attributes_not_words() -> None:
+    """An agent's `ip route add` arguments and the canonical form of the same route compare
+    equal (defaults, aliases, order); another device, metric, table or SID parameter does not."""
+    from servers.a1_wrapper.kernel import route_units as u
+
+    def same(a: str, b: str, fam: int = 6) -> bool:
+        return u(a.split(), fam) == u(b.split(), fam)
+
+    assert same("fd99:5::/64 dev eth1", "fd99:5::/64 metric 1024 dev eth1")
+    assert same("fd99:6::/64 via fe80::1 dev eth1 table 100", "fd99:6::/64 table 100 metric 1024 via fe80::1 dev eth1")
+    assert same("blackhole fd99:8::/64", "blackhole fd99:8::/64 metric 1024 dev lo")
+    assert same("fd99:9::/64 dev eth1 proto static preference 7", "fd99:9::/64 metric 7 proto 4 dev eth1")
+    assert same("10.9.1.0/24 dev eth1 table main", "10.9.1.0/24 dev eth1", 4)
+    assert same("fcbb:bb00:1:e0::/64 encap seg6local action End.DT6 table 100 dev sr0",
+                "fcbb:bb00:1:e0::/64 metric 1024 encap seg6local action End.DT6 table 100 dev sr0")  # fmt: skip
+    assert not same("fcbb:bb00:1:e0::/64 encap seg6local action End.DT6 table 100 dev sr0",
+                    "fcbb:bb00:1:e0::/64 metric 1024 encap seg6local action End.DT6 table 101 dev sr0")  # fmt: skip
+    assert not same("fd99:5::/64 dev eth1", "fd99:5::/64 metric 1024 dev eth2")
+    assert not same("fd99:5::/64 dev eth1", "fd99:5::/64 metric 1 dev eth1")
+    assert not same("fd99:5::/64 dev eth1", "fd99:5::/64 table 7 metric 1024 dev eth1")
+    assert u("fd99:5::/64 nexthop via fe80::1 dev eth1".split(), 6) is None

@@ -78,6 +78,16 @@ def _lines_of(daemons: dict[str, str] | None) -> set[tuple[tuple[str, ...], str]
     return out
 
 
+def _replaces(new: tuple[tuple[str, ...], str], old: tuple[tuple[str, ...], str]) -> bool:
+    """Line ``new`` (mode, text) is the same command as line ``old`` with another value: same
+    mode, and the same words but the last (``isis metric 20`` for ``isis metric 30``,
+    ``is-type level-1`` for ``is-type level-2-only``), or both a ``description`` (free text)."""
+    if new[0] != old[0]:
+        return False
+    a, b = new[1].split(), old[1].split()
+    return (len(a) == len(b) > 1 and a[:-1] == b[:-1]) or a[0] == b[0] == "description"
+
+
 @dataclass
 class Result:
     cmd: Command
@@ -198,18 +208,29 @@ class DeviceRun:
         # changes no line of the segment accounts for word for word (FRR stores a line in another
         # form, or a line replaced a value): a line whose mode they are in may have made them
         explained = {(c.ctx, c.text[3:] if c.negated else c.text) for c in seg}
-        unexplained = {e for e in (now ^ was) if e not in explained}
+        added = {e for e in explained if e in now and e not in was}
+        # a line a new line of the segment replaced (the old value of the same command:
+        # `isis hello-interval 1` for `isis hello-interval 2`) is that line's doing, not another's
+        unexplained = {e for e in (now ^ was) if e not in explained
+                       and not (e in was and any(_replaces(new, e) for new in added))}  # fmt: skip
         # daemons this router runs that did not answer the read-back: vtysh skips a daemon that is
         # down without a word when the line also belongs to other daemons
         down = sorted(set(self.lab.state(self.device).daemons) - set(after))
+        taken: set[tuple[tuple[str, ...], str]] = set()  # lines of this segment FRR took so far
         for c, a in zip(seg, answers, strict=True):
             status[c.index] = a
             key = (c.ctx, c.text)
             said = a.output if a.status != "not_run" else f"% {a.output}"
             shown = f"{a.prompt or self.device + '(config)# '}{c.text}" + (f"\n{said}" if said else "")
             touched = any(ctx == c.ctx or ctx[: len(c.ctx) + 1] == (*c.ctx, c.text) for ctx, _ in unexplained)
-            outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down,
-                                             touched=touched)  # fmt: skip
+            if key in taken and key not in was and a.status == "accepted" and not c.navigation:
+                # the same line again: an earlier line of this segment made the change it would make
+                outcome, why = "unchanged", "already in the running configuration: an earlier line of this call set it"
+            else:
+                outcome, why = self._frr_outcome(c, a, changed=changed, was=key in was, now=key in now, down=down,
+                                                 touched=touched)  # fmt: skip
+            if a.status == "accepted" and not c.negated:
+                taken.add(key)
             if outcome == "rejected" and a.status == "accepted":
                 shown += f"\n% (anibench) {why}"
             self._add(c, outcome, why, shown)
@@ -225,9 +246,15 @@ class DeviceRun:
             return "rejected", a.message or "FRR refused it without a message (vtysh exit status 1)"
         if a.status == "not_run":
             return "rejected", a.output
-        if a.status == "unknown":
-            return "rejected", a.message + (" The running configuration changed." if changed else
-                                            " The running configuration did not change.")  # fmt: skip
+        if a.status == "unknown":  # the session was killed (cancelled, timed out) while this line ran
+            if not c.navigation and not was and (now if not c.negated else changed):
+                # its own effect is in the read-back (a `no` line not of the running configuration runs alone)
+                return "applied", ("the FRR session was killed while this line ran, after FRR had taken it (the "
+                                   "running configuration read back shows its effect)")  # fmt: skip
+            if not changed:
+                return "rejected", ("not applied: the FRR session was killed while this line ran, and the running "
+                                    "configuration did not change")  # fmt: skip
+            return "rejected", a.message + " The running configuration changed."
         if c.navigation:
             return "unchanged", ""
         warning = a.warning
@@ -258,16 +285,29 @@ class DeviceRun:
             self.kernel_dirty = False
         return self.kernel_state
 
+    def _drop_appended_copy(self, chain: tuple[str, str, str]) -> bool:
+        """After ``nft add rule`` appended to ``chain``: when the chain already had the same rule
+        (in words A1 could not match before sending: nft prints them alike), delete the new copy.
+        True when a copy was found and deleted (the kernel state is then as before)."""
+        self.kernel_dirty = True
+        listing = self.lab.exec(self.device, ["nft", "-a", "list", "chain", *chain], timeout_s=self.opts.exec_timeout_s,
+                                max_output=self.opts.max_output_bytes)  # fmt: skip
+        handle = k.appended_duplicate(listing.stdout) if listing.ok else None
+        if handle is None:
+            return False
+        return self.lab.exec(self.device, ["nft", "delete", "rule", *chain, "handle", handle],
+                             timeout_s=self.opts.exec_timeout_s).ok  # fmt: skip
+
     def _kernel(self, c: Command) -> None:
         argv = c.argv or c.text.split()
         kind, verb = k.kind_of(argv), k.verb_of(argv)
         head = f"{self.device}(kernel)# {c.text}"
         args = argv[argv.index(verb) + 1 :] if verb in argv else []
-        if kind == "route" and verb in ("add", "append") and " ".join(args) in k.routes_of(self._live(), k.family_of(argv)):
+        if kind == "route" and verb in ("add", "append") and k.route_present(args, self._live(), k.family_of(argv)):
             self._add(c, "unchanged", "the identical route is already there (not added again)",
                       f"{head}\n% (anibench) unchanged: the identical route is already there; not added again")  # fmt: skip
             return
-        if kind == "rule" and verb == "add" and k.canonical_rule(args) in k.rules_of(self._live(), k.family_of(argv)):
+        if kind == "rule" and verb == "add" and k.rule_present(args, self._live(), k.family_of(argv)):
             self._add(c, "unchanged", "an identical rule is already there (not added again)",
                       f"{head}\n% (anibench) unchanged: an identical rule is already there; not added again")  # fmt: skip
             return
@@ -295,13 +335,16 @@ class DeviceRun:
         if r.returncode != 0:
             said = " ".join((err.strip() or r.stdout.strip() or f"exit status {r.returncode}").split())[:500]
             if kind == "route" and verb in ("add", "append") and "File exists" in said \
-                    and " ".join(args) in k.routes_of(self._live(), k.family_of(argv)):  # fmt: skip
+                    and k.route_present(args, self._live(), k.family_of(argv)):  # fmt: skip
                 self._add(c, "unchanged", "the identical route is already there", f"{shown}\n% (anibench) unchanged: "
                           "the identical route is already there")  # fmt: skip
                 return
             self._add(c, "rejected", said, f"{shown}\n% exit status {r.returncode}")
             return
-        if state == "changed":
+        if state == "changed" and target is not None and self._drop_appended_copy(target[0]):
+            why = f"chain {' '.join(target[0])} already had this rule (nft prints both alike); the copy just added was removed"
+            self._add(c, "unchanged", why, f"{shown}\n% (anibench) unchanged: {why}")
+        elif state == "changed":
             self.kernel_dirty = True
             self._add(c, "applied", "", shown)
         elif state is None:

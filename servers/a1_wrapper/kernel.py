@@ -14,7 +14,10 @@ or ``nft -s list ruleset``):
   route, ``nft add table`` of an existing table), or an add found the identical object already
   there: a route (``File exists``), a policy rule, an nftables rule in that chain. Rules are not
   sent again in that case (the kernel would keep a second copy of a default rule, nftables of
-  any rule), so applying a device's own configuration back changes nothing.
+  any rule), so applying a device's own configuration back changes nothing. A route is compared
+  by its attributes (:func:`route_units`: defaults and word order do not matter); an nftables
+  rule written in words nft prints otherwise is found after it was added (nft lists both alike:
+  :func:`appended_duplicate`) and the copy removed.
 
 Agent text never reaches a shell: the command's words are positional parameters of a fixed
 script (``"$@"``), never parsed by it.
@@ -64,9 +67,11 @@ def kind_of(argv: list[str]) -> str:
 
 
 def verb_of(argv: list[str]) -> str:
-    """The command's verb (``add``, ``del``, ``flush``, ...)."""
+    """The command's verb (``add``, ``del``, ``flush``, ...): the word after the object for
+    ``ip`` (``ip -6 route flush``), the first word for ``nft`` (``nft flush chain ...``)."""
     words = [w for w in argv[1:] if not w.startswith("-")]
-    return words[1] if len(words) > 1 else ""
+    k = 0 if argv[0] == "nft" else 1
+    return words[k] if len(words) > k else ""
 
 
 def family_of(argv: list[str]) -> int:
@@ -118,11 +123,36 @@ def canonical_rule(words: list[str]) -> str:
                 proto = rule_protocol(words[i + 1])
                 if proto:
                     parts[w] = f"{w} {proto}"
+            elif w == "fwmark":
+                parts[w] = f"fwmark {_mark(words[i + 1])}"
             elif not (w in ("from", "to") and words[i + 1] == "all"):
                 parts[w] = f"{w} {words[i + 1]}"
             i += 1
         i += 1
     return " ".join(parts[k] for k in _RULE_ORDER if k in parts)
+
+
+def _mark(value: str) -> str:
+    """A firewall mark (and mask) as ``ip rule`` prints it: hex, the full mask left out."""
+    mark, _, mask = value.partition("/")
+    try:
+        text = f"{int(mark, 0):#x}"
+        return text if not mask or int(mask, 0) == 0xFFFFFFFF else f"{text}/{int(mask, 0):#x}"
+    except ValueError:
+        return value
+
+
+def rule_present(args: list[str], state: Any, family: int) -> bool:
+    """A policy rule identical to the one ``ip rule add ARGS`` would create is in ``state``;
+    without a priority (the kernel would pick a free one and keep a second copy) any priority
+    matches."""
+    mine = canonical_rule(args)
+    rules = rules_of(state, family)
+    if mine in rules:
+        return True
+    if mine.startswith("priority "):
+        return False
+    return any(r.split(" ", 2)[2:] == [mine] for r in rules if r.startswith("priority "))
 
 
 def canonical_nft_rule(text: str) -> str:
@@ -284,6 +314,91 @@ def rule_target(argv: list[str]) -> tuple[tuple[str, str, str], str] | None:
     if rest and rest[0] in ("position", "index", "handle"):
         return None
     return (argv[3], argv[4], argv[5]), canonical_nft_rule(" ".join(rest))
+
+
+#: Words that end an ``encap ...`` part of a route (everything else after ``encap`` is its own,
+#: a seg6local ``table`` included, as iproute2 parses it).
+_AFTER_ENCAP = frozenset({"dev", "via", "src", "onlink", "scope", "mtu", "metric", "preference", "priority", "proto",
+                          "nexthop", "pref"})  # fmt: skip
+_ROUTE_TYPES = frozenset({"blackhole", "unreachable", "prohibit", "throw", "unicast", "local"})
+_TABLE_NAMES = {"254": "main", "255": "local", "253": "default"}
+_PROTO_NUMBERS = {"boot": "3", "static": "4", "kernel": "2", "zebra": "11", "ra": "9", "dhcp": "16"}
+
+
+def route_units(words: list[str], family: int) -> frozenset[str] | None:
+    """The attributes of a route, as ``ip route add`` arguments (an agent's, or the canonical
+    form :func:`substrate.devstate.route_args` writes), in a form where the same route compares
+    equal whatever the order of its words and the defaults left out: IPv6 metric 1024, the main
+    table, ``dev lo`` of an IPv6 blackhole/unreachable/prohibit route, protocol ``boot``.
+    None for what this does not model (multipath, unknown words): such routes are not compared."""
+    units: set[str] = set()
+    i = 0
+    if words and words[0] in _ROUTE_TYPES:
+        if words[0] != "unicast":
+            units.add(f"type {words[0]}")
+        i = 1
+    if i >= len(words):
+        return None
+    dst = "::/0" if words[i] == "default" and family == 6 else "0.0.0.0/0" if words[i] == "default" else words[i]
+    units.add(f"dst {dst if '/' in dst else dst + ('/128' if family == 6 else '/32')}")
+    i += 1
+    while i < len(words):
+        w = words[i]
+        if w == "onlink":
+            units.add(w)
+            i += 1
+            continue
+        if w == "encap":
+            j = i + 1
+            while j < len(words) and words[j] not in _AFTER_ENCAP:
+                j += 1
+            units.add("encap " + " ".join(sorted(words[i + 1 : j])))
+            i = j
+            continue
+        if i + 1 >= len(words) or w == "nexthop" or w.startswith("?"):
+            return None
+        v = words[i + 1]
+        if w == "via" and v in ("inet", "inet6") and i + 2 < len(words):
+            i, v = i + 1, words[i + 2]
+        key = {"preference": "metric", "priority": "metric", "ro": "", "r": ""}.get(w, w)
+        if key == "table":
+            v = _TABLE_NAMES.get(v, v)
+        if key == "proto":
+            v = _PROTO_NUMBERS.get(v, v)
+        units.add(f"{key} {v}")
+        i += 2
+    defaults = {"table main", "proto 3", "pref medium"} | ({"metric 1024"} if family == 6 else {"metric 0"})
+    if family == 6 and any(u in units for u in ("type blackhole", "type unreachable", "type prohibit")):
+        defaults.add("dev lo")
+    if family == 6 and not any(u.startswith("metric ") for u in units):
+        units.add("metric 1024")
+    if family == 6 and "dev lo" in defaults and not any(u.startswith("dev ") for u in units):
+        units.add("dev lo")
+    return frozenset(u for u in units if u not in {"table main", "proto 3", "metric 0", "pref medium"})
+
+
+def route_present(args: list[str], state: Any, family: int) -> bool:
+    """A route identical to the one ``ip route add ARGS`` would create is in ``state`` (compared
+    by :func:`route_units`, or word for word when they cannot be)."""
+    routes = routes_of(state, family)
+    if " ".join(args) in routes:
+        return True
+    mine = route_units(args, family)
+    return mine is not None and any(route_units(r.split(), family) == mine for r in routes)
+
+
+def appended_duplicate(listing: str) -> str | None:
+    """From ``nft -a list chain FAMILY TABLE CHAIN``: the handle of the chain's last rule when
+    an earlier rule of the chain is identical to it (as nft prints both: nft is the judge of
+    what a rule's words mean -- ``mark 16`` and ``meta mark 0x10`` are one rule), else None."""
+    rules: list[tuple[str, str]] = []
+    for line in listing.splitlines():
+        m = re.fullmatch(r"\s*(.*\S)\s+# handle (\d+)", line)
+        if m and not re.match(r"(table|chain|set|map|flowtable) ", m.group(1)):
+            rules.append((canonical_nft_rule(m.group(1)), m.group(2)))
+    if len(rules) > 1 and rules[-1][0] in {r for r, _ in rules[:-1]}:
+        return rules[-1][1]
+    return None
 
 
 def routes_of(state: Any, family: int) -> list[str]:

@@ -209,12 +209,28 @@ def _split(text: str) -> list[str]:
     return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
-def render_state(state: DeviceState, is_router: bool) -> str:
+#: How get_running_config shows a route, rule or nftables object that A1 has no command for.
+NOT_A_FORM = "! not an apply_config form (A1 cannot re-create it): "
+
+
+def render_state(state: DeviceState, is_router: bool, grammar: Grammar | None = None) -> str:
     """A device's running configuration as text: FRR's running config, then the kernel state
     services use that FRR does not show (routes, rules, SRv6 source, nftables, interfaces,
     sysctls), written as the A1 commands that re-create it. Fed back to apply_config, it is
     accepted and changes nothing (the header lines restate the device's own, the routes, rules
-    and nftables rules are already there); what A1 has no command for is a ``!`` comment."""
+    and nftables rules are already there); what A1 has no command for is a ``!`` comment: the
+    objects of no A1 form, and, given ``grammar``, the routes, rules and nftables commands it
+    does not accept (``pref high``, ``mtu``, nexthop objects, an nft ``comment``, ...)."""
+
+    def command(line: str) -> str:
+        if grammar is None:
+            return line
+        try:
+            grammar.parse_config(state.node, [line], is_router=is_router)
+        except GrammarError:
+            return NOT_A_FORM + line
+        return line
+
     n = state.node
     parts = []
     if is_router:
@@ -227,9 +243,9 @@ def render_state(state: DeviceState, is_router: bool) -> str:
     body += [f"ip -6 rule add {r}" for r in state.rules6] + [f"ip -4 rule add {r}" for r in state.rules4]
     if state.tunsrc:
         body.append(f"ip sr tunsrc set {state.tunsrc}")
-    parts.append("\n".join(body) if body else "! (no routes or rules outside FRR)")
+    parts.append("\n".join(map(command, body)) if body else "! (no routes or rules outside FRR)")
     parts.append("! nftables ruleset (nft list ruleset), as the commands that re-create it:")
-    parts.append("\n".join(ruleset_commands(state.nft)) or "! (empty)")
+    parts.append("\n".join(c if c.startswith("!") else command(c) for c in ruleset_commands(state.nft)) or "! (empty)")
     parts.append("! interfaces (kernel):")
     by_if: dict[str, list[str]] = {}
     for a in state.addresses:
@@ -368,7 +384,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         if not names:
             raise ToolError(f"name at least one device; devices: {', '.join(server.device_names)}")
         states = lab_.map(lambda d: capture(lab_, d), names)
-        return {d: render_state(s, is_router(d)) for d, s in zip(names, states, strict=True)}
+        return {d: render_state(s, is_router(d), grammar) for d, s in zip(names, states, strict=True)}
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=False, title="Apply configuration")
     def apply_config(

@@ -206,6 +206,8 @@ def _replace(value: Any, path: tuple[Any, ...], new: str) -> Any:
     return out_list
 
 
+#: The output id markers carry while a cut is searched for (as long as any real one).
+_SEARCH_ID = "out-9999999999"
 #: Room the marker takes (characters); a string is cut only where that makes it shorter.
 _MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13, tool="x" * 64))
 
@@ -213,6 +215,24 @@ _MARKER_ROOM = len(cut_marker("out-0000000000", 10**12, 10**13, tool="x" * 64))
 def _cut(s: str, k: int) -> bool:
     """``s`` is cut when ``k`` characters are kept of it (only if that shortens it)."""
     return len(s) > k + _MARKER_ROOM
+
+
+def _list_lengths(value: Any) -> list[int]:
+    """The length of every list in a JSON value."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _list_lengths(v)]
+    if isinstance(value, list):
+        return [len(value), *(n for v in value for n in _list_lengths(v))]
+    return []
+
+
+def _shorten(value: Any, m: int) -> Any:
+    """A copy of a JSON value with every list cut to its first ``m`` items."""
+    if isinstance(value, dict):
+        return {k: _shorten(v, m) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v, m) for v in value[:m]]
+    return value
 
 
 def _text_of_structured(structured: Any, wrapped: bool) -> str:
@@ -235,52 +255,99 @@ class Fitter:
         """``result`` itself when its message fits, else a copy with its longest strings cut
         (structured results: in the structured copy, the text content re-derived from it;
         text-only results: in the text blocks), each with a marker and its full text stored.
+        A structured result that cutting strings cannot bound (many small items) has its longest
+        lists shortened as well, the whole result stored, and a marker saying so appended to its
+        first text field (:meth:`_shorten_lists`): it keeps its schema and its error flag.
 
         Args:
             result: the tool's result as the SDK built it.
             wrapped: the structured content is ``{"result": value}`` and the text shows ``value``.
             request_id: the JSON-RPC id of the call (its length counts).
         """
-        limit = self.max_message_bytes
         if result.structured_content is not None and not result.is_error:  # the text copy, compact
             text = _text_of_structured(result.structured_content, wrapped)
             if [getattr(c, "text", None) for c in result.content] != [text]:
                 result = result.model_copy(update={"content": [TextContent(type="text", text=text)]})
-        if message_bytes(result, request_id) <= limit:
+        if message_bytes(result, request_id) <= self.max_message_bytes:
             return result
         if result.structured_content is not None:
-            structured = result.structured_content
-            leaves = [(p, s) for p, s in _strings(structured) if len(s) > MIN_CUT_CHARS]
+            return (self._cut_structured(result, result.structured_content, wrapped, request_id)
+                    or self._shorten_lists(result, wrapped, request_id)
+                    or self._whole(result, wrapped, request_id))  # fmt: skip
+        blocks = list(result.content)
+        leaves = [((i,), b.text) for i, b in enumerate(blocks) if isinstance(b, TextContent) and len(b.text) > MIN_CUT_CHARS]
 
-            def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
-                data: Any = structured
-                for p, s in leaves:
-                    if _cut(s, k):
-                        data = _replace(data, p, s[:k] + cut_marker(ids[p], k, len(s), self.store.tool))
-                text = _text_of_structured(data, wrapped)
-                return result.model_copy(update={"structured_content": data,
-                                                 "content": [TextContent(type="text", text=text)]})  # fmt: skip
-        else:
-            blocks = list(result.content)
-            leaves = [((i,), b.text) for i, b in enumerate(blocks)
-                      if isinstance(b, TextContent) and len(b.text) > MIN_CUT_CHARS]  # fmt: skip
+        def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
+            new = list(blocks)
+            for (i,), s in leaves:
+                if _cut(s, k):
+                    new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids.get((i,), _SEARCH_ID), k, len(s), self.store.tool))
+            return result.model_copy(update={"content": new})
 
-            def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
-                new = list(blocks)
-                for (i,), s in leaves:
-                    if _cut(s, k):
-                        new[i] = TextContent(type="text", text=s[:k] + cut_marker(ids[(i,)], k, len(s), self.store.tool))
-                return result.model_copy(update={"content": new})
+        return self._finish(leaves, build, request_id) or self._whole(result, wrapped, request_id)
 
-        ids = {p: self.store.reserve() for p, _ in leaves}
+    def _finish(self, leaves: list[tuple[tuple[Any, ...], str]], build: Callable[[int, dict[tuple[Any, ...], str]], CallToolResult],
+                request_id: Any) -> CallToolResult | None:  # fmt: skip
+        """The result ``build(k, ids)`` with the largest ``k`` (characters kept of each cut leaf)
+        that fits, the cut leaves stored under fresh ids; None when nothing fits. The search
+        measures with a placeholder id at least as long as any real one."""
         longest = max((len(s) for _, s in leaves), default=0)
-        k = _largest(longest, lambda k: message_bytes(build(k, ids), request_id) <= limit) if leaves else -1
+        k = _largest(longest, lambda k: message_bytes(build(k, {}), request_id) <= self.max_message_bytes)
         if k < 0:
-            return self._whole(result, wrapped, request_id)
+            return None
+        ids = {p: self.store.reserve() for p, s in leaves if _cut(s, k)}
         for p, s in leaves:
-            if _cut(s, k):
+            if p in ids:
                 self.store.put(ids[p], s)
         return build(k, ids)
+
+    def _cut_structured(self, result: CallToolResult, data: Any, wrapped: bool, request_id: Any,
+                        keep: tuple[Any, ...] | None = None) -> CallToolResult | None:  # fmt: skip
+        """``result`` with structured copy ``data`` whose longest strings (but the one at path
+        ``keep``) are cut to fit, the text re-derived from it; None when cutting is not enough."""
+        leaves = [(p, s) for p, s in _strings(data) if len(s) > MIN_CUT_CHARS and p != keep]
+
+        def build(k: int, ids: dict[tuple[Any, ...], str]) -> CallToolResult:
+            out: Any = data
+            for p, s in leaves:
+                if _cut(s, k):
+                    out = _replace(out, p, s[:k] + cut_marker(ids.get(p, _SEARCH_ID), k, len(s), self.store.tool))
+            return result.model_copy(update={"structured_content": out,
+                                             "content": [TextContent(type="text", text=_text_of_structured(out, wrapped))]})  # fmt: skip
+
+        return self._finish(leaves, build, request_id)
+
+    def _shorten_lists(self, result: CallToolResult, wrapped: bool, request_id: Any) -> CallToolResult | None:
+        """Many small items (a list of 350 rejected commands, each with its reason) cannot be
+        bounded by cutting strings: every list is shortened to its first ``m`` items (the largest
+        ``m`` that fits, strings cut as well where needed), the whole result is stored as one
+        output, and the first top-level text field (e.g. a ``summary``) gets a marker that says
+        so and how to read it. The result keeps its schema and its error flag. None when the
+        structure has no such field or even empty lists do not fit."""
+        structured = result.structured_content
+        shown = structured.get("result") if wrapped and isinstance(structured, dict) else structured
+        if wrapped or not isinstance(shown, dict):
+            return None
+        first = next((k for k, v in shown.items() if isinstance(v, str)), None)
+        longest = max((n for n in _list_lengths(shown)), default=0)
+        if first is None or longest == 0:
+            return None
+        full = _text_of_structured(structured, wrapped)
+        oid = self.store.reserve()
+
+        def attempt(m: int) -> CallToolResult | None:
+            data = _shorten(shown, m)
+            notice = (f"\n[... cut by anibench: lists of this result longer than {m} item(s) show their first {m}; the "
+                      f"whole result ({len(full)} characters of JSON) is output {oid}: read it with "
+                      f'{self.store.tool}(output_id="{oid}", offset=0) ...]')  # fmt: skip
+            data[first] = data[first] + notice
+            return self._cut_structured(result, data, wrapped, request_id, keep=(first,))
+
+        if attempt(0) is None:
+            return None
+        m = _largest(longest - 1, lambda m: attempt(m) is not None)
+        self.store.put(oid, full)
+        return attempt(m)
 
     def _whole(self, result: CallToolResult, wrapped: bool, request_id: Any) -> CallToolResult:
         """The last resort: the whole result's text kept as one output, answered with an error
