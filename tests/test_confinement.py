@@ -17,7 +17,7 @@ import pytest
 
 from servers.a0_shell.server import build_server
 from servers.common import ServerConfig
-from substrate import Lab, Topology, confine
+from substrate import Lab, Topology, confine, frr
 from substrate.errors import EnvironmentProblem
 from substrate.scenario import Scenario, build, load_manifest
 from substrate.scenario.deploy import deploy_scenario
@@ -168,6 +168,38 @@ async def test_background_processes_do_not_outlive_the_call(line3: Lab) -> None:
         assert out["exit_status"] == 0 and out["killed_leftovers"] == [], out
     new = line3.daemon_pid("r3", "staticd")
     assert new is not None and new != old
+
+
+#: A library of /usr preloaded into a daemon: any code could be (gcc and /tmp are there).
+PRELOAD = "LD_PRELOAD=$(ls /usr/lib/*-linux-gnu/libm.so.6 | head -1)"
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a_daemon_program_running_injected_code_does_not_outlive_the_call(line3: Lab) -> None:
+    """An FRR daemon's program started with an agent's code in it (an LD_* variable, or an
+    executable mapping outside /usr) is not the node's daemon: it is killed with the call, so no
+    delayed change can ride on it into the observation or the next run."""
+    async with connect(a0(line3, devices=["r3"])) as c:
+        out = data(await c.call_tool("run_shell", {"device": "r3", "command":
+            f"kill $(cat /run/frr/staticd.pid); {PRELOAD} /usr/lib/frr/staticd -d -A 127.0.0.1; echo started"}))  # fmt: skip
+        assert out["stdout"] == "started\n" and [k.split()[0] for k in out["killed_leftovers"]] == ["staticd"], out
+        left = data(await c.call_tool("run_shell", {"device": "r3", "command": "ps -eo comm | grep -c staticd"}))
+        assert left["stdout"].strip() == "0"
+    line3.start_daemon("r3", "staticd")  # put the node back for the other tests
+
+
+def test_injected_code_is_told_from_a_daemons_own() -> None:
+    own = ("55d0c0a00000-55d0c0a1b000 r-xp 00002000 fe:00 1 /usr/lib/frr/staticd\n"
+           "7f00-7f01 r-xp 00000000 fe:00 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+           "7f02-7f03 rw-p 00000000 00:00 0 \n7f04-7f05 rw-s 00000000 00:2a 3 /var/tmp/frr/staticd.1/logbuf.2\n"
+           "7ffc-7ffd r-xp 00000000 00:00 0 [vdso]\n")  # fmt: skip
+    env = b"PATH=/usr/bin\0HOME=/root\0"
+    assert frr.runs_only_installed_code(own, env)
+    assert not frr.runs_only_installed_code(own, env + b"LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6\0")
+    assert not frr.runs_only_installed_code(own + "7f06-7f07 r-xp 00000000 00:2b 4 /tmp/evil.so\n", env)
+    assert not frr.runs_only_installed_code(own + "7f08-7f09 rwxp 00000000 00:00 0 \n", env)  # anonymous code
+    assert not frr.runs_only_installed_code(own + "7f0a-7f0b r-xp 00000000 00:01 5 /memfd:x (deleted)\n", env)
 
 
 @pytest.fixture(scope="module")

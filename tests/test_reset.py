@@ -123,6 +123,21 @@ def test_an_frr_protocol_route_zebra_does_not_know_is_removed(bf) -> None:
     assert "fd99:17::" not in lab.exec("r5", ["ip", "-6", "route"]).stdout
 
 
+def test_a_daemon_running_injected_code_is_killed_and_replaced(bf) -> None:
+    """A process with a daemon's name, program and PID file but an agent's code in it (here a
+    preloaded library) is killed by the reset, and the node gets its genuine daemon back: kept, it
+    would keep acting in the next run."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    lab.sh(pe, "kill $(cat /run/frr/staticd.pid); LD_PRELOAD=$(ls /usr/lib/*-linux-gnu/libm.so.6 | head -1) "
+               "/usr/lib/frr/staticd -d -A 127.0.0.1 && vtysh -b -d staticd", timeout_s=30)  # fmt: skip
+    rep = reset(lab)
+    assert rep.exact and any(k.startswith(f"{pe}:") and k.endswith(":staticd") for k in rep.killed_processes), rep.summary()
+    pid = lab.exec(pe, ["cat", "/run/frr/staticd.pid"]).stdout.strip()
+    assert "LD_" not in lab.exec(pe, ["cat", f"/proc/{pid}/environ"]).stdout
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+
+
 def test_an_interface_stable_secret_is_seen(bf) -> None:
     """The per-interface IPv6 stable secret is the one interface setting netlink does not report:
     read as a file, it shows (and, since nothing can unset it, the reset says so)."""

@@ -422,13 +422,16 @@ DAEMON_PIDFILE_WAIT_S = 2.0
 
 def _is_frr_daemon(node: NodeState, pid: int) -> bool:
     """``pid`` (host view) is one of ``node``'s FRR daemons: its program is /usr/lib/frr/NAME for a
-    daemon NAME of the node, and the node's /run/frr/NAME.pid names it (by its PID in the node;
+    daemon NAME of the node, running only installed code (:func:`substrate.frr.runs_only_installed_code`:
+    no injected library), and the node's /run/frr/NAME.pid names it (by its PID in the node;
     a daemon just started gets :data:`DAEMON_PIDFILE_WAIT_S` to write it)."""
     deadline = time.monotonic() + DAEMON_PIDFILE_WAIT_S
     try:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
         if comm not in node.daemons or os.readlink(f"/proc/{pid}/exe") != f"{frr.DAEMON_DIR}/{comm}":
             return False
+        if not frr.runs_only_installed_code(Path(f"/proc/{pid}/maps").read_text(), Path(f"/proc/{pid}/environ").read_bytes()):
+            return False  # the daemon's program with an agent's code in it
         status = Path(f"/proc/{pid}/status").read_text()
         nspid = next(ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:"))
         pidfile = Path(f"/proc/{node.init_pid}/root/run/frr/{comm}.pid")

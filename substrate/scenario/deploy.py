@@ -56,13 +56,22 @@ BASELINE_FILE = "baseline.json"
 #: Shell (builtins only: no fork, so nothing it starts is killed by it) that kills every process
 #: of a node but its init (PID 1), its FRR daemons and itself -- whatever an agent left running (a
 #: loop that keeps changing state would otherwise reach into the observation or the next run) --
-#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name, so
-#: a PID written into /run/frr by an agent protects nothing. ``{daemons}``: the lab's daemons.
+#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name that
+#: runs only installed code, so neither a PID written into /run/frr by an agent nor a library
+#: injected into a daemon's program protects anything. ``{daemons}``: the lab's daemons.
 _KILL_STRAYS = """keep=" 1 $$ "
 for d in {daemons}; do
   p=; c=; read -r p < "/run/frr/$d.pid" 2>/dev/null
   [ -n "$p" ] && read -r c < "/proc/$p/comm" 2>/dev/null
-  [ "$c" = "$d" ] && keep="$keep$p "
+  [ "$c" = "$d" ] || continue
+  # only the installed program (frr.runs_only_installed_code): no LD_* variable, no executable
+  # mapping but files of /usr and the vdso
+  ok=1
+  while IFS= read -r -d '' v; do case "$v" in LD_*) ok=;; esac; done < "/proc/$p/environ" 2>/dev/null
+  while read -r _ perm _ _ _ path; do
+    case "$perm" in *x*) case "$path" in /usr/*|"[vdso]"|"[vsyscall]") ;; *) ok=;; esac;; esac
+  done < "/proc/$p/maps" 2>/dev/null
+  [ -n "$ok" ] && keep="$keep$p "
 done
 for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
