@@ -138,6 +138,26 @@ def test_a_daemon_running_injected_code_is_killed_and_replaced(bf) -> None:
     assert at_baseline(lab) == {} and failing(lab, sc) == []
 
 
+def test_what_an_agent_wrote_in_a_node_is_gone_after_reset(bf) -> None:
+    """Notes, scripts, histories and FRR's log of one run are not there for the next run's agent
+    to read, in any writable directory; FRR's own files stay; modes and owners come back."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    dirs = ["/tmp", "/root", "/var/tmp", "/var", "/dev/shm", "/run", "/run/frr", "/var/lib/frr", "/var/log/frr",
+            "/var/tmp/frr", "/var/lib", "/var/log"]  # fmt: skip
+    wrote = lab.sh(pe, " && ".join(f"echo note > {d}/.note-17 && mkdir {d}/dir-17" for d in dirs)
+                   + " && vtysh -c 'show version' >/dev/null && rm /var/run && mkdir /var/run && echo x > /var/run/y"
+                   + " && echo said-by-run-1 >> /var/log/frr/frr.log && chmod 000 /run/frr /tmp", confined=True)
+    assert wrote.ok, wrote.summary()
+    rep = reset(lab)
+    assert rep.exact, rep.summary()
+    left = lab.sh(pe, "find /tmp /root /var/ /dev/shm /run \\( -name '.note-17' -o -name 'dir-17' \\) 2>/dev/null; find /tmp /root /dev/shm "
+                      "/var/lib/frr -mindepth 1; grep -c said-by-run-1 /var/log/frr/frr.log; readlink /var/run; "
+                      "stat -c '%n %a %U' /run/frr /tmp")  # fmt: skip
+    assert left.stdout.split("\n") == ["0", "/run", "/run/frr 755 frr", "/tmp 1777 root", ""], left.stdout
+    assert failing(lab, sc) == [] and lab.vtysh(pe, "show version").ok
+
+
 def test_an_interface_stable_secret_is_seen(bf) -> None:
     """The per-interface IPv6 stable secret is the one interface setting netlink does not report:
     read as a file, it shows (and, since nothing can unset it, the reset says so)."""

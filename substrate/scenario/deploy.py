@@ -81,13 +81,35 @@ for d in /proc/[0-9]*; do
 done
 """
 #: At the start of a reset, per node: kill strays (above), resume stopped processes (the
-#: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, empty /tmp
-#: (what one run's agent left there must not be read by the next).
+#: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, and empty every
+#: writable directory of the node (:data:`_EMPTY_WRITABLE`).
 _REVIVE = _KILL_STRAYS + """kill -CONT -1 2>/dev/null
 for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev/null || echo "D $d"; done
-rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null
+"""
+#: What one run's agent left in a node's writable directories (notes, scripts, a shell or vtysh
+#: history, FRR's log of its changes) must not be read by the next run's agent, nor change what
+#: the node does: /tmp, /root, /dev/shm, /var and /run are emptied but for FRR's own files (its
+#: daemons' PID files, vty and zserv sockets, crash log buffers; its log file is truncated) and
+#: their directories get their owners and modes back. Bash globs (``extglob``): one ``rm`` for all.
+_EMPTY_WRITABLE = """shopt -s nullglob dotglob extglob
+junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log|tmp|run) /var/lib/!(frr) /var/lib/frr/*
+      /var/log/!(frr) /var/log/frr/!(frr.log) /var/tmp/!(frr) /var/tmp/frr/!(*.+([0-9])) /var/tmp/frr/*/!(logbuf.+([0-9])))
+[ -L /var/run ] || junk+=(/var/run)
+[ -L /var/log/frr/frr.log ] && junk+=(/var/log/frr/frr.log)
+[ ${{#junk[@]}} -gt 0 ] && rm -rf -- "${{junk[@]}}"
+[ -e /var/run ] || ln -s /run /var/run
+[ -f /var/log/frr/frr.log ] && : > /var/log/frr/frr.log
+mkdir -p /run/frr /var/lib/frr /var/log/frr /var/tmp/frr 2>/dev/null
+chmod 1777 /tmp /var/tmp /dev/shm && chmod 700 /root /var/tmp/frr && chmod 755 /run /var /var/lib /var/log /run/frr /var/lib/frr /var/log/frr \
+  && chown frr:frr /run/frr /var/lib/frr /var/log/frr /var/tmp/frr && chown root:root /tmp /var/tmp /dev/shm /root /run /var /var/lib /var/log
 true
 """
+
+
+def revive_script(daemons: list[str]) -> str:
+    """The reset's prelude for a node running ``daemons`` (:data:`_REVIVE`, :data:`_EMPTY_WRITABLE`)."""
+    keep = "|".join([*(f"{d}.pid|{d}.vty" for d in daemons), "zserv.api"])
+    return _REVIVE.format(daemons=" ".join(daemons)) + _EMPTY_WRITABLE.format(keep=keep)
 
 
 def kill_strays(lab: Lab, nodes: list[str] | None = None) -> list[str]:
@@ -380,7 +402,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
         # one command per node: revive it (strays killed, processes resumed, /tmp emptied, dead
         # daemons named), then capture; restored at once if it differs, while the other nodes
         # are still being captured
-        prelude = _REVIVE.format(daemons=" ".join(lab.state(node).daemons)) if revive else ""
+        prelude = revive_script(lab.state(node).daemons) if revive else ""
         cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
         dead, strays = _revive_lines(head, node)
         killed.extend(strays)
