@@ -95,6 +95,8 @@ s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
+s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
+s xfrm; ip xfrm policy getdefault 2>&1; ip xfrm state 2>&1; ip xfrm policy 2>&1
 """
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
@@ -211,6 +213,12 @@ class DeviceState(BaseModel):
         default_factory=list, description="Link-local and loopback addresses (the kernel makes them; a flush removes them).")
     links: dict[str, LinkState] = Field(default_factory=dict)
     nft: str = Field(default="", description="`nft list ruleset` output.")
+    xtables: str = Field(
+        default="", description="Legacy x_tables rules (iptables-legacy, ip6tables-legacy: invisible to nft), as "
+        "`@ip`/`@ip6` then the save output without comments and counters; empty tables with ACCEPT policies left out.")
+    xfrm: str = Field(
+        default="", description="IPsec (XFRM) states, policies and default policies (`ip xfrm`), empty when there are "
+        "none and every default policy accepts.")
     sysctls: dict[str, str] = Field(
         default_factory=dict, description="Writable sysctls under /proc/sys/net outside per-interface directories "
         "(path -> value; conf/all and conf/default included).")
@@ -288,6 +296,10 @@ class DeviceState(BaseModel):
                 out.append(f"~ link {name}: {_link_text(x, y)}")
         if a["nft"] != b["nft"]:
             out.append("~ nftables ruleset differs")
+        if a["xtables"] != b["xtables"]:
+            out.append(f"~ legacy iptables rules differ: {a['xtables'][:200]!r} -> {b['xtables'][:200]!r}")
+        if a["xfrm"] != b["xfrm"]:
+            out.append(f"~ xfrm (IPsec) state differs: {a['xfrm'][:200]!r} -> {b['xfrm'][:200]!r}")
         for k in sorted(set(a["sysctls"]) | set(b["sysctls"])):
             if a["sysctls"].get(k) != b["sysctls"].get(k):
                 out.append(f"~ sysctl {k}: {a['sysctls'].get(k)} -> {b['sysctls'].get(k)}")
@@ -766,6 +778,47 @@ def _sections(text: str) -> dict[str, str]:
     return out
 
 
+#: ``ip xfrm policy getdefault`` when every default policy accepts (the kernel's default).
+_XFRM_DEFAULT = "Default policies:\n in:  accept\n fwd: accept\n out: accept"
+
+
+def normalize_xfrm(text: str) -> str:
+    """The capture's xfrm section: empty when there is no state or policy and every default
+    policy accepts."""
+    text = "\n".join(ln.rstrip() for ln in text.strip().splitlines() if ln.strip())
+    return "" if text == _XFRM_DEFAULT else text
+
+
+def normalize_xtables(text: str) -> str:
+    """The capture's legacy x_tables section without comments and counters, and without tables
+    that hold no rule and no chain of their own and accept by default (what a table looks like
+    once used and flushed: the kernel keeps it registered)."""
+    out: list[str] = []
+    table: list[str] = []
+    fam = ""
+
+    def close() -> None:
+        if any(ln.startswith("-A ") or (ln.startswith(":") and not ln.split()[1:2] == ["ACCEPT"]) for ln in table):
+            out.extend(table)
+
+    for raw in text.splitlines():
+        ln = re.sub(r"\s*\[\d+:\d+\]$", "", raw.strip())
+        if not ln or ln.startswith("#"):
+            continue
+        if ln.startswith("@"):
+            fam = ln
+            continue
+        if ln.startswith("*"):
+            table = [fam, ln]
+        elif ln == "COMMIT":
+            table.append(ln)
+            close()
+            table = []
+        else:
+            table.append(ln)
+    return "\n".join(out)
+
+
 def _json(text: str) -> Any:
     text = text.strip()
     return json.loads(text) if text else []
@@ -904,6 +957,8 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
                     if args:
                         state.nexthops.append(args)
         state.nft = sec["nft"].strip()
+        state.xtables = normalize_xtables(sec.get("xt", ""))
+        state.xfrm = normalize_xfrm(sec.get("xfrm", ""))
         if "ro" in sec:
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])
@@ -1206,6 +1261,7 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
         errors += [] if r.ok else [f"sr tunsrc: {r.stderr.strip()[:300]}"]
     errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
     errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
+    errors += _apply_xtables_xfrm(lab, node, cur, target, rep)
     return errors
 
 
@@ -1392,6 +1448,40 @@ def _apply_hmac(lab: Lab, node: str, have: list[str], want: list[str], rep: Rest
     rep.actions += [f"sr hmac {x.split()[0]}" for x in sorted(set(have) ^ set(want))]
     r = lab.exec_net(node, ["bash", "-c", " && ".join(script) + " >/dev/null"], timeout_s=20)
     return [] if r.ok else [f"sr hmac: {r.stderr.strip()[:300]}"]
+
+
+#: Empties every legacy x_tables table of a node (rules, chains, policies back to ACCEPT).
+_XT_FLUSH = """for f in ip ip6; do
+  t=; read -r t < /proc/net/${f}_tables_names 2>/dev/null || continue
+  for t in $(cat /proc/net/${f}_tables_names); do
+    ${f}tables-legacy -t $t -F && ${f}tables-legacy -t $t -X || exit 1
+    for c in $(${f}tables-legacy -t $t -S | sed -n 's/^-P \\([^ ]*\\) .*/\\1/p'); do ${f}tables-legacy -t $t -P $c ACCEPT || exit 1; done
+  done
+done
+"""
+
+
+def _apply_xtables_xfrm(lab: Lab, node: str, cur: DeviceState, target: DeviceState, rep: RestoreReport) -> list[str]:
+    """Legacy x_tables and XFRM back to ``target``: emptied, then the target's x_tables rules
+    restored per family (``*tables-legacy-restore``); XFRM states and policies are not re-created
+    (no scenario has any: a target with some is left to the restore's residual)."""
+    errors: list[str] = []
+    if cur.xtables != target.xtables:
+        rep.actions.append("legacy iptables: flush" + (", restore" if target.xtables else ""))
+        r = lab.sh(node, _XT_FLUSH, timeout_s=20)
+        if not r.ok:
+            errors.append(f"legacy iptables: {r.stderr.strip()[:300]}")
+        for fam, body in re.findall(r"^@(ip6?)\n(.*?)(?=^@|\Z)", target.xtables + "\n", re.M | re.S):
+            r = lab.exec(node, [f"{fam}tables-legacy-restore"], input=body, timeout_s=20)
+            if not r.ok:
+                errors.append(f"{fam}tables-legacy-restore: {r.stderr.strip()[:300]}")
+    if cur.xfrm != target.xfrm:
+        rep.actions.append("xfrm: flush states and policies, default policies accept")
+        r = lab.sh(node, "ip xfrm state flush && ip xfrm policy flush && ip xfrm policy setdefault in accept fwd accept out accept",
+                   timeout_s=20)  # fmt: skip (one command per line: ip -batch loses xfrm commands after a listing)
+        if not r.ok:
+            errors.append(f"xfrm: {r.stderr.strip()[:300]}")
+    return errors
 
 
 def _apply_qdiscs(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:

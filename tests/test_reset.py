@@ -138,6 +138,27 @@ def test_a_daemon_running_injected_code_is_killed_and_replaced(bf) -> None:
     assert at_baseline(lab) == {} and failing(lab, sc) == []
 
 
+def test_legacy_iptables_and_ipsec_policies_are_restored(bf) -> None:
+    """Rules of the legacy x_tables (iptables-legacy: not in nft's ruleset) and XFRM policies
+    blackhole traffic as well as nftables does; a reset that does not see them said "verified"
+    with 44 invariants failing."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    r = lab.sh(pe, "iptables-legacy -A INPUT -p icmp -j DROP && ip6tables-legacy -A FORWARD -j DROP && "
+                   "ip6tables-legacy -t mangle -N fz && ip6tables-legacy -P OUTPUT DROP && "
+                   "ip xfrm policy add dir fwd src ::/0 dst fd10::/16 action block && ip xfrm policy setdefault out block",
+               confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    assert failing(lab, sc)  # not vacuous: the network is damaged
+    rep = reset(lab)
+    assert rep.exact and pe in [x.node for x in rep.restored], rep.summary()
+    left = lab.sh(pe, "ip6tables-legacy -S; ip6tables-legacy -t mangle -S; iptables-legacy -S; ip xfrm policy; "
+                      "ip xfrm policy getdefault")  # fmt: skip
+    assert "-A " not in left.stdout and "DROP" not in left.stdout and "-N fz" not in left.stdout, left.stdout
+    assert "block" not in left.stdout, left.stdout
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+
+
 def test_what_an_agent_wrote_in_a_node_is_gone_after_reset(bf) -> None:
     """Notes, scripts, histories and FRR's log of one run are not there for the next run's agent
     to read, in any writable directory; FRR's own files stay; modes and owners come back."""
@@ -242,6 +263,10 @@ A0_CORPUS = [
     "ip link set {if} addrgenmode none", "ip link set sr0 address 02:00:00:00:18:{k:02x}",
     # SRv6
     "ip sr tunsrc set fd99::{k}", "echo s3cret | ip sr hmac set {k} sha1",
+    # legacy x_tables and IPsec policies (outside nftables and the routing tables)
+    "iptables-legacy -A INPUT -p icmp -j DROP", "ip6tables-legacy -A FORWARD -j DROP", "ip6tables-legacy -t mangle -N fz{k}",
+    "ip6tables-legacy -P FORWARD DROP", "ip xfrm policy add dir fwd src ::/0 dst fd10::/16 action block",
+    "ip xfrm policy setdefault fwd block",
     # neighbours, nexthops, odd routes
     "ip -6 neigh replace fd99::{k} lladdr 02:00:00:00:00:{k:02x} dev {if} nud permanent",
     "ip neigh replace 192.0.2.{k} lladdr 02:00:00:00:01:{k:02x} dev {if} nud noarp", "ip -6 neigh add proxy fd99::{k} dev {if}",
