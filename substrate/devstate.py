@@ -91,7 +91,7 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
@@ -110,9 +110,6 @@ eval 'grep -r . /proc/sys/net/!(ipv4|ipv6) /proc/sys/net/ipv[46]/!(conf|neigh) /
 """
 #: Added to the capture when the read-only sysctls of this kernel are not known yet (once per process).
 _READONLY_SECTION = "s ro; find /proc/sys/net -type f ! -perm -u=w 2>/dev/null\n"
-#: Read from the host in the node's network namespace (Lab.exec_net): the node's user namespace
-#: may not (seg6 generic netlink checks the host's CAP_NET_ADMIN).
-_SRV6_SHOW = "sr tunsrc show\nsr hmac show\n"
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
 
 _RTN = {"0": "unspec", "1": "unicast", "2": "local", "3": "broadcast", "4": "anycast", "5": "multicast", "6": "blackhole",
@@ -946,7 +943,7 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.host_addresses.sort()
         for link in named["link"]:
             state.links[link["ifname"]] = _link_state(link)
-        for doc in docs[len(_IP_DOCS):] + (_json_seq(sec["sr"]) if "sr" in sec else []):
+        for doc in docs[len(_IP_DOCS):]:
             for x in doc:
                 if "tunsrc" in x:
                     state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
@@ -1012,10 +1009,7 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
         raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?); its processes: "
                             + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
     head, _, _ = r.stdout.partition(_SEP)
-    sr = lab.exec_net(node, ["ip", "-j", "-force", "-batch", "-"], input=_SRV6_SHOW, timeout_s=timeout_s)
-    if not sr.ok:
-        raise SnapshotError(f"{node}: cannot read the SRv6 source and HMAC keys: {sr.summary()}")
-    state = parse_capture(node, r.stdout + f"{_SEP}sr\n{sr.stdout}", with_frr=full, router=router)
+    state = parse_capture(node, r.stdout, with_frr=full, router=router)
     try:
         state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
     except netlink.NetlinkError as e:
@@ -1257,8 +1251,7 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
             errors.append(f"nft: {r.stderr.strip()[:500]}")
     if cur.tunsrc != target.tunsrc:
         rep.actions.append(f"sr tunsrc {target.tunsrc or '::'}")
-        r = lab.exec_net(node, ["ip", "sr", "tunsrc", "set", target.tunsrc or "::"], timeout_s=20)
-        errors += [] if r.ok else [f"sr tunsrc: {r.stderr.strip()[:300]}"]
+        errors += _ip(lab, node, [f"sr tunsrc set {target.tunsrc or '::'}"])
     errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
     errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
     errors += _apply_xtables_xfrm(lab, node, cur, target, rep)
@@ -1446,7 +1439,7 @@ def _apply_hmac(lab: Lab, node: str, have: list[str], want: list[str], rep: Rest
         kid, algo, secret = x.split(" ", 2)
         script.append(f"printf '%s\\n' {shlex.quote(secret)} | ip sr hmac set {kid} {algo}")
     rep.actions += [f"sr hmac {x.split()[0]}" for x in sorted(set(have) ^ set(want))]
-    r = lab.exec_net(node, ["bash", "-c", " && ".join(script) + " >/dev/null"], timeout_s=20)
+    r = lab.sh(node, " && ".join(script) + " >/dev/null")
     return [] if r.ok else [f"sr hmac: {r.stderr.strip()[:300]}"]
 
 

@@ -385,22 +385,6 @@ class Lab:
             cancel=cancel,
         )
 
-    def exec_net(self, node: str, argv: Sequence[str], *, timeout_s: float = 10.0, input: str | bytes | None = None,
-                 max_output: int = DEFAULT_MAX_OUTPUT, cancel: threading.Event | None = None) -> ExecResult:
-        """Run the harness's ``argv`` in ``node``'s network namespace only, with the host's
-        privileges: for what the node's own user namespace may not do although it concerns the
-        node's network alone (the SRv6 encapsulation source and HMAC keys:
-        :data:`substrate.backends.netns.HOST_NET_ADMIN`). The program runs from the host's file
-        system: never pass it a program or script an agent supplies.
-
-        Raises:
-            NodeNotFoundError: unknown node. ExecError: the node is not running.
-        """
-        st = self.state(node)
-        if not argv:
-            raise ExecError("empty command")
-        return self._backend.exec_net(self, st, list(argv), timeout_s=timeout_s, input=input, max_output=max_output, cancel=cancel)
-
     def sh(self, node: str, script: str, **kw: Any) -> ExecResult:
         """Run a bash script inside ``node`` (same options as :meth:`exec`)."""
         return self.exec(node, ["bash", "-c", script], **kw)

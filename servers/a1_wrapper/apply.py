@@ -276,14 +276,12 @@ class DeviceRun:
             self._add(c, "unchanged", f"chain {' '.join(target[0])} already has this rule (not added again)",
                       f"{head}\n% (anibench) unchanged: the chain already has this rule; not added again")  # fmt: skip
             return
-        # the SRv6 source is set from the host in the node's network namespace (Lab.exec_net)
-        run = self.lab.exec_net if kind == "sr" else self.lab.exec
         if k.exit_status_tells(argv):  # one object added or removed on success: no read-back needed
-            r = run(self.device, argv, timeout_s=self.opts.exec_timeout_s, max_output=self.opts.max_output_bytes,
+            r = self.lab.exec(self.device, argv, timeout_s=self.opts.exec_timeout_s, max_output=self.opts.max_output_bytes,
                               cancel=self.cancel)  # fmt: skip
             err, state = r.stderr, "changed"
         else:
-            r = run(self.device, ["bash", "-c", k.KERNEL_SCRIPT, "anibench", kind, *argv],
+            r = self.lab.exec(self.device, ["bash", "-c", k.KERNEL_SCRIPT, "anibench", kind, *argv],
                               timeout_s=self.opts.exec_timeout_s, max_output=self.opts.max_output_bytes, cancel=self.cancel)  # fmt: skip
             err, state = k.split_marker(r.stderr)
         text = (r.stdout + err).strip("\n")

@@ -553,8 +553,7 @@ def _validate_device(lab: Any, device: str, plan: list[Command], opts: A1Options
             assert c.argv is not None
             timeout = opts.probe_timeout_s if family == "probe" else opts.exec_timeout_s
             t0 = time.monotonic()
-            run = lab.exec_net if c.argv[:2] == ["ip", "sr"] else lab.exec  # the SRv6 source: see Lab.exec_net
-            r = run(device, c.argv, timeout_s=timeout, max_output=opts.max_output_bytes, cancel=cancel)
+            r = lab.exec(device, c.argv, timeout_s=timeout, max_output=opts.max_output_bytes, cancel=cancel)
             body = apply_filter((r.stdout + r.stderr), c.filter).rstrip("\n")
             shown = " ".join(c.argv) if family == "probe" else c.text
             out.append(f"{device}# {shown}" + (f"\n{body}" if body else ""))

@@ -45,15 +45,6 @@ class Backend(Protocol):
         capabilities that reach beyond the node dropped and nothing it started left running;
         ``cancel``: when set, the command's process group is killed at once."""
 
-    def exec_net(
-        self, lab: Lab, node: NodeState, argv: list[str], *, timeout_s: float, input: str | bytes | None,
-        max_output: int, cancel: threading.Event | None = None,
-    ) -> ExecResult:  # fmt: skip
-        """Run the harness's ``argv`` in ``node``'s network namespace only, with the host's
-        privileges: for the kernel interfaces that check CAP_NET_ADMIN against the host's user
-        namespace rather than the node's (see :data:`substrate.backends.netns.HOST_NET_ADMIN`).
-        Never for a program or script an agent supplies."""
-
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """Path, on the host, of an FRR daemon's vty socket in ``node``."""
 

@@ -69,13 +69,6 @@ CONFINED_CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service",
     "net_broadcast", "net_admin", "net_raw", "ipc_lock", "audit_write",
 )
-#: Kernel interfaces a node's user namespace cannot use although they act on its network
-#: namespace only: they check CAP_NET_ADMIN in the host's user namespace (``GENL_ADMIN_PERM``, not
-#: ``GENL_UNS_ADMIN_PERM``). The seg6 generic netlink family (net/ipv6/seg6.c): the SRv6
-#: encapsulation source (``ip sr tunsrc``) and the HMAC keys (``ip sr hmac``). An agent's shell
-#: cannot change them (EPERM); the harness and the levels that offer them (A1, A2) use
-#: :meth:`NetnsBackend.exec_net`.
-HOST_NET_ADMIN = ("ip sr tunsrc", "ip sr hmac")
 #: Directory of a lab holding its nodes' /etc (the host's allowlisted files, see confine.stage_etc).
 ETC_DIR = "etc"
 MNT_DETACH = 2
@@ -369,23 +362,6 @@ class NetnsBackend:
         if cmd_cgroup is not None:
             result.extra["leftovers_killed"] = killed
         return result
-
-    def exec_net(
-        self, lab: Lab, node: NodeState, argv: list[str], *, timeout_s: float, input: str | bytes | None,
-        max_output: int, cancel: threading.Event | None = None,
-    ) -> ExecResult:  # fmt: skip
-        """Run ``argv`` in the node's network namespace only (``nsenter --net``), as the host's root
-        (see :data:`HOST_NET_ADMIN`).
-
-        Raises:
-            ExecError: the node is not running.
-        """
-        from substrate.lab import pid_alive
-
-        if not pid_alive(node.init_pid, node.init_start):
-            raise ExecError(f"node {node.name} of lab {lab.name} is not running (harness lab cleanup; then redeploy)")
-        return run_bounded([_tool("nsenter"), f"--net=/run/netns/{node.netns}", "--", *argv], env=NODE_ENV, node=node.name,
-                           shown_argv=argv, timeout_s=timeout_s, input=input, max_output=max_output, cancel=cancel)  # fmt: skip
 
     def vty_path(self, lab: Lab, node: NodeState, daemon: str) -> Path:
         """A daemon's vty socket seen from the host: the node's /run through its init's root."""
