@@ -314,7 +314,8 @@ class NetnsBackend:
         self, lab: Lab, node: NodeState, argv: list[str], *, confined: bool, timeout_s: float,
         input: str | bytes | None, max_output: int, cancel: threading.Event | None = None,
     ) -> ExecResult:  # fmt: skip
-        """Run ``argv`` in ``node``: enter its namespaces with the user namespace last.
+        """Run ``argv`` in ``node``: enter its namespaces (an agent's command and FRR daemons the
+        node's user namespace too, last; see the comment on it below).
 
         A confined command first joins a cgroup of its own inside the node's and runs without the
         capabilities outside :data:`CONFINED_CAPS`; when it returns, every process it left running
@@ -346,7 +347,12 @@ class NetnsBackend:
             writes = " && ".join(f"echo 0 >{shlex.quote(confine.procs_file(d))}" for d in join)
             prefix = [_tool("sh"), "-c", f'{writes} && exec "$@"', "anibench-join"]
         prefix += [_tool("nsenter"), "-t", str(node.init_pid), "-m", "-u", "-i", "-n", "-p"]
-        if node.cgroups:  # a node with a user namespace of its own (labs of this version)
+        if node.cgroups and join:
+            # an agent's command, or FRR daemons: inside the node's user namespace. The harness's
+            # other commands (capture, restore, probes, faults) stay in the host's: some kernel
+            # state of the node's network is not delegated to a user namespace (seg6 genetlink --
+            # the SRv6 encapsulation source, HMAC keys -- wants CAP_NET_ADMIN in the initial one,
+            # GENL_ADMIN_PERM), and the harness must read and restore all of it.
             prefix += ["-C", "-U"]
         prefix.append("--")
         if confined:

@@ -562,31 +562,37 @@ def read_frr(lab: Lab, node: str, *, timeout_s: float = 5.0) -> tuple[dict[str, 
     return confs, xmls
 
 
-#: Stand-ins for the sections of :func:`substrate.devstate.capture`'s script that a partial read
-#: leaves out: as many empty JSON documents as the section's ``ip -batch`` prints (routes, rules,
-#: addresses, links, neighbours for IPv6; the same without links for IPv4), nothing for the others.
-_EMPTY_SECTION = {"ip6": "echo '[] [] [] [] []'", "ip4": "echo '[] [] [] []'"}
+#: The sections of :func:`substrate.devstate.capture`'s script that hold each part a partial read
+#: asks for: one ``ip -batch`` prints the routes, rules, addresses, links and neighbours of both
+#: families and the SRv6 source (IPv6 rules are a section of their own).
+_PART_SECTIONS = {"ip6": ("ip", "rule6"), "ip4": ("ip", "rule6"), "tunsrc": ("ip",), "nft": ("nft",)}
+#: Stand-ins for the sections a partial read leaves out: as many empty JSON documents as the
+#: section prints (:data:`substrate.devstate._IP_DOCS` for ``ip``), nothing for the others.
+_EMPTY_SECTION = {"ip": "echo '[] [] [] [] [] [] []'", "rule6": "echo '[]'", "tc": "echo '[]'"}
 
 
 def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
-    """The kernel state of ``node`` with only the sections ``parts`` of the capture script read
-    (``ip6``: IPv6 routes of every table, rules, addresses, links, neighbours; ``ip4``: the
-    same for IPv4; ``nft``; ``sysctl``; ``tunsrc``); the others are empty in the result. It is
+    """The kernel state of ``node`` with only the sections holding ``parts`` read (``ip6``:
+    IPv6 routes of every table, rules, addresses, links, neighbours; ``ip4``: the same for IPv4;
+    ``nft``; ``tunsrc``: the SRv6 encapsulation source); the other sections are empty in the
+    result (per-interface sysctls and netlink settings too). It is
     :func:`substrate.devstate.capture`'s own script and parser with the sections left out
-    replaced by empty stand-ins: fewer processes in the node, the same canonical items.
+    replaced by empty stand-ins: fewer processes in the node, the same canonical items. Both
+    address families come in one ``ip`` process, so a part of one family reads the other too.
 
     Raises:
         NodeNotFoundError, SnapshotError.
     """
     from substrate.devstate import _CAPTURE_SCRIPT, parse_capture
 
-    want = set(parts)
+    want = {sec for p in parts for sec in _PART_SECTIONS.get(p, (p,))}
     lines = []
     for line in _CAPTURE_SCRIPT.strip().splitlines():
         head = line.split(";", 1)[0].split()
         if len(head) == 2 and head[0] == "s" and head[1] not in want:
             line = f"s {head[1]}; {_EMPTY_SECTION.get(head[1], 'true')}"
         lines.append(line)
+    lines.append("s sysctl; true")
     r = lab.sh(node, "\n".join(lines) + "\n", timeout_s=20)
     if r.timed_out:
         from substrate.devstate import SnapshotError
