@@ -380,11 +380,12 @@ def a1_commands(rng: random.Random, lab: Lab, node: str, base: DeviceState, sc: 
 
 
 def run_a1(lab: Lab, node: str, lines: list[str]) -> None:
+    from servers.a1_wrapper.apply import DeviceRun
     from servers.a1_wrapper.grammar import Grammar
-    from servers.a1_wrapper.server import A1Options, _apply_device
+    from servers.a1_wrapper.server import A1Options
 
     plan = Grammar.load().parse_config(node, lines, is_router=lab.state(node).role.value != "host")
-    _apply_device(lab, node, plan, A1Options())
+    DeviceRun(lab, node, capture(lab, node), A1Options(), None).run(plan)  # as the A1 server applies
 
 
 @pytest.mark.slow
