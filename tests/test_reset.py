@@ -159,6 +159,24 @@ def test_legacy_iptables_and_ipsec_policies_are_restored(bf) -> None:
     assert at_baseline(lab) == {} and failing(lab, sc) == []
 
 
+def test_etc_frr_entries_of_any_kind_are_put_back_without_reaching_the_host(bf) -> None:
+    """/etc/frr is read and written from the host: a FIFO there blocked the reset forever, and a
+    symlink must not lead the host into its own files."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    host_passwd = Path("/etc/passwd").read_bytes()
+    r = lab.sh(pe, "rm /etc/frr/daemons && mkfifo /etc/frr/daemons && ln -sf /etc/passwd /etc/frr/vtysh.conf && "
+                   "mkdir /etc/frr/d && mkfifo /etc/frr/extra && chmod 000 /etc/frr/frr.conf", confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    done = subprocess.run([*HARNESS, "lab", "reset", lab.name], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path("/etc/passwd").read_bytes() == host_passwd
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+    modes = lab.sh(pe, "stat -c '%n %F %a' /etc/frr/*").stdout.split("\n")
+    assert all(" regular file " in m for m in modes if m), modes
+    assert lab.vtysh(pe, "show version").ok
+
+
 def test_what_an_agent_wrote_in_a_node_is_gone_after_reset(bf) -> None:
     """Notes, scripts, histories and FRR's log of one run are not there for the next run's agent
     to read, in any writable directory; FRR's own files stay; modes and owners come back."""

@@ -22,6 +22,8 @@ error (never silently). Transactions an ANI server left unfinished in the journa
 from __future__ import annotations
 
 import json
+import os
+import stat
 import shutil
 import time
 from collections.abc import Callable
@@ -267,6 +269,10 @@ def restore_frr_files(lab: Lab) -> list[str]:
     changes no running state that capture sees, but the next daemon restart (a fault, or
     ``vtysh -b``) would load it. Files the agent added there are removed.
 
+    The directory is the node's, written by its agent: it is read from the host without following
+    a symlink (which would lead into the host's files) or opening anything but a regular file (a
+    FIFO would block the reset forever); an entry of another kind is replaced.
+
     Returns:
         The files rewritten or removed, as ``node:/etc/frr/NAME``.
     """
@@ -276,21 +282,53 @@ def restore_frr_files(lab: Lab) -> list[str]:
         base = live.with_name(FRR_FILES_BASELINE)
         if not base.is_dir():
             continue
-        want = {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()}
+        want = {f.name: (f.read_bytes(), stat.S_IMODE(f.stat().st_mode)) for f in base.iterdir() if f.is_file()}
         have = {f.name for f in live.iterdir()} if live.is_dir() else set()
         for name in sorted(have - set(want)):
-            path = live / name
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            _remove_entry(live / name)
             fixed.append(f"{node}:/etc/frr/{name}")
-        for name, data in sorted(want.items()):
+        for name, (data, mode) in sorted(want.items()):
             path = live / name
-            if not path.is_file() or path.is_symlink() or path.read_bytes() != data:
-                if path.is_symlink() or path.is_dir():
-                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-                path.write_bytes(data)
+            if _regular_file_bytes(path, mode) == data:
+                continue
+            _remove_entry(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
                 shutil.chown(path, "frr", "frr")
-                fixed.append(f"{node}:/etc/frr/{name}")
+            finally:
+                os.close(fd)
+            fixed.append(f"{node}:/etc/frr/{name}")
     return fixed
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove whatever ``path`` is (a directory with its content; a symlink itself, never its target)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else path.unlink()
+
+
+def _regular_file_bytes(path: Path, mode: int) -> bytes | None:
+    """The content of ``path`` if it is a regular file of ``mode`` (not followed if a symlink,
+    never blocking), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class ResetReport(BaseModel):
