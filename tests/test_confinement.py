@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from servers.a0_shell.server import build_server
@@ -102,6 +103,44 @@ def test_harness_commands_in_a_node_cannot_be_turned_against_the_host(line3: Lab
         assert not line3.sh("r1", "mkdir -p /run/m && mount -t tmpfs x /run/m").ok
     finally:
         line3.sh("r1", "rm -rf /root/.local /run/ran /run/m")
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_host_side_reads_of_a_nodes_sockets_and_pid_files_stay_in_that_node(line3: Lab, tmp_path: Path) -> None:
+    """The harness reaches a node's vty sockets and PID files through /proc/PID/root: a symlink
+    the node's agent puts there -- to another node's socket, to a host socket -- must not lead
+    the harness's reads (reset, observer) or writes (A2) there, and a FIFO must not block it."""
+    import socket
+
+    from substrate.vty import VtyError
+
+    host_sock = socket.socket(socket.AF_UNIX)
+    host_sock.bind(str(tmp_path / "host.sock"))
+    host_sock.listen(1)
+    host_sock.setblocking(False)
+    r2_isisd = f"/proc/{line3.state('r2').init_pid}/root/run/frr/isisd.vty"
+    cmd = (f"cd /run/frr && mv isisd.vty isisd.vty.real && ln -s {r2_isisd} isisd.vty && "
+           f"mv zebra.vty zebra.vty.real && ln -s {tmp_path / 'host.sock'} zebra.vty")  # fmt: skip
+    try:
+        assert line3.sh("r1", cmd, confined=True).ok
+        for daemon in ("isisd", "zebra"):
+            with pytest.raises(VtyError):
+                line3.vty("r1", daemon, "show running-config")
+        with pytest.raises(BlockingIOError):
+            host_sock.accept()  # nobody came
+        async with connect(a0(line3, devices=["r1"])) as c:
+            with anyio.fail_after(120):  # the keep check read a FIFO as the daemon's PID file: blocked for ever
+                out = data(await c.call_tool("run_shell", {"device": "r1", "command":
+                    "kill $(cat /run/frr/staticd.pid); /usr/lib/frr/staticd -d -A 127.0.0.1 && "
+                    "rm /run/frr/staticd.pid && mkfifo /run/frr/staticd.pid && echo started"}))  # fmt: skip
+        assert out["stdout"] == "started\n" and [k.split()[0] for k in out["killed_leftovers"]] == ["staticd"], out
+    finally:
+        line3.sh("r1", "cd /run/frr && rm -f isisd.vty zebra.vty staticd.pid && mv isisd.vty.real isisd.vty && "
+                       "mv zebra.vty.real zebra.vty")  # fmt: skip
+        line3.start_daemon("r1", "staticd")
+        host_sock.close()
+    assert "hostname r1" in line3.vty("r1", "isisd", "show running-config")[0][0]
 
 
 # -- 2. host files: deny by default --------------------------------------------------------------

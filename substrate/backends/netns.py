@@ -428,10 +428,10 @@ def _is_frr_daemon(node: NodeState, pid: int) -> bool:
             return False  # the daemon's program with an agent's code in it
         status = Path(f"/proc/{pid}/status").read_text()
         nspid = next(ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:"))
-        pidfile = Path(f"/proc/{node.init_pid}/root/run/frr/{comm}.pid")
+        pidfile = f"/proc/{node.init_pid}/root/run/frr/{comm}.pid"  # the node's: resolved inside it
         while True:
             try:
-                if pidfile.read_text().strip() == nspid:
+                if confine.read_node_file(pidfile, 64).strip() == nspid:
                     return True
             except OSError:
                 pass
