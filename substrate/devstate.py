@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from substrate.lab import Lab
 
 #: Version of the DeviceState schema (a baseline recorded with another version is refused).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: net_objects (address labels, static multicast addresses, MPTCP)
 #: Route protocol numbers whose routes FRR owns (RTPROT_*, FRR zebra/rt_netlink.h): zebra 11,
 #: bgp 186, isis 187, ospf 188, rip 189, ripng 190, nhrp 191, eigrp 192, ldp 193, sharp 194,
 #: pbr 195, static 196, openfabric 197, srte 198. (RTPROT_STATIC 4, which iproute2 also calls
@@ -97,6 +97,8 @@ s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
 s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
 s xfrm; ip xfrm policy getdefault 2>&1; ip xfrm state 2>&1; ip xfrm policy 2>&1
+s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\n' | ip -j -force -batch - 2>/dev/null
+s mptcplim; ip mptcp limits show 2>/dev/null
 """
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
@@ -213,6 +215,11 @@ class DeviceState(BaseModel):
     xtables: str = Field(
         default="", description="Legacy x_tables rules (iptables-legacy, ip6tables-legacy: invisible to nft), as "
         "`@ip`/`@ip6` then the save output without comments and counters; empty tables with ACCEPT policies left out.")
+    net_objects: list[str] = Field(
+        default_factory=list, description="Other per-namespace network objects a command can add, as the `ip` "
+        "arguments that add them: IPv6 address labels (`addrlabel add prefix P label L`: source address "
+        "selection, RFC 6724), static link-layer multicast addresses (`maddr add ADDR dev IF`), MPTCP endpoints "
+        "and limits (`mptcp endpoint add ...`, `mptcp limits set ...`).")
     xfrm: str = Field(
         default="", description="IPsec (XFRM) states, policies and default policies (`ip xfrm`), empty when there are "
         "none and every default policy accepts.")
@@ -248,7 +255,7 @@ class DeviceState(BaseModel):
         configuration is compared by :meth:`frr_same`; FRR routes only when ``dynamic``."""
         d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons", "frr_routes", "iface_sysctls"})
         d["nft"] = normalize_nft(self.nft)
-        for k in ("routes4", "routes6", "kernel_routes", "neighbors", "nexthops", "qdiscs", "hmac", "host_addresses"):
+        for k in ("routes4", "routes6", "kernel_routes", "neighbors", "nexthops", "qdiscs", "hmac", "host_addresses", "net_objects"):
             d[k] = sorted(d[k])
         d["addresses"] = address_order(self.addresses)
         if dynamic:
@@ -274,7 +281,8 @@ class DeviceState(BaseModel):
         ``~ item: here -> target``. Empty exactly when :meth:`same_as` holds."""
         out: list[str] = []
         a, b = self.fingerprint(dynamic=dynamic), target.fingerprint(dynamic=dynamic)
-        keys = ["routes4", "routes6", "kernel_routes", "addresses", "host_addresses", "neighbors", "nexthops", "qdiscs", "hmac"]
+        keys = ["routes4", "routes6", "kernel_routes", "addresses", "host_addresses", "neighbors", "nexthops", "qdiscs", "hmac",
+                "net_objects"]
         for key in [*keys, *(["frr_routes"] if dynamic else [])]:
             have, want = set(a[key]), set(b[key])
             out += [f"+ {key}: {x}" for x in sorted(want - have)]
@@ -786,6 +794,27 @@ def normalize_xfrm(text: str) -> str:
     return "" if text == _XFRM_DEFAULT else text
 
 
+def net_objects(objs: str, mptcp_limits: str) -> list[str]:
+    """:attr:`DeviceState.net_objects` from the capture's ``objs`` section (``ip -j`` addrlabel,
+    maddr and mptcp endpoint listings, in that order; a kernel without MPTCP prints no third) and
+    ``ip mptcp limits show``. Only static multicast link addresses count: the others are joined
+    and left by the kernel and by sockets (IS-IS's, neighbour discovery's)."""
+    docs = _json_seq(objs)
+    out = [f"addrlabel add prefix {x['address']}/{x['prefixlen']} label {x['label']}" for x in (docs[0] if docs else [])]
+    for iface in docs[1] if len(docs) > 1 else []:
+        out += [f"maddr add {m['link']} dev {iface['ifname']}" for m in iface.get("maddr", [])
+                if m.get("features") == "static" and "link" in m]  # fmt: skip
+    for e in docs[2] if len(docs) > 2 else []:
+        flags = [f for f in ("signal", "subflow", "backup", "fullmesh") if e.get(f)]
+        out.append(" ".join(["mptcp endpoint add", str(e["address"]), *([f"port {e['port']}"] if e.get("port") else []),
+                             "id", str(e["id"]), *flags, *([f"dev {e['dev']}"] if e.get("dev") else [])]))  # fmt: skip
+    words = mptcp_limits.split()
+    if words:
+        limits = dict(zip(words[::2], words[1::2], strict=False))
+        out.append(f"mptcp limits set subflow {limits.get('subflows', '0')} add_addr_accepted {limits.get('add_addr_accepted', '0')}")
+    return sorted(out)
+
+
 def normalize_xtables(text: str) -> str:
     """The capture's legacy x_tables section without comments and counters, and without tables
     that hold no rule and no chain of their own and accept by default (what a table looks like
@@ -956,6 +985,7 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.nft = sec["nft"].strip()
         state.xtables = normalize_xtables(sec.get("xt", ""))
         state.xfrm = normalize_xfrm(sec.get("xfrm", ""))
+        state.net_objects = net_objects(sec.get("objs", ""), sec.get("mptcplim", ""))
         if "ro" in sec:
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])
@@ -1255,6 +1285,7 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
     errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
     errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
     errors += _apply_xtables_xfrm(lab, node, cur, target, rep)
+    errors += _apply_net_objects(lab, node, cur.net_objects, target.net_objects, rep)
     return errors
 
 
@@ -1452,6 +1483,23 @@ _XT_FLUSH = """for f in ip ip6; do
   done
 done
 """
+
+
+def _apply_net_objects(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
+    """Address labels, static multicast addresses and MPTCP endpoints back to ``want`` (those
+    not wanted deleted, the missing added), MPTCP limits set to the wanted values."""
+    extra, missing = sorted(set(have) - set(want)), sorted(set(want) - set(have))
+    if not extra and not missing:
+        return []
+    lines = []
+    for x in extra:
+        if x.startswith("mptcp endpoint add "):
+            lines.append(f"mptcp endpoint delete id {x.split(' id ')[1].split()[0]}")
+        elif not x.startswith("mptcp limits"):
+            lines.append(x.replace(" add ", " del ", 1))
+    lines += missing
+    rep.actions += [f"- {x}" for x in extra if not x.startswith("mptcp limits")] + [f"+ {x}" for x in missing]
+    return _ip(lab, node, lines)
 
 
 def _apply_xtables_xfrm(lab: Lab, node: str, cur: DeviceState, target: DeviceState, rep: RestoreReport) -> list[str]:

@@ -177,6 +177,22 @@ def test_etc_frr_entries_of_any_kind_are_put_back_without_reaching_the_host(bf) 
     assert lab.vtysh(pe, "show version").ok
 
 
+def test_address_labels_multicast_addresses_and_mptcp_are_restored(bf) -> None:
+    """Per-namespace objects outside routes and links: an address label moves the source address
+    a node picks (RFC 6724); they survived a 'verified' reset."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    r = lab.sh(pe, "ip -6 addrlabel add prefix fd10::/16 label 99 && ip -6 addrlabel del prefix 2002::/16 label 2 && "
+                   "ip maddr add 33:33:00:00:00:99 dev eth1 && ip mptcp endpoint add fd00::1 dev lo signal && "
+                   "ip mptcp limits set subflow 5 add_addr_accepted 3", confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    rep = reset(lab)
+    assert rep.exact and pe in [x.node for x in rep.restored], rep.summary()
+    left = lab.sh(pe, "ip -6 addrlabel; ip maddr show dev eth1; ip mptcp endpoint; ip mptcp limits").stdout
+    assert "label 99" not in left and "2002::/16 label 2" in left and "static" not in left and "fd00::1 id" not in left
+    assert at_baseline(lab) == {}
+
+
 def test_what_an_agent_wrote_in_a_node_is_gone_after_reset(bf) -> None:
     """Notes, scripts, histories and FRR's log of one run are not there for the next run's agent
     to read, in any writable directory; FRR's own files stay; modes and owners come back."""
@@ -285,6 +301,10 @@ A0_CORPUS = [
     "iptables-legacy -A INPUT -p icmp -j DROP", "ip6tables-legacy -A FORWARD -j DROP", "ip6tables-legacy -t mangle -N fz{k}",
     "ip6tables-legacy -P FORWARD DROP", "ip xfrm policy add dir fwd src ::/0 dst fd10::/16 action block",
     "ip xfrm policy setdefault fwd block",
+    # other per-namespace objects: address labels, static multicast addresses, MPTCP
+    "ip -6 addrlabel add prefix fd10::/16 label 9{k}", "ip -6 addrlabel del prefix 2002::/16 label 2",
+    "ip maddr add 33:33:00:00:00:{k:02x} dev {if}", "ip mptcp endpoint add fd99::{k} signal",
+    "ip mptcp limits set subflow 7 add_addr_accepted 3",
     # neighbours, nexthops, odd routes
     "ip -6 neigh replace fd99::{k} lladdr 02:00:00:00:00:{k:02x} dev {if} nud permanent",
     "ip neigh replace 192.0.2.{k} lladdr 02:00:00:00:01:{k:02x} dev {if} nud noarp", "ip -6 neigh add proxy fd99::{k} dev {if}",
