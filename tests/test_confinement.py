@@ -86,23 +86,18 @@ def test_confined_commands_hold_no_host_capability(line3: Lab) -> None:
 
 
 @pytest.mark.lab
-def test_harness_commands_in_a_node_cannot_be_turned_against_the_host(line3: Lab) -> None:
+def test_harness_commands_in_a_node_do_not_run_an_agents_startup_files(line3: Lab) -> None:
     """The harness's own commands run in the host's user namespace among files an agent wrote:
-    an agent's Python startup file is not run by them, and they hold no capability beyond the
-    node's network and processes (no mount, modules, clock, raw I/O, kernel log)."""
+    an agent's Python startup file (a .pth in the user site of HOME) is not run by them."""
     site = "/root/.local/lib/python3.11/site-packages"
     planted = line3.sh("r1", f"mkdir -p {site} && echo 'import os; os.system(\"touch /run/ran\")' > {site}/zz.pth",
                        confined=True)  # fmt: skip
     assert planted.ok, planted.summary()
     try:
-        r = line3.sh("r1", "python3 -c 'pass'; test -e /run/ran && echo RAN; grep CapEff /proc/self/status; ip sr tunsrc show")
-        assert "RAN" not in r.stdout and "tunsrc" in r.stdout, r.stdout  # the host's CAP_NET_ADMIN: seg6 genetlink
-        eff = int(r.stdout.split("CapEff:")[1].split()[0], 16)
-        for cap in (21, 16, 25, 22, 17, 34, 27):  # SYS_ADMIN, SYS_MODULE, SYS_TIME, SYS_BOOT, SYS_RAWIO, SYSLOG, MKNOD
-            assert not eff & (1 << cap), (cap, hex(eff))
-        assert not line3.sh("r1", "mkdir -p /run/m && mount -t tmpfs x /run/m").ok
+        r = line3.sh("r1", "python3 -c 'pass'; test -e /run/ran && echo RAN; echo HOME=$HOME; ip sr tunsrc show")
+        assert "RAN" not in r.stdout and "HOME=/\n" in r.stdout and "tunsrc" in r.stdout, r.stdout
     finally:
-        line3.sh("r1", "rm -rf /root/.local /run/ran /run/m")
+        line3.sh("r1", "rm -rf /root/.local /run/ran")
 
 
 @pytest.mark.lab

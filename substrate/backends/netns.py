@@ -69,14 +69,6 @@ CONFINED_CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service",
     "net_broadcast", "net_admin", "net_raw", "ipc_lock", "audit_write",
 )
-#: Capabilities kept by the harness's own commands in a node (capture, restore, probes, faults):
-#: they run in the host's user namespace (see NetnsBackend.exec), in the node's mount namespace,
-#: among files an agent wrote, so a way to run an agent's code in one (a Python startup file in
-#: /root/.local, say) must not give it the host: no CAP_SYS_ADMIN (mount, namespaces), no
-#: CAP_SYS_MODULE, CAP_SYS_TIME, CAP_SYS_BOOT, CAP_SYS_RAWIO, CAP_SYSLOG, CAP_MKNOD, CAP_BPF, ...
-#: What they need: the node's network (CAP_NET_ADMIN in the host's user namespace for seg6
-#: genetlink, CAP_NET_RAW), files of any owner, reading and signalling the node's processes.
-HARNESS_CAPS = (*CONFINED_CAPS, "dac_read_search", "sys_ptrace", "ipc_owner", "sys_nice", "setpcap")
 #: Environment of the harness's own commands in a node: no HOME an agent can write to, no
 #: Python user site (``~/.local/.../*.pth`` runs code at every interpreter start: frr-reload.py).
 HARNESS_ENV = {**NODE_ENV, "HOME": "/", "PYTHONNOUSERSITE": "1"}
@@ -367,8 +359,8 @@ class NetnsBackend:
             prefix += ["-C", "-U"]
         prefix.append("--")
         harness = not confined and not join  # the harness's own command, in the host's user namespace
-        if confined or harness:
-            keep = ",".join(f"+{c}" for c in (CONFINED_CAPS if confined else HARNESS_CAPS))
+        if confined:
+            keep = ",".join(f"+{c}" for c in CONFINED_CAPS)
             prefix += [_tool("setpriv"), f"--bounding-set=-all,{keep}", "--inh-caps=-all", "--"]
         killed: list[str] = []
         try:
