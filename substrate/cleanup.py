@@ -32,6 +32,7 @@ class CleanupReport:
     lab_namespaces: int = 0  # namespaces removed with the labs in ``labs``
     processes: int = 0  # every process stopped: those of the removed labs and of stray namespaces
     kept: list[str] = field(default_factory=list)
+    kept_dead: list[str] = field(default_factory=list, metadata={"doc": "Of ``kept``: detached labs with a dead node."})
     faults_cleared: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -39,7 +40,8 @@ class CleanupReport:
         return (f"removed {len(self.labs)} lab(s){': ' + ', '.join(self.labs) if self.labs else ''}"
                 + (f" ({self.lab_namespaces} namespace(s))" if self.labs else "")
                 + f"; {len(self.namespaces)} stray namespace(s); {self.processes} process(es) killed"
-                + (f"; kept running: {', '.join(self.kept)}" if self.kept else "")
+                + (f"; kept running: {', '.join(running)}" if (running := [k for k in self.kept if k not in self.kept_dead]) else "")
+                + (f"; kept, dead (detached: harness lab down NAME): {', '.join(self.kept_dead)}" if self.kept_dead else "")
                 + (f"; faults cleared: {'; '.join(self.faults_cleared)}" if self.faults_cleared else ""))
 
 
@@ -112,6 +114,8 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                         # a kept lab may still carry faults of a run whose process crashed
                         report.faults_cleared += clear_all(lab)
                     report.kept.append(record.name)
+                    if condition not in ("up", "creating"):
+                        report.kept_dead.append(record.name)
                     keep_ns.update(s.netns for s in record.nodes.values())
                     keep_ns.update(f"{NETNS_PREFIX}{record.name}-{n.name}" for n in record.topology.nodes)
                     continue

@@ -30,11 +30,13 @@ This module holds the data of that policy and the host-side code that applies it
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
 import signal
 import stat
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -128,6 +130,58 @@ def stage_etc(dest: Path, source: Path = Path("/etc")) -> list[str]:
     (dest / "frr").mkdir(exist_ok=True)
     (dest / "hostname").touch()
     return copied
+
+
+# -- host-side access to a node's files ----------------------------------------------------------
+
+_PROC_ROOT = re.compile(r"^/proc/(\d+)/root/(.+)$")
+_O_PATH = 0o10000000
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_IN_ROOT = 0x02, 0x10
+_SYS_OPENAT2 = 437  # the same number on every architecture (asm-generic)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def open_in_root(path: str | Path, flags: int = _O_PATH) -> int:
+    """Open a file of a node from the host: ``path`` below ``/proc/PID/root/`` is resolved
+    inside PID's root (``openat2`` with ``RESOLVE_IN_ROOT``), so a symlink a node's agent made
+    there -- ``/run/frr/isisd.vty -> /proc/N/root/run/frr/isisd.vty``, or to a host file -- can
+    only lead to another of the node's own files, never into the host's or another node's (the
+    kernel resolves an absolute symlink met after ``/proc/PID/root`` from the *caller's* root).
+    Other paths are opened as they are. Returns a descriptor (close it); for a socket, connect to
+    ``/proc/self/fd/N`` (``flags`` default ``O_PATH``).
+
+    Raises:
+        OSError: absent, or it cannot be opened (``ENOSYS`` on kernels before 5.6).
+    """
+    m = _PROC_ROOT.match(str(path))
+    if not m:
+        return os.open(path, flags | os.O_CLOEXEC)
+    root = os.open(f"/proc/{m.group(1)}/root", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        how = struct.pack("QQQ", flags | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        fd = _libc.syscall(_SYS_OPENAT2, root, m.group(2).encode(), how, len(how))
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+        return fd
+    finally:
+        os.close(root)
+
+
+def read_node_file(path: str | Path, limit: int = 1 << 20) -> str:
+    """The text of a node's regular file (:func:`open_in_root`; a FIFO or device is refused
+    without blocking).
+
+    Raises:
+        OSError: absent, not a regular file, or unreadable.
+    """
+    fd = open_in_root(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, limit).decode(errors="replace")
+    finally:
+        os.close(fd)
 
 
 # -- limits -------------------------------------------------------------------------------------

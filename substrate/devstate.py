@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from substrate.lab import Lab
 
 #: Version of the DeviceState schema (a baseline recorded with another version is refused).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: net_objects (address labels, static multicast addresses, MPTCP)
 #: Route protocol numbers whose routes FRR owns (RTPROT_*, FRR zebra/rt_netlink.h): zebra 11,
 #: bgp 186, isis 187, ospf 188, rip 189, ripng 190, nhrp 191, eigrp 192, ldp 193, sharp 194,
 #: pbr 195, static 196, openfabric 197, srte 198. (RTPROT_STATIC 4, which iproute2 also calls
@@ -95,6 +95,10 @@ s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
+s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
+s xfrm; ip xfrm policy getdefault 2>&1; ip xfrm state 2>&1; ip xfrm policy 2>&1
+s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\n' | ip -j -force -batch - 2>/dev/null
+s mptcplim; ip mptcp limits show 2>/dev/null
 """
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
@@ -208,6 +212,17 @@ class DeviceState(BaseModel):
         default_factory=list, description="Link-local and loopback addresses (the kernel makes them; a flush removes them).")
     links: dict[str, LinkState] = Field(default_factory=dict)
     nft: str = Field(default="", description="`nft list ruleset` output.")
+    xtables: str = Field(
+        default="", description="Legacy x_tables rules (iptables-legacy, ip6tables-legacy: invisible to nft), as "
+        "`@ip`/`@ip6` then the save output without comments and counters; empty tables with ACCEPT policies left out.")
+    net_objects: list[str] = Field(
+        default_factory=list, description="Other per-namespace network objects a command can add, as the `ip` "
+        "arguments that add them: IPv6 address labels (`addrlabel add prefix P label L`: source address "
+        "selection, RFC 6724), static link-layer multicast addresses (`maddr add ADDR dev IF`), MPTCP endpoints "
+        "and limits (`mptcp endpoint add ...`, `mptcp limits set ...`).")
+    xfrm: str = Field(
+        default="", description="IPsec (XFRM) states, policies and default policies (`ip xfrm`), empty when there are "
+        "none and every default policy accepts.")
     sysctls: dict[str, str] = Field(
         default_factory=dict, description="Writable sysctls under /proc/sys/net outside per-interface directories "
         "(path -> value; conf/all and conf/default included).")
@@ -240,7 +255,7 @@ class DeviceState(BaseModel):
         configuration is compared by :meth:`frr_same`; FRR routes only when ``dynamic``."""
         d = self.model_dump(exclude={"taken_at", "schema_version", "frr_config", "frr_daemons", "frr_routes", "iface_sysctls"})
         d["nft"] = normalize_nft(self.nft)
-        for k in ("routes4", "routes6", "kernel_routes", "neighbors", "nexthops", "qdiscs", "hmac", "host_addresses"):
+        for k in ("routes4", "routes6", "kernel_routes", "neighbors", "nexthops", "qdiscs", "hmac", "host_addresses", "net_objects"):
             d[k] = sorted(d[k])
         d["addresses"] = address_order(self.addresses)
         if dynamic:
@@ -276,7 +291,8 @@ class DeviceState(BaseModel):
         ``~ item: here -> target``. Empty exactly when :meth:`same_as` holds."""
         out: list[str] = []
         a, b = self.fingerprint(dynamic=dynamic), target.fingerprint(dynamic=dynamic)
-        keys = ["routes4", "routes6", "kernel_routes", "addresses", "host_addresses", "neighbors", "nexthops", "qdiscs", "hmac"]
+        keys = ["routes4", "routes6", "kernel_routes", "addresses", "host_addresses", "neighbors", "nexthops", "qdiscs", "hmac",
+                "net_objects"]
         for key in [*keys, *(["frr_routes"] if dynamic else [])]:
             have, want = set(a[key]), set(b[key])
             out += [f"+ {key}: {x}" for x in sorted(want - have)]
@@ -295,6 +311,10 @@ class DeviceState(BaseModel):
                 out.append(f"~ link {name}: {_link_text(x, y)}")
         if a["nft"] != b["nft"]:
             out.append("~ nftables ruleset differs")
+        if a["xtables"] != b["xtables"]:
+            out.append(f"~ legacy iptables rules differ: {a['xtables'][:200]!r} -> {b['xtables'][:200]!r}")
+        if a["xfrm"] != b["xfrm"]:
+            out.append(f"~ xfrm (IPsec) state differs: {a['xfrm'][:200]!r} -> {b['xfrm'][:200]!r}")
         for k in sorted(set(a["sysctls"]) | set(b["sysctls"])):
             if a["sysctls"].get(k) != b["sysctls"].get(k):
                 out.append(f"~ sysctl {k}: {a['sysctls'].get(k)} -> {b['sysctls'].get(k)}")
@@ -780,6 +800,68 @@ def _sections(text: str) -> dict[str, str]:
     return out
 
 
+#: ``ip xfrm policy getdefault`` when every default policy accepts (the kernel's default).
+_XFRM_DEFAULT = "Default policies:\n in:  accept\n fwd: accept\n out: accept"
+
+
+def normalize_xfrm(text: str) -> str:
+    """The capture's xfrm section: empty when there is no state or policy and every default
+    policy accepts."""
+    text = "\n".join(ln.rstrip() for ln in text.strip().splitlines() if ln.strip())
+    return "" if text == _XFRM_DEFAULT else text
+
+
+def net_objects(objs: str, mptcp_limits: str) -> list[str]:
+    """:attr:`DeviceState.net_objects` from the capture's ``objs`` section (``ip -j`` addrlabel,
+    maddr and mptcp endpoint listings, in that order; a kernel without MPTCP prints no third) and
+    ``ip mptcp limits show``. Only static multicast link addresses count: the others are joined
+    and left by the kernel and by sockets (IS-IS's, neighbour discovery's)."""
+    docs = _json_seq(objs)
+    out = [f"addrlabel add prefix {x['address']}/{x['prefixlen']} label {x['label']}" for x in (docs[0] if docs else [])]
+    for iface in docs[1] if len(docs) > 1 else []:
+        out += [f"maddr add {m['link']} dev {iface['ifname']}" for m in iface.get("maddr", [])
+                if m.get("features") == "static" and "link" in m]  # fmt: skip
+    for e in docs[2] if len(docs) > 2 else []:
+        flags = [f for f in ("signal", "subflow", "backup", "fullmesh") if e.get(f)]
+        out.append(" ".join(["mptcp endpoint add", str(e["address"]), *([f"port {e['port']}"] if e.get("port") else []),
+                             "id", str(e["id"]), *flags, *([f"dev {e['dev']}"] if e.get("dev") else [])]))  # fmt: skip
+    words = mptcp_limits.split()
+    if words:
+        limits = dict(zip(words[::2], words[1::2], strict=False))
+        out.append(f"mptcp limits set subflow {limits.get('subflows', '0')} add_addr_accepted {limits.get('add_addr_accepted', '0')}")
+    return sorted(out)
+
+
+def normalize_xtables(text: str) -> str:
+    """The capture's legacy x_tables section without comments and counters, and without tables
+    that hold no rule and no chain of their own and accept by default (what a table looks like
+    once used and flushed: the kernel keeps it registered)."""
+    out: list[str] = []
+    table: list[str] = []
+    fam = ""
+
+    def close() -> None:
+        if any(ln.startswith("-A ") or (ln.startswith(":") and not ln.split()[1:2] == ["ACCEPT"]) for ln in table):
+            out.extend(table)
+
+    for raw in text.splitlines():
+        ln = re.sub(r"\s*\[\d+:\d+\]$", "", raw.strip())
+        if not ln or ln.startswith("#"):
+            continue
+        if ln.startswith("@"):
+            fam = ln
+            continue
+        if ln.startswith("*"):
+            table = [fam, ln]
+        elif ln == "COMMIT":
+            table.append(ln)
+            close()
+            table = []
+        else:
+            table.append(ln)
+    return "\n".join(out)
+
+
 def _json(text: str) -> Any:
     text = text.strip()
     return json.loads(text) if text else []
@@ -918,6 +1000,9 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
                     if args:
                         state.nexthops.append(args)
         state.nft = sec["nft"].strip()
+        state.xtables = normalize_xtables(sec.get("xt", ""))
+        state.xfrm = normalize_xfrm(sec.get("xfrm", ""))
+        state.net_objects = net_objects(sec.get("objs", ""), sec.get("mptcplim", ""))
         if "ro" in sec:
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])
@@ -1216,6 +1301,8 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
         errors += _ip(lab, node, [f"sr tunsrc set {target.tunsrc or '::'}"])
     errors += _apply_hmac(lab, node, cur.hmac, target.hmac, rep)
     errors += _apply_qdiscs(lab, node, cur.qdiscs, target.qdiscs, rep)
+    errors += _apply_xtables_xfrm(lab, node, cur, target, rep)
+    errors += _apply_net_objects(lab, node, cur.net_objects, target.net_objects, rep)
     return errors
 
 
@@ -1402,6 +1489,57 @@ def _apply_hmac(lab: Lab, node: str, have: list[str], want: list[str], rep: Rest
     rep.actions += [f"sr hmac {x.split()[0]}" for x in sorted(set(have) ^ set(want))]
     r = lab.sh(node, " && ".join(script) + " >/dev/null")
     return [] if r.ok else [f"sr hmac: {r.stderr.strip()[:300]}"]
+
+
+#: Empties every legacy x_tables table of a node (rules, chains, policies back to ACCEPT).
+_XT_FLUSH = """for f in ip ip6; do
+  t=; read -r t < /proc/net/${f}_tables_names 2>/dev/null || continue
+  for t in $(cat /proc/net/${f}_tables_names); do
+    ${f}tables-legacy -t $t -F && ${f}tables-legacy -t $t -X || exit 1
+    for c in $(${f}tables-legacy -t $t -S | sed -n 's/^-P \\([^ ]*\\) .*/\\1/p'); do ${f}tables-legacy -t $t -P $c ACCEPT || exit 1; done
+  done
+done
+"""
+
+
+def _apply_net_objects(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:
+    """Address labels, static multicast addresses and MPTCP endpoints back to ``want`` (those
+    not wanted deleted, the missing added), MPTCP limits set to the wanted values."""
+    extra, missing = sorted(set(have) - set(want)), sorted(set(want) - set(have))
+    if not extra and not missing:
+        return []
+    lines = []
+    for x in extra:
+        if x.startswith("mptcp endpoint add "):
+            lines.append(f"mptcp endpoint delete id {x.split(' id ')[1].split()[0]}")
+        elif not x.startswith("mptcp limits"):
+            lines.append(x.replace(" add ", " del ", 1))
+    lines += missing
+    rep.actions += [f"- {x}" for x in extra if not x.startswith("mptcp limits")] + [f"+ {x}" for x in missing]
+    return _ip(lab, node, lines)
+
+
+def _apply_xtables_xfrm(lab: Lab, node: str, cur: DeviceState, target: DeviceState, rep: RestoreReport) -> list[str]:
+    """Legacy x_tables and XFRM back to ``target``: emptied, then the target's x_tables rules
+    restored per family (``*tables-legacy-restore``); XFRM states and policies are not re-created
+    (no scenario has any: a target with some is left to the restore's residual)."""
+    errors: list[str] = []
+    if cur.xtables != target.xtables:
+        rep.actions.append("legacy iptables: flush" + (", restore" if target.xtables else ""))
+        r = lab.sh(node, _XT_FLUSH, timeout_s=20)
+        if not r.ok:
+            errors.append(f"legacy iptables: {r.stderr.strip()[:300]}")
+        for fam, body in re.findall(r"^@(ip6?)\n(.*?)(?=^@|\Z)", target.xtables + "\n", re.M | re.S):
+            r = lab.exec(node, [f"{fam}tables-legacy-restore"], input=body, timeout_s=20)
+            if not r.ok:
+                errors.append(f"{fam}tables-legacy-restore: {r.stderr.strip()[:300]}")
+    if cur.xfrm != target.xfrm:
+        rep.actions.append("xfrm: flush states and policies, default policies accept")
+        r = lab.sh(node, "ip xfrm state flush && ip xfrm policy flush && ip xfrm policy setdefault in accept fwd accept out accept",
+                   timeout_s=20)  # fmt: skip (one command per line: ip -batch loses xfrm commands after a listing)
+        if not r.ok:
+            errors.append(f"xfrm: {r.stderr.strip()[:300]}")
+    return errors
 
 
 def _apply_qdiscs(lab: Lab, node: str, have: list[str], want: list[str], rep: RestoreReport) -> list[str]:

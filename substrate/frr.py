@@ -117,6 +117,30 @@ def isis_spf_pending(summary_json: str) -> bool:
                for area in data.get("areas", []) for lv in area.get("levels", []) if isinstance(lv, dict))
 
 
+def runs_only_installed_code(maps: str, environ: bytes) -> bool:
+    """Whether a process runs only the code installed under /usr: no ``LD_*`` variable in its
+    environment (``LD_PRELOAD``, ``LD_AUDIT``, ``LD_LIBRARY_PATH``, ... load code before ``main``)
+    and no executable mapping but files under /usr and the kernel's vdso/vsyscall pages.
+
+    A process with the name and program of an FRR daemon that fails this runs an agent's code
+    inside the daemon (a library injected into ``/usr/lib/frr/staticd``, say) and must not be
+    kept as the node's daemon: it would outlive the call, the run's end and ``lab reset``.
+
+    Args:
+        maps: ``/proc/PID/maps`` of the process. environ: ``/proc/PID/environ``.
+    """
+    if any(v.startswith(b"LD_") for v in environ.split(b"\0")):
+        return False
+    for line in maps.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 2 or "x" not in fields[1]:
+            continue
+        path = fields[5].strip() if len(fields) > 5 else ""
+        if not (path.startswith("/usr/") or path in ("[vdso]", "[vsyscall]")):
+            return False
+    return True
+
+
 def daemon_argv(daemon: str) -> list[str]:
     """argv that starts one FRR daemon inside a node (daemonizes; vty on 127.0.0.1 only).
 

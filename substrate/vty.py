@@ -14,7 +14,10 @@ vtysh where the merged configuration is needed (e.g. as a frr-reload target).
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
+import stat
 from pathlib import Path
 
 from substrate.errors import ExecError
@@ -35,7 +38,8 @@ def vty_command(path: Path | str, commands: list[str], *, timeout_s: float = 5.0
     """Run ``commands`` in order on one vty session of a daemon (``enable`` is sent first).
 
     Args:
-        path: the daemon's vty socket.
+        path: the daemon's vty socket (below ``/proc/PID/root/``: resolved inside that root,
+            see :func:`substrate.confine.open_in_root`).
         commands: CLI commands (view/enable mode: show ..., write terminal).
         timeout_s: bound on each reply.
 
@@ -45,11 +49,20 @@ def vty_command(path: Path | str, commands: list[str], *, timeout_s: float = 5.0
     Raises:
         VtyError: no socket or refused (VtyUnreachable), closed or too slow (a frozen daemon).
     """
+    from substrate.confine import open_in_root
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(timeout_s)
     try:
         try:
-            s.connect(str(path))
+            # a node's socket, resolved inside the node (a symlink there cannot lead elsewhere)
+            fd = open_in_root(path)
+            try:
+                if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    raise OSError(errno.ENOTSOCK, "not a socket")
+                s.connect(f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
         except OSError as e:
             raise VtyUnreachable(f"cannot reach {path}: {e.strerror or e}") from None
         out = []

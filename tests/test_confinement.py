@@ -13,11 +13,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from servers.a0_shell.server import build_server
 from servers.common import ServerConfig
-from substrate import Lab, Topology, confine
+from substrate import Lab, Topology, confine, frr
 from substrate.errors import EnvironmentProblem
 from substrate.scenario import Scenario, build, load_manifest
 from substrate.scenario.deploy import deploy_scenario
@@ -84,6 +85,59 @@ def test_confined_commands_hold_no_host_capability(line3: Lab) -> None:
     assert line3.sh("r1", "ip link add t0 type bridge && ip link del t0", confined=True).ok
 
 
+@pytest.mark.lab
+def test_harness_commands_in_a_node_do_not_run_an_agents_startup_files(line3: Lab) -> None:
+    """The harness's own commands run in the host's user namespace among files an agent wrote:
+    an agent's Python startup file (a .pth in the user site of HOME) is not run by them."""
+    site = "/root/.local/lib/python3.11/site-packages"
+    planted = line3.sh("r1", f"mkdir -p {site} && echo 'import os; os.system(\"touch /run/ran\")' > {site}/zz.pth",
+                       confined=True)  # fmt: skip
+    assert planted.ok, planted.summary()
+    try:
+        r = line3.sh("r1", "python3 -c 'pass'; test -e /run/ran && echo RAN; echo HOME=$HOME; ip sr tunsrc show")
+        assert "RAN" not in r.stdout and "HOME=/\n" in r.stdout and "tunsrc" in r.stdout, r.stdout
+    finally:
+        line3.sh("r1", "rm -rf /root/.local /run/ran")
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_host_side_reads_of_a_nodes_sockets_and_pid_files_stay_in_that_node(line3: Lab, tmp_path: Path) -> None:
+    """The harness reaches a node's vty sockets and PID files through /proc/PID/root: a symlink
+    the node's agent puts there -- to another node's socket, to a host socket -- must not lead
+    the harness's reads (reset, observer) or writes (A2) there, and a FIFO must not block it."""
+    import socket
+
+    from substrate.vty import VtyError
+
+    host_sock = socket.socket(socket.AF_UNIX)
+    host_sock.bind(str(tmp_path / "host.sock"))
+    host_sock.listen(1)
+    host_sock.setblocking(False)
+    r2_isisd = f"/proc/{line3.state('r2').init_pid}/root/run/frr/isisd.vty"
+    cmd = (f"cd /run/frr && mv isisd.vty isisd.vty.real && ln -s {r2_isisd} isisd.vty && "
+           f"mv zebra.vty zebra.vty.real && ln -s {tmp_path / 'host.sock'} zebra.vty")  # fmt: skip
+    try:
+        assert line3.sh("r1", cmd, confined=True).ok
+        for daemon in ("isisd", "zebra"):
+            with pytest.raises(VtyError):
+                line3.vty("r1", daemon, "show running-config")
+        with pytest.raises(BlockingIOError):
+            host_sock.accept()  # nobody came
+        async with connect(a0(line3, devices=["r1"])) as c:
+            with anyio.fail_after(120):  # the keep check read a FIFO as the daemon's PID file: blocked for ever
+                out = data(await c.call_tool("run_shell", {"device": "r1", "command":
+                    "kill $(cat /run/frr/staticd.pid); /usr/lib/frr/staticd -d -A 127.0.0.1 && "
+                    "rm /run/frr/staticd.pid && mkfifo /run/frr/staticd.pid && echo started"}))  # fmt: skip
+        assert out["stdout"] == "started\n" and [k.split()[0] for k in out["killed_leftovers"]] == ["staticd"], out
+    finally:
+        line3.sh("r1", "cd /run/frr && rm -f isisd.vty zebra.vty staticd.pid && mv isisd.vty.real isisd.vty && "
+                       "mv zebra.vty.real zebra.vty")  # fmt: skip
+        line3.start_daemon("r1", "staticd")
+        host_sock.close()
+    assert "hostname r1" in line3.vty("r1", "isisd", "show running-config")[0][0]
+
+
 # -- 2. host files: deny by default --------------------------------------------------------------
 
 
@@ -141,6 +195,38 @@ async def test_background_processes_do_not_outlive_the_call(line3: Lab) -> None:
         assert out["exit_status"] == 0 and out["killed_leftovers"] == [], out
     new = line3.daemon_pid("r3", "staticd")
     assert new is not None and new != old
+
+
+#: A library of /usr preloaded into a daemon: any code could be (gcc and /tmp are there).
+PRELOAD = "LD_PRELOAD=$(ls /usr/lib/*-linux-gnu/libm.so.6 | head -1)"
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a_daemon_program_running_injected_code_does_not_outlive_the_call(line3: Lab) -> None:
+    """An FRR daemon's program started with an agent's code in it (an LD_* variable, or an
+    executable mapping outside /usr) is not the node's daemon: it is killed with the call, so no
+    delayed change can ride on it into the observation or the next run."""
+    async with connect(a0(line3, devices=["r3"])) as c:
+        out = data(await c.call_tool("run_shell", {"device": "r3", "command":
+            f"kill $(cat /run/frr/staticd.pid); {PRELOAD} /usr/lib/frr/staticd -d -A 127.0.0.1; echo started"}))  # fmt: skip
+        assert out["stdout"] == "started\n" and [k.split()[0] for k in out["killed_leftovers"]] == ["staticd"], out
+        left = data(await c.call_tool("run_shell", {"device": "r3", "command": "ps -eo comm | grep -c staticd"}))
+        assert left["stdout"].strip() == "0"
+    line3.start_daemon("r3", "staticd")  # put the node back for the other tests
+
+
+def test_injected_code_is_told_from_a_daemons_own() -> None:
+    own = ("55d0c0a00000-55d0c0a1b000 r-xp 00002000 fe:00 1 /usr/lib/frr/staticd\n"
+           "7f00-7f01 r-xp 00000000 fe:00 2 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+           "7f02-7f03 rw-p 00000000 00:00 0 \n7f04-7f05 rw-s 00000000 00:2a 3 /var/tmp/frr/staticd.1/logbuf.2\n"
+           "7ffc-7ffd r-xp 00000000 00:00 0 [vdso]\n")  # fmt: skip
+    env = b"PATH=/usr/bin\0HOME=/root\0"
+    assert frr.runs_only_installed_code(own, env)
+    assert not frr.runs_only_installed_code(own, env + b"LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libm.so.6\0")
+    assert not frr.runs_only_installed_code(own + "7f06-7f07 r-xp 00000000 00:2b 4 /tmp/evil.so\n", env)
+    assert not frr.runs_only_installed_code(own + "7f08-7f09 rwxp 00000000 00:00 0 \n", env)  # anonymous code
+    assert not frr.runs_only_installed_code(own + "7f0a-7f0b r-xp 00000000 00:01 5 /memfd:x (deleted)\n", env)
 
 
 @pytest.fixture(scope="module")

@@ -456,3 +456,20 @@ def test_cleanup_keeps_a_running_lab_whose_record_it_cannot_read() -> None:
         assert not lab_netns(lab.name)
     finally:
         lab.destroy()
+
+
+def test_cleanup_does_not_call_a_dead_kept_lab_running() -> None:
+    """A detached lab with a dead node is kept (the user's until `lab down`), and the report says
+    it is dead, not running."""
+    lab = Lab.create(Topology.from_spec("line:2:nohosts"), unique_name("t-deadkeep"), detached=True)
+    try:
+        os.kill(lab.state("r2").init_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while lab.condition() == "up" and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll: the init is reaped within milliseconds
+        rep = cleanup()
+        assert lab.name in rep.kept and lab.name in rep.kept_dead
+        running = rep.summary().split("kept running: ")[1].split(";")[0] if "kept running: " in rep.summary() else ""
+        assert lab.name not in running.split(", ") and f"dead (detached: harness lab down NAME): " in rep.summary()
+    finally:
+        lab.destroy()

@@ -123,6 +123,96 @@ def test_an_frr_protocol_route_zebra_does_not_know_is_removed(bf) -> None:
     assert "fd99:17::" not in lab.exec("r5", ["ip", "-6", "route"]).stdout
 
 
+def test_a_daemon_running_injected_code_is_killed_and_replaced(bf) -> None:
+    """A process with a daemon's name, program and PID file but an agent's code in it (here a
+    preloaded library) is killed by the reset, and the node gets its genuine daemon back: kept, it
+    would keep acting in the next run."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    lab.sh(pe, "kill $(cat /run/frr/staticd.pid); LD_PRELOAD=$(ls /usr/lib/*-linux-gnu/libm.so.6 | head -1) "
+               "/usr/lib/frr/staticd -d -A 127.0.0.1 && vtysh -b -d staticd", timeout_s=30)  # fmt: skip
+    rep = reset(lab)
+    assert rep.exact and any(k.startswith(f"{pe}:") and k.endswith(":staticd") for k in rep.killed_processes), rep.summary()
+    pid = lab.exec(pe, ["cat", "/run/frr/staticd.pid"]).stdout.strip()
+    assert "LD_" not in lab.exec(pe, ["cat", f"/proc/{pid}/environ"]).stdout
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+
+
+def test_legacy_iptables_and_ipsec_policies_are_restored(bf) -> None:
+    """Rules of the legacy x_tables (iptables-legacy: not in nft's ruleset) and XFRM policies
+    blackhole traffic as well as nftables does; a reset that does not see them said "verified"
+    with 44 invariants failing."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    r = lab.sh(pe, "iptables-legacy -A INPUT -p icmp -j DROP && ip6tables-legacy -A FORWARD -j DROP && "
+                   "ip6tables-legacy -t mangle -N fz && ip6tables-legacy -P OUTPUT DROP && "
+                   "ip xfrm policy add dir fwd src ::/0 dst fd10::/16 action block && ip xfrm policy setdefault out block",
+               confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    assert failing(lab, sc)  # not vacuous: the network is damaged
+    rep = reset(lab)
+    assert rep.exact and pe in [x.node for x in rep.restored], rep.summary()
+    left = lab.sh(pe, "ip6tables-legacy -S; ip6tables-legacy -t mangle -S; iptables-legacy -S; ip xfrm policy; "
+                      "ip xfrm policy getdefault")  # fmt: skip
+    assert "-A " not in left.stdout and "DROP" not in left.stdout and "-N fz" not in left.stdout, left.stdout
+    assert "block" not in left.stdout, left.stdout
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+
+
+def test_etc_frr_entries_of_any_kind_are_put_back_without_reaching_the_host(bf) -> None:
+    """/etc/frr is read and written from the host: a FIFO there blocked the reset forever, and a
+    symlink must not lead the host into its own files."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    host_passwd = Path("/etc/passwd").read_bytes()
+    r = lab.sh(pe, "rm /etc/frr/daemons && mkfifo /etc/frr/daemons && ln -sf /etc/passwd /etc/frr/vtysh.conf && "
+                   "mkdir /etc/frr/d && mkfifo /etc/frr/extra && chmod 000 /etc/frr/frr.conf", confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    done = subprocess.run([*HARNESS, "lab", "reset", lab.name], capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path("/etc/passwd").read_bytes() == host_passwd
+    assert at_baseline(lab) == {} and failing(lab, sc) == []
+    modes = lab.sh(pe, "stat -c '%n %F %a' /etc/frr/*").stdout.split("\n")
+    assert all(" regular file " in m for m in modes if m), modes
+    assert lab.vtysh(pe, "show version").ok
+
+
+def test_address_labels_multicast_addresses_and_mptcp_are_restored(bf) -> None:
+    """Per-namespace objects outside routes and links: an address label moves the source address
+    a node picks (RFC 6724); they survived a 'verified' reset."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    r = lab.sh(pe, "ip -6 addrlabel add prefix fd10::/16 label 99 && ip -6 addrlabel del prefix 2002::/16 label 2 && "
+                   "ip maddr add 33:33:00:00:00:99 dev eth1 && ip mptcp endpoint add fd00::1 dev lo signal && "
+                   "ip mptcp limits set subflow 5 add_addr_accepted 3", confined=True)  # fmt: skip
+    assert r.ok, r.summary()
+    rep = reset(lab)
+    assert rep.exact and pe in [x.node for x in rep.restored], rep.summary()
+    left = lab.sh(pe, "ip -6 addrlabel; ip maddr show dev eth1; ip mptcp endpoint; ip mptcp limits").stdout
+    assert "label 99" not in left and "2002::/16 label 2" in left and "static" not in left and "fd00::1 id" not in left
+    assert at_baseline(lab) == {}
+
+
+def test_what_an_agent_wrote_in_a_node_is_gone_after_reset(bf) -> None:
+    """Notes, scripts, histories and FRR's log of one run are not there for the next run's agent
+    to read, in any writable directory; FRR's own files stay; modes and owners come back."""
+    lab, sc = bf
+    pe = pe_of(sc)
+    dirs = ["/tmp", "/root", "/var/tmp", "/var", "/dev/shm", "/run", "/run/frr", "/var/lib/frr", "/var/log/frr",
+            "/var/tmp/frr", "/var/lib", "/var/log"]  # fmt: skip
+    wrote = lab.sh(pe, " && ".join(f"echo note > {d}/.note-17 && mkdir {d}/dir-17" for d in dirs)
+                   + " && vtysh -c 'show version' >/dev/null && rm /var/run && mkdir /var/run && echo x > /var/run/y"
+                   + " && echo said-by-run-1 >> /var/log/frr/frr.log && chmod 000 /run/frr /tmp", confined=True)
+    assert wrote.ok, wrote.summary()
+    rep = reset(lab)
+    assert rep.exact, rep.summary()
+    left = lab.sh(pe, "find /tmp /root /var/ /dev/shm /run \\( -name '.note-17' -o -name 'dir-17' \\) 2>/dev/null; find /tmp /root /dev/shm "
+                      "/var/lib/frr -mindepth 1; grep -c said-by-run-1 /var/log/frr/frr.log; readlink /var/run; "
+                      "stat -c '%n %a %U' /run/frr /tmp")  # fmt: skip
+    assert left.stdout.split("\n") == ["0", "/run", "/run/frr 755 frr", "/tmp 1777 root", ""], left.stdout
+    assert failing(lab, sc) == [] and lab.vtysh(pe, "show version").ok
+
+
 def test_an_interface_stable_secret_is_seen(bf) -> None:
     """The per-interface IPv6 stable secret is the one interface setting netlink does not report:
     read as a file, it shows (and, since nothing can unset it, the reset says so)."""
@@ -207,6 +297,14 @@ A0_CORPUS = [
     "ip link set {if} addrgenmode none", "ip link set sr0 address 02:00:00:00:18:{k:02x}",
     # SRv6
     "ip sr tunsrc set fd99::{k}", "echo s3cret | ip sr hmac set {k} sha1",
+    # legacy x_tables and IPsec policies (outside nftables and the routing tables)
+    "iptables-legacy -A INPUT -p icmp -j DROP", "ip6tables-legacy -A FORWARD -j DROP", "ip6tables-legacy -t mangle -N fz{k}",
+    "ip6tables-legacy -P FORWARD DROP", "ip xfrm policy add dir fwd src ::/0 dst fd10::/16 action block",
+    "ip xfrm policy setdefault fwd block",
+    # other per-namespace objects: address labels, static multicast addresses, MPTCP
+    "ip -6 addrlabel add prefix fd10::/16 label 9{k}", "ip -6 addrlabel del prefix 2002::/16 label 2",
+    "ip maddr add 33:33:00:00:00:{k:02x} dev {if}", "ip mptcp endpoint add fd99::{k} signal",
+    "ip mptcp limits set subflow 7 add_addr_accepted 3",
     # neighbours, nexthops, odd routes
     "ip -6 neigh replace fd99::{k} lladdr 02:00:00:00:00:{k:02x} dev {if} nud permanent",
     "ip neigh replace 192.0.2.{k} lladdr 02:00:00:00:01:{k:02x} dev {if} nud noarp", "ip -6 neigh add proxy fd99::{k} dev {if}",
@@ -325,7 +423,7 @@ def run_a1(lab: Lab, node: str, lines: list[str]) -> None:
     from servers.a1_wrapper.server import A1Options
 
     plan = Grammar.load().parse_config(node, lines, is_router=lab.state(node).role.value != "host")
-    DeviceRun(lab, node, capture(lab, node), A1Options(), None).run(plan)
+    DeviceRun(lab, node, capture(lab, node), A1Options(), None).run(plan)  # as the A1 server applies
 
 
 @pytest.mark.slow

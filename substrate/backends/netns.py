@@ -71,6 +71,9 @@ CONFINED_CAPS = (
     "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "net_bind_service",
     "net_broadcast", "net_admin", "net_raw", "ipc_lock", "audit_write",
 )
+#: Environment of the harness's own commands in a node: no HOME an agent can write to, no
+#: Python user site (``~/.local/.../*.pth`` runs code at every interpreter start: frr-reload.py).
+HARNESS_ENV = {**NODE_ENV, "HOME": "/", "PYTHONNOUSERSITE": "1"}
 #: Directory of a lab holding its nodes' /etc (the host's allowlisted files, see confine.stage_etc).
 ETC_DIR = "etc"
 MNT_DETACH = 2
@@ -355,12 +358,13 @@ class NetnsBackend:
             # GENL_ADMIN_PERM), and the harness must read and restore all of it.
             prefix += ["-C", "-U"]
         prefix.append("--")
+        harness = not confined and not join  # the harness's own command, in the host's user namespace
         if confined:
             keep = ",".join(f"+{c}" for c in CONFINED_CAPS)
             prefix += [_tool("setpriv"), f"--bounding-set=-all,{keep}", "--inh-caps=-all", "--"]
         killed: list[str] = []
         try:
-            result = run_bounded([*prefix, *argv], env=NODE_ENV, node=node.name, shown_argv=argv,
+            result = run_bounded([*prefix, *argv], env=HARNESS_ENV if harness else NODE_ENV, node=node.name, shown_argv=argv,
                                  timeout_s=timeout_s, input=input, max_output=max_output, cancel=cancel)  # fmt: skip
         finally:
             if cmd_cgroup is not None:
@@ -400,19 +404,22 @@ DAEMON_PIDFILE_WAIT_S = 2.0
 
 def _is_frr_daemon(node: NodeState, pid: int) -> bool:
     """``pid`` (host view) is one of ``node``'s FRR daemons: its program is /usr/lib/frr/NAME for a
-    daemon NAME of the node, and the node's /run/frr/NAME.pid names it (by its PID in the node;
+    daemon NAME of the node, running only installed code (:func:`substrate.frr.runs_only_installed_code`:
+    no injected library), and the node's /run/frr/NAME.pid names it (by its PID in the node;
     a daemon just started gets :data:`DAEMON_PIDFILE_WAIT_S` to write it)."""
     deadline = time.monotonic() + DAEMON_PIDFILE_WAIT_S
     try:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
         if comm not in node.daemons or os.readlink(f"/proc/{pid}/exe") != f"{frr.DAEMON_DIR}/{comm}":
             return False
+        if not frr.runs_only_installed_code(Path(f"/proc/{pid}/maps").read_text(), Path(f"/proc/{pid}/environ").read_bytes()):
+            return False  # the daemon's program with an agent's code in it
         status = Path(f"/proc/{pid}/status").read_text()
         nspid = next(ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:"))
-        pidfile = Path(f"/proc/{node.init_pid}/root/run/frr/{comm}.pid")
+        pidfile = f"/proc/{node.init_pid}/root/run/frr/{comm}.pid"  # the node's: resolved inside it
         while True:
             try:
-                if pidfile.read_text().strip() == nspid:
+                if confine.read_node_file(pidfile, 64).strip() == nspid:
                     return True
             except OSError:
                 pass

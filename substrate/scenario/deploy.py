@@ -22,6 +22,8 @@ error (never silently). Transactions an ANI server left unfinished in the journa
 from __future__ import annotations
 
 import json
+import os
+import stat
 import shutil
 import time
 from collections.abc import Callable
@@ -56,13 +58,22 @@ BASELINE_FILE = "baseline.json"
 #: Shell (builtins only: no fork, so nothing it starts is killed by it) that kills every process
 #: of a node but its init (PID 1), its FRR daemons and itself -- whatever an agent left running (a
 #: loop that keeps changing state would otherwise reach into the observation or the next run) --
-#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name, so
-#: a PID written into /run/frr by an agent protects nothing. ``{daemons}``: the lab's daemons.
+#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name that
+#: runs only installed code, so neither a PID written into /run/frr by an agent nor a library
+#: injected into a daemon's program protects anything. ``{daemons}``: the lab's daemons.
 _KILL_STRAYS = """keep=" 1 $$ "
 for d in {daemons}; do
   p=; c=; read -r p < "/run/frr/$d.pid" 2>/dev/null
   [ -n "$p" ] && read -r c < "/proc/$p/comm" 2>/dev/null
-  [ "$c" = "$d" ] && keep="$keep$p "
+  [ "$c" = "$d" ] || continue
+  # only the installed program (frr.runs_only_installed_code): no LD_* variable, no executable
+  # mapping but files of /usr and the vdso
+  ok=1
+  while IFS= read -r -d '' v; do case "$v" in LD_*) ok=;; esac; done < "/proc/$p/environ" 2>/dev/null
+  while read -r _ perm _ _ _ path; do
+    case "$perm" in *x*) case "$path" in /usr/*|"[vdso]"|"[vsyscall]") ;; *) ok=;; esac;; esac
+  done < "/proc/$p/maps" 2>/dev/null
+  [ -n "$ok" ] && keep="$keep$p "
 done
 for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
@@ -72,13 +83,35 @@ for d in /proc/[0-9]*; do
 done
 """
 #: At the start of a reset, per node: kill strays (above), resume stopped processes (the
-#: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, empty /tmp
-#: (what one run's agent left there must not be read by the next).
+#: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, and empty every
+#: writable directory of the node (:data:`_EMPTY_WRITABLE`).
 _REVIVE = _KILL_STRAYS + """kill -CONT -1 2>/dev/null
 for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev/null || echo "D $d"; done
-rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null
+"""
+#: What one run's agent left in a node's writable directories (notes, scripts, a shell or vtysh
+#: history, FRR's log of its changes) must not be read by the next run's agent, nor change what
+#: the node does: /tmp, /root, /dev/shm, /var and /run are emptied but for FRR's own files (its
+#: daemons' PID files, vty and zserv sockets, crash log buffers; its log file is truncated) and
+#: their directories get their owners and modes back. Bash globs (``extglob``): one ``rm`` for all.
+_EMPTY_WRITABLE = """shopt -s nullglob dotglob extglob
+junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log|tmp|run) /var/lib/!(frr) /var/lib/frr/*
+      /var/log/!(frr) /var/log/frr/!(frr.log) /var/tmp/!(frr) /var/tmp/frr/!(*.+([0-9])) /var/tmp/frr/*/!(logbuf.+([0-9])))
+[ -L /var/run ] || junk+=(/var/run)
+[ -L /var/log/frr/frr.log ] && junk+=(/var/log/frr/frr.log)
+[ ${{#junk[@]}} -gt 0 ] && rm -rf -- "${{junk[@]}}"
+[ -e /var/run ] || ln -s /run /var/run
+[ -f /var/log/frr/frr.log ] && : > /var/log/frr/frr.log
+mkdir -p /run/frr /var/lib/frr /var/log/frr /var/tmp/frr 2>/dev/null
+chmod 1777 /tmp /var/tmp /dev/shm && chmod 700 /root /var/tmp/frr && chmod 755 /run /var /var/lib /var/log /run/frr /var/lib/frr /var/log/frr \
+  && chown frr:frr /run/frr /var/lib/frr /var/log/frr /var/tmp/frr && chown root:root /tmp /var/tmp /dev/shm /root /run /var /var/lib /var/log
 true
 """
+
+
+def revive_script(daemons: list[str]) -> str:
+    """The reset's prelude for a node running ``daemons`` (:data:`_REVIVE`, :data:`_EMPTY_WRITABLE`)."""
+    keep = "|".join([*(f"{d}.pid|{d}.vty" for d in daemons), "zserv.api"])
+    return _REVIVE.format(daemons=" ".join(daemons)) + _EMPTY_WRITABLE.format(keep=keep)
 
 
 def kill_strays(lab: Lab, nodes: list[str] | None = None) -> list[str]:
@@ -248,6 +281,10 @@ def restore_frr_files(lab: Lab) -> list[str]:
     changes no running state that capture sees, but the next daemon restart (a fault, or
     ``vtysh -b``) would load it. Files the agent added there are removed.
 
+    The directory is the node's, written by its agent: it is read from the host without following
+    a symlink (which would lead into the host's files) or opening anything but a regular file (a
+    FIFO would block the reset forever); an entry of another kind is replaced.
+
     Returns:
         The files rewritten or removed, as ``node:/etc/frr/NAME``.
     """
@@ -257,21 +294,53 @@ def restore_frr_files(lab: Lab) -> list[str]:
         base = live.with_name(FRR_FILES_BASELINE)
         if not base.is_dir():
             continue
-        want = {f.name: f.read_bytes() for f in base.iterdir() if f.is_file()}
+        want = {f.name: (f.read_bytes(), stat.S_IMODE(f.stat().st_mode)) for f in base.iterdir() if f.is_file()}
         have = {f.name for f in live.iterdir()} if live.is_dir() else set()
         for name in sorted(have - set(want)):
-            path = live / name
-            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+            _remove_entry(live / name)
             fixed.append(f"{node}:/etc/frr/{name}")
-        for name, data in sorted(want.items()):
+        for name, (data, mode) in sorted(want.items()):
             path = live / name
-            if not path.is_file() or path.is_symlink() or path.read_bytes() != data:
-                if path.is_symlink() or path.is_dir():
-                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
-                path.write_bytes(data)
+            if _regular_file_bytes(path, mode) == data:
+                continue
+            _remove_entry(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            try:
+                os.write(fd, data)
+                os.fchmod(fd, mode)
                 shutil.chown(path, "frr", "frr")
-                fixed.append(f"{node}:/etc/frr/{name}")
+            finally:
+                os.close(fd)
+            fixed.append(f"{node}:/etc/frr/{name}")
     return fixed
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove whatever ``path`` is (a directory with its content; a symlink itself, never its target)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(path) if stat.S_ISDIR(st.st_mode) else path.unlink()
+
+
+def _regular_file_bytes(path: Path, mode: int) -> bytes | None:
+    """The content of ``path`` if it is a regular file of ``mode`` (not followed if a symlink,
+    never blocking), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode:
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 class ResetReport(BaseModel):
@@ -383,7 +452,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
         # one command per node: revive it (strays killed, processes resumed, /tmp emptied, dead
         # daemons named), then capture; restored at once if it differs, while the other nodes
         # are still being captured
-        prelude = _REVIVE.format(daemons=" ".join(lab.state(node).daemons)) if revive else ""
+        prelude = revive_script(lab.state(node).daemons) if revive else ""
         cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
         dead, strays = _revive_lines(head, node)
         killed.extend(strays)
