@@ -316,6 +316,48 @@ async def _raw_bytes(lab: Lab, junk: bytes) -> bytes | None:
         return data or None
 
 
+async def _raw_base10(lab: Lab, messages: list[bytes], timeout_s: float = 30.0) -> list[bytes | None]:
+    """A base:1.0-only peer (end-of-message framing for the whole session, RFC 6242 section 4.3)."""
+    import asyncssh
+
+    from substrate.netconf import ensure_server
+
+    ep = ensure_server(lab)["r1"]
+    async with asyncssh.connect(ep.host, ep.port, username=ep.user, client_keys=[ep.key_file], known_hosts=None) as c:
+        w, r, _ = await c.open_session(subsystem="netconf", encoding=None)
+        buf = b""
+        while EOM not in buf:
+            buf += await asyncio.wait_for(r.read(65536), timeout_s)
+        w.write(b'<hello xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><capabilities><capability>'
+                b"urn:ietf:params:netconf:base:1.0</capability></capabilities></hello>" + EOM)
+        out: list[bytes | None] = []
+        for msg in messages:
+            w.write(msg + EOM)
+            buf = b""
+            try:
+                while EOM not in buf:
+                    data = await asyncio.wait_for(r.read(65536), timeout_s)
+                    if not data:
+                        break
+                    buf += data
+            except TimeoutError:
+                pass
+            out.append(buf.split(EOM)[0] if EOM in buf else None)
+        return out
+
+
+def test_a_base10_session_is_not_stalled_by_a_message_mentioning_hello(lab: Lab) -> None:
+    """Only the session's first message decides the framing: a later message of a base:1.0 peer whose
+    first bytes say "hello" (its message-id, a description) is answered, and so is the next one."""
+    rpc = (b'<rpc xmlns="urn:ietf:params:xml:ns:netconf:base:1.0" message-id="%s"><get-config><source><running/>'
+           b'</source><filter type="xpath" select="/anibench-kernel:kernel/anibench-kernel:srv6-encapsulation-source"/>'
+           b"</get-config></rpc>")
+    replies = asyncio.run(_raw_base10(lab, [rpc % b"hello", rpc % b"2", b"<hello/>", rpc % b"3"]))
+    assert all(r is not None for r in replies), replies
+    assert b'message-id="hello"' in replies[0] and b'message-id="2"' in replies[1] and b'message-id="3"' in replies[3]
+    assert b"rpc-error" in replies[2]  # a second hello is an error, not a new framing choice
+
+
 @pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
 def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
     import asyncssh

@@ -48,10 +48,13 @@ class Deframer:
         self.max_message = max_message
         self._parts: list[bytes] = []
         self._size = 0
-        #: set after a hello was returned in end-of-message mode: further bytes are only buffered
-        #: until the caller has chosen the framing (``release``), so that a chunked message sent
-        #: right behind the hello is never read as end-of-message framed
+        #: set after the session's first message (the hello, RFC 6242 section 4.1) was returned:
+        #: further bytes are only buffered until the caller has chosen the framing (``release``),
+        #: so that a chunked message sent right behind the hello is never read as end-of-message
+        #: framed. Only the first message holds: a later one that merely mentions "hello" (a
+        #: base:1.0 peer's ``message-id="hello"``) must not stall the session.
         self.hold = False
+        self._first = True
 
     def release(self, chunked: bool) -> list[bytes]:
         """Choose the framing after the hello exchange and decode what was buffered meanwhile."""
@@ -71,8 +74,8 @@ class Deframer:
             if msg is None:
                 break
             out.append(msg)
-            if not self.chunked and _is_hello(msg):
-                self.hold = True
+            if self._first:
+                self._first, self.hold = False, True
         return out
 
     def _next_eom(self) -> bytes | None:
@@ -114,7 +117,3 @@ class Deframer:
             self._parts.append(bytes(self.buf[end + 1: end + 1 + size]))
             self._size += size
             del self.buf[: end + 1 + size]
-
-
-def _is_hello(msg: bytes) -> bool:
-    return b"hello" in msg[:200]
