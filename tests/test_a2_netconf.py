@@ -358,6 +358,31 @@ def test_a_base10_session_is_not_stalled_by_a_message_mentioning_hello(lab: Lab)
     assert b"rpc-error" in replies[2]  # a second hello is an error, not a new framing choice
 
 
+def test_kill_session_reaches_only_the_sessions_of_its_own_device(lab: Lab) -> None:
+    """Every router is its own NETCONF server: kill-session on r1 naming a session of r2 is refused,
+    and r2's session, its lock and its pending confirmed commit stay."""
+    from ncclient.operations.rpc import RPCError
+
+    on_r1, on_r2 = connect(lab, "r1"), connect(lab, "r2")
+    cfg = (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>4251</id><route>'
+           "<destination>fd31::/64</destination><metric>1024</metric><device>eth1</device></route></table></kernel>"
+           "</config>")
+    on_r2.edit_config(cfg, target="candidate")
+    on_r2.commit(confirmed=True, timeout="300")
+    on_r2.lock("running")
+    try:
+        with pytest.raises(RPCError) as e:
+            on_r1.kill_session(on_r2.session_id)
+        assert e.value.tag == "invalid-value" and "r1" in e.value.message
+        assert "fd31::/64" in lab.exec("r2", ["ip", "-6", "route", "show", "table", "4251"]).stdout
+        on_r2.commit()  # its session, and so its confirmed commit, is still there to confirm
+        on_r2.unlock("running")
+    finally:
+        lab.exec("r2", ["ip", "-6", "route", "flush", "table", "4251"])
+        on_r1.close_session()
+        on_r2.close_session()
+
+
 @pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
 def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
     import asyncssh

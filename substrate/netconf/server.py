@@ -512,8 +512,11 @@ class NetconfServer:
         if sid == s.id:
             raise RpcError("invalid-value", "a session cannot kill itself (use close-session)", type="protocol")
         other = self.sessions.get(sid)
-        if other is None:
-            raise RpcError("invalid-value", f"no session {sid}", type="protocol", info={"bad-element": "session-id"})
+        if other is None or other.node != s.node:
+            # session-ids are unique across the lab's endpoints, but each router is its own NETCONF
+            # server: a session on another router is not one this device can kill (RFC 6241 7.9)
+            raise RpcError("invalid-value", f"no session {sid} on {s.node}", type="protocol",
+                           info={"bad-element": "session-id"})
         st.mutex.release()  # end_session takes the device's mutex
         try:
             await self.end_session(other)
