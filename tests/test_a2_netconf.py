@@ -383,6 +383,66 @@ def test_kill_session_reaches_only_the_sessions_of_its_own_device(lab: Lab) -> N
         on_r2.close_session()
 
 
+def test_candidate_edits_survive_a_confirmed_commit_rollback(lab: Lab) -> None:
+    """Edits made to the candidate after a confirmed commit are not dropped when its timer rolls
+    running back: the candidate still holds them and the next commit applies them (it answered <ok/>
+    having applied nothing)."""
+    m = connect(lab)
+    table = "4253"
+
+    def routes() -> str:
+        return lab.exec("r1", ["ip", "-6", "route", "show", "table", table]).stdout
+
+    def cfg(dest: str) -> str:
+        return (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>{table}</id>'
+                f"<route><destination>{dest}</destination><metric>1024</metric><device>eth1</device></route>"
+                "</table></kernel></config>")
+
+    try:
+        m.edit_config(cfg("fd51::/64"), target="candidate")
+        m.commit(confirmed=True, timeout="2")
+        m.edit_config(cfg("fd52::/64"), target="candidate")
+        assert wait_for(lambda: "fd51::/64" not in routes())  # the timer rolled running back
+        assert "fd52::/64" in m.get_config("candidate", filter=("xpath", f"/anibench-kernel:kernel/table[id='{table}']")).data_xml
+        m.commit()
+        assert "fd52::/64" in routes() and "fd51::/64" not in routes()
+    finally:
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", table])
+        m.close_session()
+
+
+def test_a_follow_up_confirmed_commit_outlives_the_timer_it_replaced(lab: Lab) -> None:
+    """A follow-up confirmed commit that holds the device while the previous confirm-timeout fires
+    replaces that timer: its OK holds, the old timer's rollback does not run after it (it did: the
+    device went back to its pre-commit state right after the follow-up's OK, and the confirming commit
+    then said OK too). The follow-up is made long (many routes) so that the 1 s timer fires during it."""
+    m = connect(lab)
+    n = 300
+
+    def cfg(routes: str) -> str:
+        return (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>4252</id>'
+                f"{routes}</table></kernel></config>")
+
+    def route(dest: str) -> str:
+        return f"<route><destination>{dest}</destination><metric>1024</metric><device>eth1</device></route>"
+
+    def count() -> int:  # through the same device: served after any rollback queued before it
+        xml = m.get_config("running", filter=("xpath", "/anibench-kernel:kernel/table[id='4252']")).data_xml
+        return xml.count("<destination>")
+
+    try:
+        m.edit_config(cfg(route("fd41::/64")), target="candidate")
+        m.commit(confirmed=True, timeout="1")
+        m.edit_config(cfg("".join(route(f"fd42:{i:x}::/64") for i in range(n))), target="candidate")
+        m.commit(confirmed=True, timeout="600")
+        assert count() >= n  # the follow-up's OK holds (n + 1, or n if the old timer ran before it)
+        m.cancel_commit()
+        assert wait_for(lambda: count() == 0)
+    finally:
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", "4252"])
+        m.close_session()
+
+
 @pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
 def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
     import asyncssh
