@@ -443,6 +443,41 @@ def test_a_follow_up_confirmed_commit_outlives_the_timer_it_replaced(lab: Lab) -
         m.close_session()
 
 
+@pytest.mark.anyio
+async def test_mcp_commit_never_turns_a_requested_safety_net_into_a_permanent_commit(lab: Lab, tmp_path) -> None:  # noqa: ANN001
+    """A2 MCP commit with confirm_timeout or persist but without confirmed: ncclient drops both, so the
+    call made a plain, permanent commit and answered "committed". It is refused, and nothing reaches
+    the device; the same call with confirmed=true makes a confirmed commit that rolls back."""
+    from servers.common import ServerConfig
+    from servers.registry import build_server
+    from tests.servers_support import connect as mcp_connect
+    from tests.servers_support import text
+
+    table = "4254"
+
+    def routes() -> str:
+        return lab.exec("r1", ["ip", "-6", "route", "show", "table", table]).stdout
+
+    edit = (f'<kernel xmlns="{K}"><table><id>{table}</id><route><destination>fd61::/64</destination>'
+            "<metric>1024</metric><device>eth1</device></route></table></kernel>")
+    srv = build_server("A2", ServerConfig(lab=lab.name, trajectory=tmp_path / "t.jsonl", options={}))
+    try:
+        async with mcp_connect(srv) as c:
+            r = await c.call_tool("edit_config", {"device": "r1", "config": edit})
+            assert not r.is_error, text(r)
+            for args in ({"confirm_timeout": 2}, {"persist": "tok"}, {"confirmed": True, "persist": "a", "persist_id": "b"}):
+                r = await c.call_tool("commit", {"device": "r1", **args})
+                assert r.is_error and "nothing was committed" in text(r), (args, text(r))
+                assert "fd61::/64" not in routes(), args
+            r = await c.call_tool("commit", {"device": "r1", "confirmed": True, "confirm_timeout": 2})
+            assert not r.is_error, text(r)
+            assert "fd61::/64" in routes()
+            assert wait_for(lambda: "fd61::/64" not in routes())
+    finally:
+        srv.close()
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", table])
+
+
 @pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
 def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
     import asyncssh
