@@ -75,8 +75,8 @@ class Deframer:
             if msg is None:
                 break
             out.append(msg)
-            if self._first:
-                self._first, self.hold = False, True
+            if self._first:  # a deframer set to chunked from the start (a client's) has no hello to wait on
+                self._first, self.hold = False, not self.chunked
         return out
 
     def _next_eom(self) -> bytes | None:
