@@ -316,6 +316,168 @@ async def _raw_bytes(lab: Lab, junk: bytes) -> bytes | None:
         return data or None
 
 
+async def _raw_base10(lab: Lab, messages: list[bytes], timeout_s: float = 30.0) -> list[bytes | None]:
+    """A base:1.0-only peer (end-of-message framing for the whole session, RFC 6242 section 4.3)."""
+    import asyncssh
+
+    from substrate.netconf import ensure_server
+
+    ep = ensure_server(lab)["r1"]
+    async with asyncssh.connect(ep.host, ep.port, username=ep.user, client_keys=[ep.key_file], known_hosts=None) as c:
+        w, r, _ = await c.open_session(subsystem="netconf", encoding=None)
+        buf = b""
+        while EOM not in buf:
+            buf += await asyncio.wait_for(r.read(65536), timeout_s)
+        w.write(b'<hello xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><capabilities><capability>'
+                b"urn:ietf:params:netconf:base:1.0</capability></capabilities></hello>" + EOM)
+        out: list[bytes | None] = []
+        for msg in messages:
+            w.write(msg + EOM)
+            buf = b""
+            try:
+                while EOM not in buf:
+                    data = await asyncio.wait_for(r.read(65536), timeout_s)
+                    if not data:
+                        break
+                    buf += data
+            except TimeoutError:
+                pass
+            out.append(buf.split(EOM)[0] if EOM in buf else None)
+        return out
+
+
+def test_a_base10_session_is_not_stalled_by_a_message_mentioning_hello(lab: Lab) -> None:
+    """Only the session's first message decides the framing: a later message of a base:1.0 peer whose
+    first bytes say "hello" (its message-id, a description) is answered, and so is the next one."""
+    rpc = (b'<rpc xmlns="urn:ietf:params:xml:ns:netconf:base:1.0" message-id="%s"><get-config><source><running/>'
+           b'</source><filter type="xpath" select="/anibench-kernel:kernel/anibench-kernel:srv6-encapsulation-source"/>'
+           b"</get-config></rpc>")
+    replies = asyncio.run(_raw_base10(lab, [rpc % b"hello", rpc % b"2", b"<hello/>", rpc % b"3"]))
+    assert all(r is not None for r in replies), replies
+    assert b'message-id="hello"' in replies[0] and b'message-id="2"' in replies[1] and b'message-id="3"' in replies[3]
+    assert b"rpc-error" in replies[2]  # a second hello is an error, not a new framing choice
+
+
+def test_kill_session_reaches_only_the_sessions_of_its_own_device(lab: Lab) -> None:
+    """Every router is its own NETCONF server: kill-session on r1 naming a session of r2 is refused,
+    and r2's session, its lock and its pending confirmed commit stay."""
+    from ncclient.operations.rpc import RPCError
+
+    on_r1, on_r2 = connect(lab, "r1"), connect(lab, "r2")
+    cfg = (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>4251</id><route>'
+           "<destination>fd31::/64</destination><metric>1024</metric><device>eth1</device></route></table></kernel>"
+           "</config>")
+    on_r2.edit_config(cfg, target="candidate")
+    on_r2.commit(confirmed=True, timeout="300")
+    on_r2.lock("running")
+    try:
+        with pytest.raises(RPCError) as e:
+            on_r1.kill_session(on_r2.session_id)
+        assert e.value.tag == "invalid-value" and "r1" in e.value.message
+        assert "fd31::/64" in lab.exec("r2", ["ip", "-6", "route", "show", "table", "4251"]).stdout
+        on_r2.commit()  # its session, and so its confirmed commit, is still there to confirm
+        on_r2.unlock("running")
+    finally:
+        lab.exec("r2", ["ip", "-6", "route", "flush", "table", "4251"])
+        on_r1.close_session()
+        on_r2.close_session()
+
+
+def test_candidate_edits_survive_a_confirmed_commit_rollback(lab: Lab) -> None:
+    """Edits made to the candidate after a confirmed commit are not dropped when its timer rolls
+    running back: the candidate still holds them and the next commit applies them (it answered <ok/>
+    having applied nothing)."""
+    m = connect(lab)
+    table = "4253"
+
+    def routes() -> str:
+        return lab.exec("r1", ["ip", "-6", "route", "show", "table", table]).stdout
+
+    def cfg(dest: str) -> str:
+        return (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>{table}</id>'
+                f"<route><destination>{dest}</destination><metric>1024</metric><device>eth1</device></route>"
+                "</table></kernel></config>")
+
+    try:
+        m.edit_config(cfg("fd51::/64"), target="candidate")
+        m.commit(confirmed=True, timeout="2")
+        m.edit_config(cfg("fd52::/64"), target="candidate")
+        assert wait_for(lambda: "fd51::/64" not in routes())  # the timer rolled running back
+        assert "fd52::/64" in m.get_config("candidate", filter=("xpath", f"/anibench-kernel:kernel/table[id='{table}']")).data_xml
+        m.commit()
+        assert "fd52::/64" in routes() and "fd51::/64" not in routes()
+    finally:
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", table])
+        m.close_session()
+
+
+def test_a_follow_up_confirmed_commit_outlives_the_timer_it_replaced(lab: Lab) -> None:
+    """A follow-up confirmed commit that holds the device while the previous confirm-timeout fires
+    replaces that timer: its OK holds, the old timer's rollback does not run after it (it did: the
+    device went back to its pre-commit state right after the follow-up's OK, and the confirming commit
+    then said OK too). The follow-up is made long (many routes) so that the 1 s timer fires during it."""
+    m = connect(lab)
+    n = 300
+
+    def cfg(routes: str) -> str:
+        return (f'<config xmlns="urn:ietf:params:xml:ns:netconf:base:1.0"><kernel xmlns="{K}"><table><id>4252</id>'
+                f"{routes}</table></kernel></config>")
+
+    def route(dest: str) -> str:
+        return f"<route><destination>{dest}</destination><metric>1024</metric><device>eth1</device></route>"
+
+    def count() -> int:  # through the same device: served after any rollback queued before it
+        xml = m.get_config("running", filter=("xpath", "/anibench-kernel:kernel/table[id='4252']")).data_xml
+        return xml.count("<destination>")
+
+    try:
+        m.edit_config(cfg(route("fd41::/64")), target="candidate")
+        m.commit(confirmed=True, timeout="1")
+        m.edit_config(cfg("".join(route(f"fd42:{i:x}::/64") for i in range(n))), target="candidate")
+        m.commit(confirmed=True, timeout="600")
+        assert count() >= n  # the follow-up's OK holds (n + 1, or n if the old timer ran before it)
+        m.cancel_commit()
+        assert wait_for(lambda: count() == 0)
+    finally:
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", "4252"])
+        m.close_session()
+
+
+@pytest.mark.anyio
+async def test_mcp_commit_never_turns_a_requested_safety_net_into_a_permanent_commit(lab: Lab, tmp_path) -> None:  # noqa: ANN001
+    """A2 MCP commit with confirm_timeout or persist but without confirmed: ncclient drops both, so the
+    call made a plain, permanent commit and answered "committed". It is refused, and nothing reaches
+    the device; the same call with confirmed=true makes a confirmed commit that rolls back."""
+    from servers.common import ServerConfig
+    from servers.registry import build_server
+    from tests.servers_support import connect as mcp_connect
+    from tests.servers_support import text
+
+    table = "4254"
+
+    def routes() -> str:
+        return lab.exec("r1", ["ip", "-6", "route", "show", "table", table]).stdout
+
+    edit = (f'<kernel xmlns="{K}"><table><id>{table}</id><route><destination>fd61::/64</destination>'
+            "<metric>1024</metric><device>eth1</device></route></table></kernel>")
+    srv = build_server("A2", ServerConfig(lab=lab.name, trajectory=tmp_path / "t.jsonl", options={}))
+    try:
+        async with mcp_connect(srv) as c:
+            r = await c.call_tool("edit_config", {"device": "r1", "config": edit})
+            assert not r.is_error, text(r)
+            for args in ({"confirm_timeout": 2}, {"persist": "tok"}, {"confirmed": True, "persist": "a", "persist_id": "b"}):
+                r = await c.call_tool("commit", {"device": "r1", **args})
+                assert r.is_error and "nothing was committed" in text(r), (args, text(r))
+                assert "fd61::/64" not in routes(), args
+            r = await c.call_tool("commit", {"device": "r1", "confirmed": True, "confirm_timeout": 2})
+            assert not r.is_error, text(r)
+            assert "fd61::/64" in routes()
+            assert wait_for(lambda: "fd61::/64" not in routes())
+    finally:
+        srv.close()
+        lab.exec("r1", ["ip", "-6", "route", "flush", "table", table])
+
+
 @pytest.mark.parametrize("who", ["root", "netconf2", "NETCONF", ""])
 def test_the_client_key_under_another_username_is_refused(lab: Lab, who: str) -> None:
     import asyncssh

@@ -507,6 +507,14 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """Make the candidate live on one device (NETCONF commit). Atomic per device: either all of
         the change lands, or the device is restored and the error says why."""
         name = server.device(device)
+        if not confirmed and (confirm_timeout is not None or persist is not None):
+            # ncclient drops both from a commit without <confirmed/>: the agent asked for a commit that
+            # rolls back unless confirmed and would get a permanent one (RFC 6241 section 8.4.5.1)
+            raise ToolError("confirm_timeout and persist make a confirmed commit: give confirmed=true with them "
+                            "(nothing was committed)")
+        if persist is not None and persist_id is not None:
+            raise ToolError("give persist (start or restart a persistent confirmed commit) or persist_id (confirm or "
+                            "extend one), not both (nothing was committed)")
         t0 = time.monotonic()
         sessions.call(name, lambda m: m.commit(confirmed=confirmed, timeout=str(confirm_timeout) if confirm_timeout
                                               else None, persist=persist, persist_id=persist_id))

@@ -46,12 +46,16 @@ class Deframer:
         self.buf = bytearray()
         self.chunked = False
         self.max_message = max_message
-        self._parts: list[bytes] = []
-        self._size = 0
-        #: set after a hello was returned in end-of-message mode: further bytes are only buffered
-        #: until the caller has chosen the framing (``release``), so that a chunked message sent
-        #: right behind the hello is never read as end-of-message framed
+        #: the data of the chunks of the message being received (one buffer: a list of chunks
+        #: cost about 60 bytes per chunk, so 16 MiB of 1-byte chunks took a gigabyte)
+        self._msg = bytearray()
+        #: set after the session's first message (the hello, RFC 6242 section 4.1) was returned:
+        #: further bytes are only buffered until the caller has chosen the framing (``release``),
+        #: so that a chunked message sent right behind the hello is never read as end-of-message
+        #: framed. Only the first message holds: a later one that merely mentions "hello" (a
+        #: base:1.0 peer's ``message-id="hello"``) must not stall the session.
         self.hold = False
+        self._first = True
 
     def release(self, chunked: bool) -> list[bytes]:
         """Choose the framing after the hello exchange and decode what was buffered meanwhile."""
@@ -71,8 +75,8 @@ class Deframer:
             if msg is None:
                 break
             out.append(msg)
-            if not self.chunked and _is_hello(msg):
-                self.hold = True
+            if self._first:  # a deframer set to chunked from the start (a client's) has no hello to wait on
+                self._first, self.hold = False, not self.chunked
         return out
 
     def _next_eom(self) -> bytes | None:
@@ -90,11 +94,11 @@ class Deframer:
             if len(self.buf) < 4:
                 return None
             if self.buf[:4] == b"\n##\n":
-                if not self._parts:
+                if not self._msg:
                     raise FramingError("end-of-chunks marker without any chunk")
                 del self.buf[:4]
-                msg = b"".join(self._parts)
-                self._parts, self._size = [], 0
+                msg = bytes(self._msg)
+                self._msg = bytearray()
                 return msg
             if self.buf[:2] != b"\n#":
                 raise FramingError(f"expected a chunk header (\\n#<size>\\n), got {bytes(self.buf[:16])!r}")
@@ -107,14 +111,9 @@ class Deframer:
             if not m or int(m.group(1)) > MAX_CHUNK:
                 raise FramingError(f"bad chunk header {bytes(self.buf[: end + 1])!r}")
             size = int(m.group(1))
-            if self._size + size > self.max_message:
+            if len(self._msg) + size > self.max_message:
                 raise FramingError(f"message longer than {self.max_message} bytes")
             if len(self.buf) < end + 1 + size:
                 return None
-            self._parts.append(bytes(self.buf[end + 1: end + 1 + size]))
-            self._size += size
+            self._msg += self.buf[end + 1: end + 1 + size]
             del self.buf[: end + 1 + size]
-
-
-def _is_hello(msg: bytes) -> bool:
-    return b"hello" in msg[:200]

@@ -195,22 +195,32 @@ class NetconfServer:
             p.timer.cancel()
         st.pending = None
         residual = await asyncio.to_thread(device.restore_state, self.lab, p.rollback)
-        st.candidate = st.base = st.dirty_by = None
+        # the candidate's uncommitted edits stay: they are a change against the running data they
+        # were made on (st.base), which a commit applies to whatever running is then; dropping
+        # them made the next commit answer <ok/> having applied nothing
         log.warning("%s: confirmed commit rolled back (%s)%s", st.node, why,
                     f"; residual: {residual[:3]}" if residual else "")
 
     def _arm(self, st: Store, timeout: int) -> None:
-        assert st.pending is not None and self.loop is not None
-        if st.pending.timer:
-            st.pending.timer.cancel()
+        """(Re)start the confirm timer of the pending confirmed commit: when it fires, running goes
+        back to the state before the first confirmed commit -- unless, by the time the rollback
+        gets the device's mutex, the commit it was armed for was confirmed, cancelled or given a
+        new timer by a follow-up confirmed commit (RFC 6241 section 8.4.5.1) that held the mutex
+        as the old timer fired."""
+        p = st.pending
+        assert p is not None and self.loop is not None
+        if p.timer:
+            p.timer.cancel()
 
         def expire() -> None:
             async def go() -> None:
                 async with st.mutex:
-                    await self._rollback(st, f"confirm-timeout of {timeout} s expired")
+                    if st.pending is p and p.timer is handle:
+                        await self._rollback(st, f"confirm-timeout of {timeout} s expired")
             asyncio.ensure_future(go())
 
-        st.pending.timer = self.loop.call_later(timeout, expire)
+        handle = self.loop.call_later(timeout, expire)
+        p.timer = handle
 
     # -- RPC dispatch ----------------------------------------------------------------------------
 
@@ -512,8 +522,11 @@ class NetconfServer:
         if sid == s.id:
             raise RpcError("invalid-value", "a session cannot kill itself (use close-session)", type="protocol")
         other = self.sessions.get(sid)
-        if other is None:
-            raise RpcError("invalid-value", f"no session {sid}", type="protocol", info={"bad-element": "session-id"})
+        if other is None or other.node != s.node:
+            # session-ids are unique across the lab's endpoints, but each router is its own NETCONF
+            # server: a session on another router is not one this device can kill (RFC 6241 7.9)
+            raise RpcError("invalid-value", f"no session {sid} on {s.node}", type="protocol",
+                           info={"bad-element": "session-id"})
         st.mutex.release()  # end_session takes the device's mutex
         try:
             await self.end_session(other)
