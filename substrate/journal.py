@@ -362,16 +362,30 @@ def _epoch(lab: Lab) -> str:
 
 
 def write_durable(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically and durably: a temporary file written and fsync'd,
-    renamed over ``path``, then the directory fsync'd (the rename survives a crash)."""
+    """Replace ``path`` by ``text`` atomically and durably: a temporary file written in full and
+    fsync'd, renamed over ``path``, then the directory fsync'd (the rename survives a crash).
+
+    Raises:
+        OSError: not written (e.g. ENOSPC); ``path`` keeps its previous content, no temporary
+            file is left.
+    """
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            # write(2) may write less than asked (a file system nearly full writes what fits and
+            # returns its count, the next call fails with ENOSPC): never rename a short file in
+            rest = memoryview(text.encode())
+            while rest:
+                rest = rest[os.write(fd, rest):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)

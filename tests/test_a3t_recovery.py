@@ -499,3 +499,83 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
     assert len(applies) >= 2 and applies[0]["tool_error"] and "Retry later" in applies[0]["error"], applies
     assert '"status": "applied"' in applies[-1]["result"]
     assert [x.id for x in observe(lab, v.test_cases) if not x.ok] == []
+
+
+# -- a full disk under the journal -------------------------------------------------------------------------
+
+
+class SmallDisk:
+    """A tmpfs of ``size`` mounted over the lab's journal directory (unmounted on exit)."""
+
+    def __init__(self, lab: Lab, size: str):
+        self.dir = lab.dir / jr.JOURNAL_DIR
+        self.dir.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "anibench-test", str(self.dir)], check=True)
+
+    def fill(self) -> None:
+        """Fill it to the last byte."""
+        with open(self.dir / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+
+    def files(self) -> dict[str, jr.Entry | None]:
+        return {p.name: jr._read(p) for p in self.dir.iterdir() if p.name != "filler"}
+
+    def __enter__(self) -> SmallDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["umount", str(self.dir)], check=True)
+
+
+async def test_a_journal_that_does_not_fit_touches_nothing(lab: Lab) -> None:
+    """The journal's file system has 8 KiB, less than the entry: write(2) writes what fits and
+    returns its count; a short entry must never be taken for a written one."""
+    before = everything(lab)
+    with SmallDisk(lab, "8k") as disk:
+        async with connect(server(lab)) as c:
+            r = await c.call_tool("apply_change_set", {"ops": ONBOARD})
+        assert r.is_error and "No space left on device" in text(r) and "nothing was changed" in text(r), text(r)
+        assert disk.files() == {}  # neither a short entry nor a temporary file
+    assert differing(before, everything(lab)) == []
+
+
+@pytest.mark.parametrize("when", ["journaled", "committed"])
+async def test_a_disk_full_during_the_transaction_still_ends_it(lab: Lab, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """The journal's file system fills up right after the entry is written (then every phase
+    mark fails: the change set is undone) or right after the commit point (it stays committed):
+    either way the devices end in one state, and the result says the journal could not be written."""
+    after, _ = await after_state(lab, ONBOARD)
+    before = everything(lab)
+    with SmallDisk(lab, "1m") as disk:
+        if when == "journaled":
+            real_begin = jr.Journal.begin
+
+            def begin(self: jr.Journal, *a: Any, **kw: Any) -> jr.Entry:
+                e = real_begin(self, *a, **kw)
+                disk.fill()
+                return e
+
+            monkeypatch.setattr(jr.Journal, "begin", begin)
+        else:
+            real_commit = Records.commit
+
+            def commit(self: Records, *a: Any, **kw: Any) -> None:
+                real_commit(self, *a, **kw)
+                disk.fill()
+
+            monkeypatch.setattr(Records, "commit", commit)
+        async with connect(server(lab)) as c:
+            res = data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))
+        assert any("No space left on device" in w and "the journal still shows an earlier phase" in w for w in res["warnings"]), res
+        assert all(e is not None for e in disk.files().values())  # the entry is whole, at its last phase written
+    now = everything(lab)
+    if when == "journaled":
+        assert res["status"] == "rolled_back" and res["rollback"]["complete"], res["message"]
+        assert ends(now, before, after) == {"before"}, differing(before, now)
+    else:
+        assert res["status"] == "applied", res["message"]
+        assert ends(now, before, after) == {"after"}, differing(after, now)
