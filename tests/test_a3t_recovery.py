@@ -501,6 +501,72 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
     assert [x.id for x in observe(lab, v.test_cases) if not x.ok] == []
 
 
+# -- a lab reset while a change set is in progress ----------------------------------------------------------
+
+
+def blocked_lock_waits(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when anyone waits for a held configuration lock (substrate.locks retries)."""
+    import substrate.locks as locks_mod
+
+    waiting = threading.Event()
+
+    class Clock:
+        monotonic = staticmethod(time.monotonic)
+        strftime = staticmethod(time.strftime)
+
+        @staticmethod
+        def sleep(s: float) -> None:
+            waiting.set()
+            time.sleep(s)
+
+    monkeypatch.setattr(locks_mod, "time", Clock)
+    return waiting
+
+
+async def test_a_lab_reset_waits_for_a_transaction_in_progress(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reset starts when the change set has read its devices and is about to change them: it
+    waits for the transaction (it takes the devices' configuration locks), then puts the
+    baseline back -- not a change applied over the new baseline that no record knows."""
+    base = everything(lab)
+    waiting = blocked_lock_waits(monkeypatch)
+    done: list[Any] = []
+    real_begin = jr.Journal.begin
+
+    def begin(self: jr.Journal, *a: Any, **kw: Any) -> jr.Entry:
+        t = threading.Thread(target=lambda: done.append(reset(lab)))
+        t.start()
+        poll("the reset done or waiting for a lock", lambda: bool(done) or waiting.is_set(), 120)
+        return real_begin(self, *a, **kw)
+
+    monkeypatch.setattr(jr.Journal, "begin", begin)
+    async with connect(server(lab)) as c:
+        res = data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))
+    assert res["status"] == "applied", res["message"]
+    poll("the reset", lambda: bool(done), 300)
+    assert done[0].exact, done[0].residual
+    assert differing(base, everything(lab)) == [] and Records(lab).state().version == 0
+    async with connect(server(lab)) as c:  # the circuit is free: the same change set applies again
+        assert data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))["status"] == "applied"
+
+
+async def test_a_change_set_planned_before_a_lab_reset_is_refused(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab is reset after the change set was planned on the old records, before its devices
+    are locked: it changes nothing and says so (its commit would go to records the reset dropped)."""
+    base = everything(lab)
+    real_plan = txn_mod.Engine._plan
+
+    def plan_then_reset(self: Any, *a: Any, **kw: Any) -> Any:
+        out = real_plan(self, *a, **kw)
+        assert reset(lab).exact
+        return out
+
+    monkeypatch.setattr(txn_mod.Engine, "_plan", plan_then_reset)
+    async with connect(server(lab)) as c:
+        r = await c.call_tool("apply_change_set", {"ops": ONBOARD})
+    assert r.is_error and "the lab was reset to its baseline while this change set was being planned" in text(r), text(r)
+    assert differing(base, everything(lab)) == [] and Records(lab).state().version == 0
+
+
 # -- a full disk under the journal -------------------------------------------------------------------------
 
 

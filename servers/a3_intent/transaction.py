@@ -352,7 +352,9 @@ class Engine:
         for e in self.journal.unfinished():
             try:
                 with self.lab.config_lock([d.node for d in e.devices], holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
-                    notes.append(self._recover_one(e))
+                    now = self.journal.get(e.txn)  # a lab reset may have closed it (under these locks) meanwhile
+                    if now is not None and not now.finished:
+                        notes.append(self._recover_one(now))
             except ConfigLockHeld as err:
                 notes.append(f"change {e.txn} is not finished yet ({err})")
             except (SubstrateError, OSError) as err:
@@ -496,6 +498,9 @@ class Engine:
             t2 = time.monotonic()
             with self.lab.config_lock(touched, holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
                 t.lock_wait_s += time.monotonic() - t2
+                if self.records.epoch() != st.epoch:  # a lab reset ran since the records were read (it takes these locks)
+                    raise TransactionError("the lab was reset to its baseline while this change set was being planned; nothing "
+                                           "was changed. Plan and apply it again")  # fmt: skip
                 cid = self._next_id(st)
                 res = self._transact(cid, p, st, t, devices, base, already, cancel)
             t.total_s = time.monotonic() - t0
