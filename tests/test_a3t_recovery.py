@@ -645,3 +645,33 @@ async def test_a_disk_full_during_the_transaction_still_ends_it(lab: Lab, monkey
     else:
         assert res["status"] == "applied", res["message"]
         assert ends(now, before, after) == {"after"}, differing(after, now)
+
+
+# -- a damaged journal entry ---------------------------------------------------------------------------------
+
+
+async def test_a_damaged_journal_entry_is_said_and_cleared_by_reset(lab: Lab, sc: Scenario) -> None:
+    """The entry of a dead server's transaction is cut in half (damaged outside the journal,
+    which only renames whole files in): the next server cannot finish what it recorded, and says
+    so wherever the half-done change shows (a rejected plan, get_change) instead of staying
+    silent; a lab reset puts the devices back and removes the entry."""
+    async with connect(server(lab)) as c:
+        prefix = data(await c.call_tool("plan_change_set", {"ops": ONBOARD}))["ops"][0]["allocated"]["prefix6"]
+    srv = Serve(lab)
+    try:
+        srv.call("apply_change_set", {"ops": ONBOARD})
+        poll("the change on r1", lambda: has_route(lab, "r1", prefix))
+        srv.kill()
+    finally:
+        srv.close()
+    path = lab.dir / jr.JOURNAL_DIR / "a3t-c1.json"
+    path.write_text(path.read_text()[:1000])
+    async with connect(server(lab)) as c:
+        r = await c.call_tool("plan_change_set", {"ops": ONBOARD})
+        assert r.is_error and "the circuit is in use outside A3-T" in text(r), text(r)
+        assert "Note: the journal entry of change c1 (a3t-c1.json) cannot be read (not a journal entry" in text(r), text(r)
+        r = await c.call_tool("get_change", {"change_id": "c1"})
+        assert r.is_error and "that change may be half-done" in text(r) and "a lab reset puts every device back" in text(r)
+    rep = reset(lab)
+    assert rep.exact and any(n.startswith("unreadable journal entry a3t-c1.json removed") for n in rep.notes), rep.notes
+    assert not path.exists()

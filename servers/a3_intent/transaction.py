@@ -331,6 +331,7 @@ class Engine:
         if unfinished:
             warnings = [f"change {e.txn} is not finished on {', '.join(d.node for d in e.devices)} (phase {e.phase}); "
                         "apply_change_set finishes it first" for e in unfinished] + warnings  # fmt: skip
+        warnings = self.unreadable() + warnings
         return PlanResult(
             no_change=no_change, already_applied_as=already, message=msg, ops=self._ops(p), devices=self._devices(p),
             changed_services=p.changed_services,
@@ -341,6 +342,16 @@ class Engine:
 
     # -- recovery ----------------------------------------------------------------------------------
 
+    def unreadable(self) -> list[str]:
+        """What to say of journal entries that cannot be read (:meth:`substrate.journal.Journal.unreadable`)."""
+        out = []
+        for name, why in self.journal.unreadable().items():
+            txn = name.removeprefix(f"{JOURNAL_OWNER}-").removesuffix(".json")
+            out.append(f"the journal entry of change {txn} ({name}) cannot be read ({why}): that change may be half-done on "
+                       "devices that cannot be named now, and cannot be finished or undone automatically; a lab reset puts "
+                       "every device back to its baseline")  # fmt: skip
+        return out
+
     def recover(self) -> list[str]:
         """Finish the transactions left unfinished by a server that died, or whose rollback had to
         wait for a device (call under the transaction lock: no live transaction is running). Each
@@ -348,7 +359,7 @@ class Engine:
         Returns notes for the next result (what was finished, what is still pending)."""
         from substrate.locks import ConfigLockHeld
 
-        notes: list[str] = []
+        notes = self.unreadable()
         for e in self.journal.unfinished():
             try:
                 with self.lab.config_lock([d.node for d in e.devices], holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
@@ -456,7 +467,7 @@ class Engine:
             t.lock_wait_s = time.monotonic() - t0
             self.records.drop_stale()
             self.journal.prune()
-            recovered, self._notes = self._notes + self.recover(), []
+            recovered, self._notes = list(dict.fromkeys(self._notes + self.recover())), []
             p, st, warnings = self._plan(ops, t, allowed)
             warnings = recovered + warnings
             already = self._already(st, p.digest)

@@ -46,7 +46,7 @@ from substrate.devstate import (
     restore,
 )
 from substrate.errors import SubstrateError
-from substrate.journal import close_unfinished
+from substrate.journal import close_unfinished, remove_unreadable
 from substrate.lab import Lab
 from substrate.locks import ConfigLockHeld
 from substrate.routes import route_key
@@ -445,6 +445,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
         # and the processes it left in the nodes were killed above, so they are closed, not replayed
         notes = [f"unfinished transaction {x} closed (abandoned)"
                  for x in close_unfinished(lab, "lab reset: every device put back to its baseline")]
+        notes += [f"unreadable journal entry {name} removed ({why}; every device was put back to its baseline)"
+                  for name, why in remove_unreadable(lab).items()]  # fmt: skip
         frr_files = restore_frr_files(lab)  # last: restoring FRR (frr-reload, restarts) may write frr.conf
         reports = [rep for _, rep in results.values() if rep.changed]
         _new_epoch(lab)
