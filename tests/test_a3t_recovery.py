@@ -675,3 +675,46 @@ async def test_a_damaged_journal_entry_is_said_and_cleared_by_reset(lab: Lab, sc
     rep = reset(lab)
     assert rep.exact and any(n.startswith("unreadable journal entry a3t-c1.json removed") for n in rep.notes), rep.notes
     assert not path.exists()
+
+
+# -- killed during recovery ----------------------------------------------------------------------------------
+
+
+async def test_a_recovery_killed_half_way_is_finished_and_told_by_the_next(lab: Lab) -> None:
+    """Server A dies while validating; server B, recovering it at start, dies half-way through the
+    undo (r6's vtysh hangs: its vtysh.conf is made a FIFO nobody writes); server C finishes the
+    undo, kills B's scripts, and its record names who died where -- every device ends as before."""
+    after, res = await after_state(lab, ONBOARD)
+    prefix = res["ops"][0]["allocated"]["prefix6"]
+    before = everything(lab)
+    phase = lambda: getattr(jr.Journal(lab, "a3t").get("c1"), "phase", None)  # noqa: E731
+    vtysh_waits = lambda: "vtysh" in lab.exec("r6", ["ps", "-eo", "comm"]).stdout  # noqa: E731
+    a = Serve(lab)
+    try:
+        a.call("apply_change_set", {"ops": ONBOARD})
+        poll("A validating", lambda: phase() == "validating", 120)
+        a.kill()
+    finally:
+        a.close()
+    lab.check([lab.sh("r6", "cd /etc/frr && mv vtysh.conf vtysh.conf.issue20 && mkfifo vtysh.conf")])
+    try:
+        opts = [x for k, v in {**SLOW_MACHINE, "device_timeout_s": 120}.items() for x in ("-o", f"{k}={v:g}")]
+        b = subprocess.Popen([*HARNESS, "serve", "--ani", "A3-T", "--lab", lab.name, "--devices", "all", *opts],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)  # fmt: skip
+        try:
+            poll("B's recovery: r1 undone", lambda: not has_route(lab, "r1", prefix), 120)
+            poll("B's undo waiting in r6's vtysh", vtysh_waits)
+        finally:
+            b.kill()
+            b.wait()
+            b.stdin.close()  # type: ignore[union-attr]
+    finally:
+        lab.check([lab.sh("r6", "cd /etc/frr && rm -f vtysh.conf && mv vtysh.conf.issue20 vtysh.conf")])
+    entry = jr.Journal(lab, "a3t").get("c1")
+    assert entry is not None and entry.phase == "rolling_back", entry
+    got = await recovered(lab, "c1")
+    assert got["status"] == "rolled_back" and got["rollback"]["complete"], got
+    assert (f"A3-T server pid {b.pid} had begun it (recovery by A3-T server pid {b.pid}: A3-T server pid {a.p.pid} stopped in "
+            "phase validating) and stopped before finishing; its device scripts still running were killed (r6:") in got["recovery"], got
+    now = everything(lab)
+    assert ends(now, before, after) == {"before"}, differing(before, now)

@@ -405,7 +405,12 @@ class Engine:
                     + "; the startup configuration was written" + (f" except: {'; '.join(errors)}" if errors else ""))  # fmt: skip
             self._finish_record(e, status="applied", recovery=note)
             return f"change {e.txn}: {note}"
-        if e.phase != "rolling_back":
+        # why the rollback began, when a dead process had begun it (its reason, or the recovery that began it)
+        began = next((m.note for m in reversed(e.history) if m.phase == "rolling_back" and m.note), "") if was == "rolling_back" else ""
+        started_by = e.payload.get("rollback_started_by")
+        if dead != self.opts.holder or was != "rolling_back":
+            # this process takes the transaction over: should it die too, the next recovery names it
+            e.holder = e.payload["rollback_started_by"] = self.opts.holder
             self.journal.mark(e, "rolling_back", f"recovery by {self.opts.holder}: {dead} stopped in phase {was}")
         t0 = time.monotonic()
         rep = jr.undo(self.lab, e, capture_timeout_s=self.opts.capture_timeout_s, device_timeout_s=self.opts.device_timeout_s)
@@ -417,8 +422,13 @@ class Engine:
             self._finish_record(e, status="rollback_incomplete", recovery=note, rollback=rb, rollback_s=time.monotonic() - t0)
             return note
         self.journal.mark(e, "rolled_back", f"by {self.opts.holder}")
-        if was == "rolling_back" and e.payload.get("rollback_started_by") == dead:
+        if was == "rolling_back" and started_by == dead == self.opts.holder:  # this process, after a device that did not answer
             note = f"completed the rollback of change {e.txn} at {when}" + ("" if rb.complete else f"; still differs: {rb.residual}")
+        elif was == "rolling_back" and started_by == dead:
+            note = (f"completed the rollback of change {e.txn} at {when} by {self.opts.holder}: {dead} had begun it"
+                    + (f" ({began})" if began else "") + " and stopped before finishing"
+                    + (f"; its device scripts still running were killed ({'; '.join(killed)})" if killed else "")
+                    + ("" if rb.complete else f"; still differs: {rb.residual}"))  # fmt: skip
         else:
             note = (f"rolled back at {when} by {self.opts.holder}: {dead} stopped in phase {was} before the commit point"
                     + (f"; its device scripts still running were killed ({'; '.join(killed)})" if killed else "")
