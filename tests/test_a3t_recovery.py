@@ -718,3 +718,31 @@ async def test_a_recovery_killed_half_way_is_finished_and_told_by_the_next(lab: 
             "phase validating) and stopped before finishing; its device scripts still running were killed (r6:") in got["recovery"], got
     now = everything(lab)
     assert ends(now, before, after) == {"before"}, differing(before, now)
+
+
+# -- a client that cancels and goes away -----------------------------------------------------------------------
+
+
+async def test_a_client_that_cancels_and_leaves_does_not_cut_the_transaction(lab: Lab) -> None:
+    """The client cancels apply_change_set once the change shows on r1 and closes the session: the
+    server must not exit before the transaction ends (it did, mid-rollback: 'cannot schedule new
+    futures after interpreter shutdown', every touched device left changed, no record)."""
+    after, res = await after_state(lab, ONBOARD)
+    prefix = res["ops"][0]["allocated"]["prefix6"]
+    before = everything(lab)
+    srv = Serve(lab)
+    try:
+        rid = srv.call("apply_change_set", {"ops": ONBOARD})
+        poll("the change on r1", lambda: has_route(lab, "r1", prefix))
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid, "reason": "gave up"}})
+        srv.p.stdin.close()  # type: ignore[union-attr]
+        srv.p.wait(600)
+    finally:
+        srv.close()
+    entry = jr.Journal(lab, "a3t").get("c1")
+    assert entry is not None and entry.finished, entry
+    rec = Records(lab).change("c1")
+    assert rec is not None and rec["status"] in ("cancelled", "applied"), rec
+    now = everything(lab)
+    want = "before" if rec["status"] == "cancelled" else "after"
+    assert ends(now, before, after) == {want}, differing(before if want == "before" else after, now)

@@ -415,8 +415,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         parsed, raw = ops_arg(ops)
         cancel = threading.Event()
         try:
-            res = await anyio.to_thread.run_sync(
-                functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel), abandon_on_cancel=True)
+            # abandoned when the call is cancelled, but waited for before the process exits (a client that
+            # cancels and goes away must not cut the transaction: it ends undone or committed, as described)
+            work = server.unabandoned(functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel))
+            res = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except ChangeSetRejected as e:
             raise _rejected(e, engine.unreadable()) from None
         except ConfigLockHeld as e:
