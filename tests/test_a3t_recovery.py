@@ -105,6 +105,17 @@ class Serve:
                 s.close()
 
 
+def killed_once(lab: Lab, what: str, cond: Callable[[], bool]) -> None:
+    """A server applies ONBOARD and is killed (SIGKILL) as soon as ``cond()`` holds."""
+    srv = Serve(lab)
+    try:
+        srv.call("apply_change_set", {"ops": ONBOARD})
+        poll(what, cond)
+        srv.kill()
+    finally:
+        srv.close()
+
+
 async def after_state(lab: Lab, ops: list[dict[str, Any]]) -> tuple[dict[str, DeviceState], dict[str, Any]]:
     """Every device's state after ``ops`` applied cleanly (then the lab is reset to its baseline)."""
     async with connect(server(lab)) as c:
@@ -139,13 +150,7 @@ async def test_killed_after_the_push_is_rolled_back_by_the_next_server(lab: Lab,
     after, res = await after_state(lab, ONBOARD)
     sid = res["ops"][0]["allocated"]["dt6_sid@r6"]
     before = everything(lab)
-    srv = Serve(lab)
-    try:
-        srv.call("apply_change_set", {"ops": ONBOARD})
-        poll("the new End.DT6 SID on r6", lambda: has_route(lab, "r6", sid))
-        srv.kill()
-    finally:
-        srv.close()
+    killed_once(lab, "the new End.DT6 SID on r6", lambda: has_route(lab, "r6", sid))
     entry = jr.Journal(lab, "a3t").get("c1")
     assert entry is not None and entry.phase in ("applying", "validating")  # the dead server's unfinished transaction
     got = await recovered(lab, "c1")
@@ -657,13 +662,7 @@ async def test_a_damaged_journal_entry_is_said_and_cleared_by_reset(lab: Lab, sc
     silent; a lab reset puts the devices back and removes the entry."""
     async with connect(server(lab)) as c:
         prefix = data(await c.call_tool("plan_change_set", {"ops": ONBOARD}))["ops"][0]["allocated"]["prefix6"]
-    srv = Serve(lab)
-    try:
-        srv.call("apply_change_set", {"ops": ONBOARD})
-        poll("the change on r1", lambda: has_route(lab, "r1", prefix))
-        srv.kill()
-    finally:
-        srv.close()
+    killed_once(lab, "the change on r1", lambda: has_route(lab, "r1", prefix))
     path = lab.dir / jr.JOURNAL_DIR / "a3t-c1.json"
     path.write_text(path.read_text()[:1000])
     async with connect(server(lab)) as c:
