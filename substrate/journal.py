@@ -386,16 +386,30 @@ def _epoch(lab: Lab) -> str:
 
 
 def write_durable(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically and durably: a temporary file written and fsync'd,
-    renamed over ``path``, then the directory fsync'd (the rename survives a crash)."""
+    """Replace ``path`` by ``text`` atomically and durably: a temporary file written in full and
+    fsync'd, renamed over ``path``, then the directory fsync'd (the rename survives a crash).
+
+    Raises:
+        OSError: not written (e.g. ENOSPC); ``path`` keeps its previous content, no temporary
+            file is left.
+    """
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            # write(2) may write less than asked (a file system nearly full writes what fits and
+            # returns its count, the next call fails with ENOSPC): never rename a short file in
+            rest = memoryview(text.encode())
+            while rest:
+                rest = rest[os.write(fd, rest):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     dfd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dfd)
@@ -467,6 +481,18 @@ class Journal:
                 n += 1
         return n
 
+    def unreadable(self) -> dict[str, str]:
+        """This owner's journal files that cannot be read (damaged outside this module, which only
+        renames whole files in): file name -> why. The transaction such a file recorded may be
+        half-done on devices nobody can name now; only a lab reset (which removes the file, see
+        :func:`remove_unreadable`) is sure to clear it."""
+        out = {}
+        for p in sorted(self.dir.glob(f"{self.owner}-*.json")):
+            e, why = _read_why(p)
+            if e is None:
+                out[p.name] = why
+        return out
+
     def unfinished(self) -> list[Entry]:
         """This owner's unfinished entries of the current epoch, oldest first."""
         epoch = _epoch(self.lab)
@@ -474,11 +500,19 @@ class Journal:
         return sorted(out, key=lambda e: e.history[0].at if e.history else 0.0)
 
 
-def _read(path: Path) -> Entry | None:
+def _read_why(path: Path) -> tuple[Entry | None, str]:
+    """The entry in ``path``, or None and why it cannot be read."""
     try:
-        return Entry.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
+        return Entry.model_validate_json(path.read_text()), ""
+    except OSError as e:
+        return None, str(e)
+    except ValueError as e:
+        first = str(e).splitlines()
+        return None, f"not a journal entry: {first[1] if len(first) > 1 else first[0] if first else type(e).__name__}"[:200]
+
+
+def _read(path: Path) -> Entry | None:
+    return _read_why(path)[0]
 
 
 def _entries(d: Path) -> list[Entry]:
@@ -498,6 +532,19 @@ def close_unfinished(lab: Lab, reason: str) -> list[str]:
             with contextlib.suppress(OSError):
                 write_durable(d / f"{e.id}.json", e.model_dump_json())
                 out.append(e.id)
+    return out
+
+
+def remove_unreadable(lab: Lab) -> dict[str, str]:
+    """Delete the journal files of ``lab`` that cannot be read (any owner): for lab reset, once
+    every device is back at its baseline. Returns file name -> why it could not be read."""
+    out = {}
+    for p in sorted((lab.dir / JOURNAL_DIR).glob("*.json")):
+        e, why = _read_why(p)
+        if e is None:
+            with contextlib.suppress(OSError):
+                p.unlink()
+                out[p.name] = why
     return out
 
 
@@ -699,5 +746,5 @@ def entry_json(entry: Entry) -> dict[str, Any]:
 __all__ = [
     "DeviceRecord", "DeviceUndo", "Entry", "Item", "Journal", "JournalError", "UndoReport", "close_unfinished",
     "delta_setting", "items_of", "kill_scripts", "normalize_nft_table", "normalize_route", "persist_frr", "read_frr",
-    "run_script", "same_value", "write_durable", "snapshot", "state_matches", "undo", "undo_device", "value_of",
+    "remove_unreadable", "run_script", "same_value", "write_durable", "snapshot", "state_matches", "undo", "undo_device", "value_of",
 ]  # fmt: skip

@@ -105,6 +105,17 @@ class Serve:
                 s.close()
 
 
+def killed_once(lab: Lab, what: str, cond: Callable[[], bool]) -> None:
+    """A server applies ONBOARD and is killed (SIGKILL) as soon as ``cond()`` holds."""
+    srv = Serve(lab)
+    try:
+        srv.call("apply_change_set", {"ops": ONBOARD})
+        poll(what, cond)
+        srv.kill()
+    finally:
+        srv.close()
+
+
 async def after_state(lab: Lab, ops: list[dict[str, Any]]) -> tuple[dict[str, DeviceState], dict[str, Any]]:
     """Every device's state after ``ops`` applied cleanly (then the lab is reset to its baseline)."""
     async with connect(server(lab)) as c:
@@ -139,13 +150,7 @@ async def test_killed_after_the_push_is_rolled_back_by_the_next_server(lab: Lab,
     after, res = await after_state(lab, ONBOARD)
     sid = res["ops"][0]["allocated"]["dt6_sid@r6"]
     before = everything(lab)
-    srv = Serve(lab)
-    try:
-        srv.call("apply_change_set", {"ops": ONBOARD})
-        poll("the new End.DT6 SID on r6", lambda: has_route(lab, "r6", sid))
-        srv.kill()
-    finally:
-        srv.close()
+    killed_once(lab, "the new End.DT6 SID on r6", lambda: has_route(lab, "r6", sid))
     entry = jr.Journal(lab, "a3t").get("c1")
     assert entry is not None and entry.phase in ("applying", "validating")  # the dead server's unfinished transaction
     got = await recovered(lab, "c1")
@@ -499,3 +504,244 @@ async def test_the_scripted_operator_retries_a_change_refused_for_a_transient_re
     assert len(applies) >= 2 and applies[0]["tool_error"] and "Retry later" in applies[0]["error"], applies
     assert '"status":"applied"' in applies[-1]["result"]  # the result as sent: compact JSON (issue 11)
     assert [x.id for x in observe(lab, v.test_cases) if not x.ok] == []
+
+
+# -- a lab reset while a change set is in progress ----------------------------------------------------------
+
+
+def blocked_lock_waits(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when anyone waits for a held configuration lock (substrate.locks retries)."""
+    import substrate.locks as locks_mod
+
+    waiting = threading.Event()
+
+    class Clock:
+        monotonic = staticmethod(time.monotonic)
+        strftime = staticmethod(time.strftime)
+
+        @staticmethod
+        def sleep(s: float) -> None:
+            waiting.set()
+            time.sleep(s)
+
+    monkeypatch.setattr(locks_mod, "time", Clock)
+    return waiting
+
+
+async def test_a_lab_reset_waits_for_a_transaction_in_progress(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reset starts when the change set has read its devices and is about to change them: it
+    waits for the transaction (it takes the devices' configuration locks), then puts the
+    baseline back -- not a change applied over the new baseline that no record knows."""
+    base = everything(lab)
+    waiting = blocked_lock_waits(monkeypatch)
+    done: list[Any] = []
+    real_begin = jr.Journal.begin
+
+    def begin(self: jr.Journal, *a: Any, **kw: Any) -> jr.Entry:
+        t = threading.Thread(target=lambda: done.append(reset(lab)))
+        t.start()
+        poll("the reset done or waiting for a lock", lambda: bool(done) or waiting.is_set(), 120)
+        return real_begin(self, *a, **kw)
+
+    monkeypatch.setattr(jr.Journal, "begin", begin)
+    async with connect(server(lab)) as c:
+        res = data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))
+    assert res["status"] == "applied", res["message"]
+    poll("the reset", lambda: bool(done), 300)
+    assert done[0].exact, done[0].residual
+    assert differing(base, everything(lab)) == [] and Records(lab).state().version == 0
+    async with connect(server(lab)) as c:  # the circuit is free: the same change set applies again
+        assert data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))["status"] == "applied"
+
+
+async def test_a_change_set_planned_before_a_lab_reset_is_refused(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lab is reset after the change set was planned on the old records, before its devices
+    are locked: it changes nothing and says so (its commit would go to records the reset dropped)."""
+    base = everything(lab)
+    real_plan = txn_mod.Engine._plan
+
+    def plan_then_reset(self: Any, *a: Any, **kw: Any) -> Any:
+        out = real_plan(self, *a, **kw)
+        assert reset(lab).exact
+        return out
+
+    monkeypatch.setattr(txn_mod.Engine, "_plan", plan_then_reset)
+    async with connect(server(lab)) as c:
+        r = await c.call_tool("apply_change_set", {"ops": ONBOARD})
+    assert r.is_error and "the lab was reset to its baseline while this change set was being planned" in text(r), text(r)
+    assert differing(base, everything(lab)) == [] and Records(lab).state().version == 0
+
+
+# -- a full disk under the journal -------------------------------------------------------------------------
+
+
+class SmallDisk:
+    """A tmpfs of ``size`` mounted over the lab's journal directory (unmounted on exit)."""
+
+    def __init__(self, lab: Lab, size: str):
+        self.dir = lab.dir / jr.JOURNAL_DIR
+        self.dir.mkdir(exist_ok=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "anibench-test", str(self.dir)], check=True)
+
+    def fill(self) -> None:
+        """Fill it to the last byte."""
+        with open(self.dir / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+
+    def files(self) -> dict[str, jr.Entry | None]:
+        return {p.name: jr._read(p) for p in self.dir.iterdir() if p.name != "filler"}
+
+    def __enter__(self) -> SmallDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        subprocess.run(["umount", str(self.dir)], check=True)
+
+
+async def test_a_journal_that_does_not_fit_touches_nothing(lab: Lab) -> None:
+    """The journal's file system has 8 KiB, less than the entry: write(2) writes what fits and
+    returns its count; a short entry must never be taken for a written one."""
+    before = everything(lab)
+    with SmallDisk(lab, "8k") as disk:
+        async with connect(server(lab)) as c:
+            r = await c.call_tool("apply_change_set", {"ops": ONBOARD})
+        assert r.is_error and "No space left on device" in text(r) and "nothing was changed" in text(r), text(r)
+        assert disk.files() == {}  # neither a short entry nor a temporary file
+    assert differing(before, everything(lab)) == []
+
+
+@pytest.mark.parametrize("when", ["journaled", "committed"])
+async def test_a_disk_full_during_the_transaction_still_ends_it(lab: Lab, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """The journal's file system fills up right after the entry is written (then every phase
+    mark fails: the change set is undone) or right after the commit point (it stays committed):
+    either way the devices end in one state, and the result says the journal could not be written."""
+    after, _ = await after_state(lab, ONBOARD)
+    before = everything(lab)
+    with SmallDisk(lab, "1m") as disk:
+        if when == "journaled":
+            real_begin = jr.Journal.begin
+
+            def begin(self: jr.Journal, *a: Any, **kw: Any) -> jr.Entry:
+                e = real_begin(self, *a, **kw)
+                disk.fill()
+                return e
+
+            monkeypatch.setattr(jr.Journal, "begin", begin)
+        else:
+            real_commit = Records.commit
+
+            def commit(self: Records, *a: Any, **kw: Any) -> None:
+                real_commit(self, *a, **kw)
+                disk.fill()
+
+            monkeypatch.setattr(Records, "commit", commit)
+        async with connect(server(lab)) as c:
+            res = data(await c.call_tool("apply_change_set", {"ops": ONBOARD}))
+        assert any("No space left on device" in w and "the journal still shows an earlier phase" in w for w in res["warnings"]), res
+        assert all(e is not None for e in disk.files().values())  # the entry is whole, at its last phase written
+    now = everything(lab)
+    if when == "journaled":
+        assert res["status"] == "rolled_back" and res["rollback"]["complete"], res["message"]
+        assert ends(now, before, after) == {"before"}, differing(before, now)
+    else:
+        assert res["status"] == "applied", res["message"]
+        assert ends(now, before, after) == {"after"}, differing(after, now)
+
+
+# -- a damaged journal entry ---------------------------------------------------------------------------------
+
+
+async def test_a_damaged_journal_entry_is_said_and_cleared_by_reset(lab: Lab, sc: Scenario) -> None:
+    """The entry of a dead server's transaction is cut in half (damaged outside the journal,
+    which only renames whole files in): the next server cannot finish what it recorded, and says
+    so wherever the half-done change shows (a rejected plan, get_change) instead of staying
+    silent; a lab reset puts the devices back and removes the entry."""
+    async with connect(server(lab)) as c:
+        prefix = data(await c.call_tool("plan_change_set", {"ops": ONBOARD}))["ops"][0]["allocated"]["prefix6"]
+    killed_once(lab, "the change on r1", lambda: has_route(lab, "r1", prefix))
+    path = lab.dir / jr.JOURNAL_DIR / "a3t-c1.json"
+    path.write_text(path.read_text()[:1000])
+    async with connect(server(lab)) as c:
+        r = await c.call_tool("plan_change_set", {"ops": ONBOARD})
+        assert r.is_error and "the circuit is in use outside A3-T" in text(r), text(r)
+        assert "Note: the journal entry of change c1 (a3t-c1.json) cannot be read (not a journal entry" in text(r), text(r)
+        r = await c.call_tool("get_change", {"change_id": "c1"})
+        assert r.is_error and "that change may be half-done" in text(r) and "a lab reset puts every device back" in text(r)
+    rep = reset(lab)
+    assert rep.exact and any(n.startswith("unreadable journal entry a3t-c1.json removed") for n in rep.notes), rep.notes
+    assert not path.exists()
+
+
+# -- killed during recovery ----------------------------------------------------------------------------------
+
+
+async def test_a_recovery_killed_half_way_is_finished_and_told_by_the_next(lab: Lab) -> None:
+    """Server A dies while validating; server B, recovering it at start, dies half-way through the
+    undo (r6's vtysh hangs: its vtysh.conf is made a FIFO nobody writes); server C finishes the
+    undo, kills B's scripts, and its record names who died where -- every device ends as before."""
+    after, res = await after_state(lab, ONBOARD)
+    prefix = res["ops"][0]["allocated"]["prefix6"]
+    before = everything(lab)
+    phase = lambda: getattr(jr.Journal(lab, "a3t").get("c1"), "phase", None)  # noqa: E731
+    vtysh_waits = lambda: "vtysh" in lab.exec("r6", ["ps", "-eo", "comm"]).stdout  # noqa: E731
+    a = Serve(lab)
+    try:
+        a.call("apply_change_set", {"ops": ONBOARD})
+        poll("A validating", lambda: phase() == "validating", 120)
+        a.kill()
+    finally:
+        a.close()
+    lab.check([lab.sh("r6", "cd /etc/frr && mv vtysh.conf vtysh.conf.issue20 && mkfifo vtysh.conf")])
+    try:
+        opts = [x for k, v in {**SLOW_MACHINE, "device_timeout_s": 120}.items() for x in ("-o", f"{k}={v:g}")]
+        b = subprocess.Popen([*HARNESS, "serve", "--ani", "A3-T", "--lab", lab.name, "--devices", "all", *opts],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)  # fmt: skip
+        try:
+            poll("B's recovery: r1 undone", lambda: not has_route(lab, "r1", prefix), 120)
+            poll("B's undo waiting in r6's vtysh", vtysh_waits)
+        finally:
+            b.kill()
+            b.wait()
+            b.stdin.close()  # type: ignore[union-attr]
+    finally:
+        lab.check([lab.sh("r6", "cd /etc/frr && rm -f vtysh.conf && mv vtysh.conf.issue20 vtysh.conf")])
+    entry = jr.Journal(lab, "a3t").get("c1")
+    assert entry is not None and entry.phase == "rolling_back", entry
+    got = await recovered(lab, "c1")
+    assert got["status"] == "rolled_back" and got["rollback"]["complete"], got
+    assert (f"A3-T server pid {b.pid} had begun it (recovery by A3-T server pid {b.pid}: A3-T server pid {a.p.pid} stopped in "
+            "phase validating) and stopped before finishing; its device scripts still running were killed (r6:") in got["recovery"], got
+    now = everything(lab)
+    assert ends(now, before, after) == {"before"}, differing(before, now)
+
+
+# -- a client that cancels and goes away -----------------------------------------------------------------------
+
+
+async def test_a_client_that_cancels_and_leaves_does_not_cut_the_transaction(lab: Lab) -> None:
+    """The client cancels apply_change_set once the change shows on r1 and closes the session: the
+    server must not exit before the transaction ends (it did, mid-rollback: 'cannot schedule new
+    futures after interpreter shutdown', every touched device left changed, no record)."""
+    after, res = await after_state(lab, ONBOARD)
+    prefix = res["ops"][0]["allocated"]["prefix6"]
+    before = everything(lab)
+    srv = Serve(lab)
+    try:
+        rid = srv.call("apply_change_set", {"ops": ONBOARD})
+        poll("the change on r1", lambda: has_route(lab, "r1", prefix))
+        srv.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid, "reason": "gave up"}})
+        srv.p.stdin.close()  # type: ignore[union-attr]
+        srv.p.wait(600)
+    finally:
+        srv.close()
+    entry = jr.Journal(lab, "a3t").get("c1")
+    assert entry is not None and entry.finished, entry
+    rec = Records(lab).change("c1")
+    assert rec is not None and rec["status"] in ("cancelled", "applied"), rec
+    now = everything(lab)
+    want = "before" if rec["status"] == "cancelled" else "after"
+    assert ends(now, before, after) == {want}, differing(before if want == "before" else after, now)

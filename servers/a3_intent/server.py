@@ -118,9 +118,11 @@ class ServiceDetail(BaseModel):
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
-def _rejected(e: ChangeSetRejected) -> ToolError:
+def _rejected(e: ChangeSetRejected, notes: tuple[str, ...] | list[str] = ()) -> ToolError:
+    """The tool error of a rejected change set, with ``notes`` (e.g. a damaged journal entry,
+    which may explain state no service explains)."""
     note_rejected(*[str(p) for p in e.problems[:20]])
-    return ToolError(str(e))
+    return ToolError(str(e) + "".join(f"\nNote: {n}" for n in notes))
 
 
 def _spec_of(cls: str, x: Any) -> dict[str, Any]:
@@ -312,7 +314,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         try:
             return engine.plan(parsed, allowed=allowed)
         except ChangeSetRejected as e:
-            raise _rejected(e) from None
+            raise _rejected(e, engine.unreadable()) from None
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Apply a change set")
     async def apply_change_set(ops: OpsArg) -> ChangeResult:
@@ -336,10 +338,12 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         parsed, raw = ops_arg(ops)
         cancel = threading.Event()
         try:
-            res = await anyio.to_thread.run_sync(
-                functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel), abandon_on_cancel=True)
+            # abandoned when the call is cancelled, but waited for before the process exits (a client that
+            # cancels and goes away must not cut the transaction: it ends undone or committed, as described)
+            work = server.unabandoned(functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel))
+            res = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except ChangeSetRejected as e:
-            raise _rejected(e) from None
+            raise _rejected(e, engine.unreadable()) from None
         except ConfigLockHeld as e:
             raise ToolError(f"{e} Nothing was changed.") from None
         except TransactionError as e:
@@ -368,7 +372,8 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         rec = engine.records.change(change_id)
         if rec is None:
             ids = engine.records.change_ids()
-            raise ToolError(f"no change {change_id[:16]!r}; changes: {', '.join(ids) if ids else 'none yet'}")
+            raise ToolError(f"no change {change_id[:16]!r}; changes: {', '.join(ids) if ids else 'none yet'}"
+                            + "".join(f"; {w}" for w in engine.unreadable()))  # fmt: skip
         rec.pop("epoch", None)
         return ChangeResult.model_validate(rec)
 

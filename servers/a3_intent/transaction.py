@@ -331,6 +331,7 @@ class Engine:
         if unfinished:
             warnings = [f"change {e.txn} is not finished on {', '.join(d.node for d in e.devices)} (phase {e.phase}); "
                         "apply_change_set finishes it first" for e in unfinished] + warnings  # fmt: skip
+        warnings = self.unreadable() + warnings
         return PlanResult(
             no_change=no_change, already_applied_as=already, message=msg, ops=self._ops(p), devices=self._devices(p),
             changed_services=p.changed_services,
@@ -341,6 +342,16 @@ class Engine:
 
     # -- recovery ----------------------------------------------------------------------------------
 
+    def unreadable(self) -> list[str]:
+        """What to say of journal entries that cannot be read (:meth:`substrate.journal.Journal.unreadable`)."""
+        out = []
+        for name, why in self.journal.unreadable().items():
+            txn = name.removeprefix(f"{JOURNAL_OWNER}-").removesuffix(".json")
+            out.append(f"the journal entry of change {txn} ({name}) cannot be read ({why}): that change may be half-done on "
+                       "devices that cannot be named now, and cannot be finished or undone automatically; a lab reset puts "
+                       "every device back to its baseline")  # fmt: skip
+        return out
+
     def recover(self) -> list[str]:
         """Finish the transactions left unfinished by a server that died, or whose rollback had to
         wait for a device (call under the transaction lock: no live transaction is running). Each
@@ -348,11 +359,13 @@ class Engine:
         Returns notes for the next result (what was finished, what is still pending)."""
         from substrate.locks import ConfigLockHeld
 
-        notes: list[str] = []
+        notes = self.unreadable()
         for e in self.journal.unfinished():
             try:
                 with self.lab.config_lock([d.node for d in e.devices], holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
-                    notes.append(self._recover_one(e))
+                    now = self.journal.get(e.txn)  # a lab reset may have closed it (under these locks) meanwhile
+                    if now is not None and not now.finished:
+                        notes.append(self._recover_one(now))
             except ConfigLockHeld as err:
                 notes.append(f"change {e.txn} is not finished yet ({err})")
             except (SubstrateError, OSError) as err:
@@ -392,7 +405,12 @@ class Engine:
                     + "; the startup configuration was written" + (f" except: {'; '.join(errors)}" if errors else ""))  # fmt: skip
             self._finish_record(e, status="applied", recovery=note)
             return f"change {e.txn}: {note}"
-        if e.phase != "rolling_back":
+        # why the rollback began, when a dead process had begun it (its reason, or the recovery that began it)
+        began = next((m.note for m in reversed(e.history) if m.phase == "rolling_back" and m.note), "") if was == "rolling_back" else ""
+        started_by = e.payload.get("rollback_started_by")
+        if dead != self.opts.holder or was != "rolling_back":
+            # this process takes the transaction over: should it die too, the next recovery names it
+            e.holder = e.payload["rollback_started_by"] = self.opts.holder
             self.journal.mark(e, "rolling_back", f"recovery by {self.opts.holder}: {dead} stopped in phase {was}")
         t0 = time.monotonic()
         rep = jr.undo(self.lab, e, capture_timeout_s=self.opts.capture_timeout_s, device_timeout_s=self.opts.device_timeout_s)
@@ -404,8 +422,13 @@ class Engine:
             self._finish_record(e, status="rollback_incomplete", recovery=note, rollback=rb, rollback_s=time.monotonic() - t0)
             return note
         self.journal.mark(e, "rolled_back", f"by {self.opts.holder}")
-        if was == "rolling_back" and e.payload.get("rollback_started_by") == dead:
+        if was == "rolling_back" and started_by == dead == self.opts.holder:  # this process, after a device that did not answer
             note = f"completed the rollback of change {e.txn} at {when}" + ("" if rb.complete else f"; still differs: {rb.residual}")
+        elif was == "rolling_back" and started_by == dead:
+            note = (f"completed the rollback of change {e.txn} at {when} by {self.opts.holder}: {dead} had begun it"
+                    + (f" ({began})" if began else "") + " and stopped before finishing"
+                    + (f"; its device scripts still running were killed ({'; '.join(killed)})" if killed else "")
+                    + ("" if rb.complete else f"; still differs: {rb.residual}"))  # fmt: skip
         else:
             note = (f"rolled back at {when} by {self.opts.holder}: {dead} stopped in phase {was} before the commit point"
                     + (f"; its device scripts still running were killed ({'; '.join(killed)})" if killed else "")
@@ -454,37 +477,37 @@ class Engine:
             t.lock_wait_s = time.monotonic() - t0
             self.records.drop_stale()
             self.journal.prune()
-            recovered, self._notes = self._notes + self.recover(), []
+            recovered, self._notes = list(dict.fromkeys(self._notes + self.recover())), []
             p, st, warnings = self._plan(ops, t, allowed)
             warnings = recovered + warnings
             already = self._already(st, p.digest)
             base = dict(ops=self._ops(p), changed_services=p.changed_services, warnings=warnings, submitted_ops=submitted or [])
             if not p.records_changed:
-                cid = self.records.next_change_id(st)
+                cid = self._next_id(st)
                 msg = "no change: the inventory already has this" + (f" (applied as {already})" if already else "") + \
                       "; no device was touched"  # fmt: skip
                 t.total_s = time.monotonic() - t0
                 res = ChangeResult(change_id=cid, status="no_change", message=msg, already_applied_as=already,
                                    inventory_version=st.version, timings=t, **base)  # fmt: skip
-                self.records.save_change(cid, res.model_dump(mode="json"))
+                self._save(res)
                 return res
             touched = p.devices
             devices = {d.device: d for d in self._devices(p)}
             if cancel.is_set():
-                cid = self.records.next_change_id(st)
+                cid = self._next_id(st)
                 t.total_s = time.monotonic() - t0
                 res = ChangeResult(change_id=cid, status="cancelled", message="cancelled by the client before any device was "
                                    "touched; nothing was committed", inventory_version=st.version, timings=t, **base)  # fmt: skip
-                self.records.save_change(cid, res.model_dump(mode="json"))
+                self._save(res)
                 return res
             if not touched:  # records only (e.g. a tenant renamed, a tenant without sites)
-                cid = self.records.next_change_id(st)
+                cid = self._next_id(st)
                 self.records.commit(st, p.new, AppliedChange(change_id=cid, digest=p.digest, version=st.version + 1,
                                                              deleted=p.deleted_ids))  # fmt: skip
                 t.total_s = time.monotonic() - t0
                 res = ChangeResult(change_id=cid, status="applied", message="applied: service records changed; no device needed a change",
                                    inventory_version=st.version, timings=t, **base)  # fmt: skip
-                self.records.save_change(cid, res.model_dump(mode="json"))
+                self._save(res)
                 return res
             waiting = [e for e in self.journal.unfinished() if {d.node for d in e.devices} & set(touched)]
             if waiting:
@@ -496,12 +519,35 @@ class Engine:
             t2 = time.monotonic()
             with self.lab.config_lock(touched, holder=self.opts.holder, timeout_s=self.opts.lock_timeout_s):
                 t.lock_wait_s += time.monotonic() - t2
-                cid = self.records.next_change_id(st)
+                if self.records.epoch() != st.epoch:  # a lab reset ran since the records were read (it takes these locks)
+                    raise TransactionError("the lab was reset to its baseline while this change set was being planned; nothing "
+                                           "was changed. Plan and apply it again")  # fmt: skip
+                cid = self._next_id(st)
                 res = self._transact(cid, p, st, t, devices, base, already, cancel)
             t.total_s = time.monotonic() - t0
             res.timings = t
-            self.records.save_change(cid, res.model_dump(mode="json"))
+            self._save(res)
             return res
+
+    def _next_id(self, st: A3State) -> str:
+        """Reserve the next change id.
+
+        Raises:
+            TransactionError: the records cannot be written (a full disk); nothing was changed.
+        """
+        try:
+            return self.records.next_change_id(st)
+        except OSError as e:
+            raise TransactionError(f"cannot write A3-T's records ({e}); nothing was changed") from None
+
+    def _save(self, res: ChangeResult) -> None:
+        """Store ``res`` as its change record; a record that cannot be written (a full disk) is
+        said in the result itself, which is the caller's only account then."""
+        try:
+            self.records.save_change(res.change_id, res.model_dump(mode="json"))
+        except OSError as e:
+            log.error("change %s: record not saved: %s", res.change_id, e)
+            res.warnings.append(f"this result could not be stored ({e}): get_change({res.change_id!r}) will not find it")
 
     def _snapshot(self, p: Plan, t: Timings) -> tuple[list[jr.DeviceRecord], list[Verdict], list[Invariant]]:
         """The device records (items with their values now) and, meanwhile, the pre-check: the
@@ -550,7 +596,10 @@ class Engine:
         if cancel.is_set():
             draft.status, draft.message = "cancelled", "cancelled by the client before any device was touched; nothing was committed"
             return draft
-        entry = _timed(t, self.journal.begin, cid, recs, holder=self.opts.holder, payload={"draft": draft.model_dump(mode="json")})
+        try:
+            entry = _timed(t, self.journal.begin, cid, recs, holder=self.opts.holder, payload={"draft": draft.model_dump(mode="json")})
+        except jr.JournalError as e:
+            raise TransactionError(f"{e}; nothing was changed (no device is touched before its transaction is journaled)") from None
         # apply
         t4 = time.monotonic()
         errors = dict(zip(touched, self.lab.map(lambda n: jr.run_script(self.lab, entry, n, entry.device(n).script,
@@ -599,14 +648,18 @@ class Engine:
         reason = ("cancelled by the client" if why_cancel else "a device refused the change" if any(errors.values())
                   else f"error: {crash}" if crash else "validation found regressions")  # fmt: skip
         entry.payload["rollback_started_by"] = self.opts.holder
-        _timed(t, self.journal.mark, entry, "rolling_back", reason)
+        # the undo does not depend on the journal: one that cannot be written (a full disk) still
+        # holds the entry's last phase, which recovery also undoes
+        unjournaled = _journaled(t, self.journal.mark, entry, "rolling_back", reason)
         t6 = time.monotonic()
         rep = jr.undo(self.lab, entry, capture_timeout_s=self.opts.capture_timeout_s, device_timeout_s=self.opts.device_timeout_s)
         entry.undo = rep
         if rep.pending:
-            _timed(t, self.journal.write, entry)  # stays rolling_back: the next apply or server start finishes it
+            unjournaled += _journaled(t, self.journal.write, entry)  # stays rolling_back: the next apply or server start finishes it
         else:
-            _timed(t, self.journal.mark, entry, "rolled_back")
+            unjournaled += _journaled(t, self.journal.mark, entry, "rolled_back")
+        if unjournaled:
+            base["warnings"] = [*base["warnings"], _unjournaled(unjournaled[0], committed=False)]
         t.rollback_s = time.monotonic() - t6
         rb = _rollback_report(entry, rep)
         if failed and report is not None:
@@ -658,7 +711,9 @@ class Engine:
         if errors:
             warnings.append(f"committed, but the startup configuration could not be written on: {'; '.join(errors)} "
                             "(the change is in the running configuration; a daemon restart there would lose it)")  # fmt: skip
-        _timed(t, self.journal.mark, entry, "committed")
+        unjournaled = _journaled(t, self.journal.mark, entry, "committed")
+        if unjournaled:
+            warnings.append(_unjournaled(unjournaled[0], committed=True))
         msg = (f"applied: {len(p.devices)} device(s) changed; {report.checked} invariant(s) of {len(report.services)} service "
                "instance(s) checked, no regression")  # fmt: skip
         if report.already_failing:
@@ -677,6 +732,23 @@ def _timed(t: Timings, fn: Any, *a: Any, **kw: Any) -> Any:
         return fn(*a, **kw)
     finally:
         t.journal_s += time.monotonic() - t0
+
+
+def _journaled(t: Timings, fn: Any, *a: Any) -> list[str]:
+    """``fn(*a)`` (a journal write, timed): ``[]``, or ``[why]`` when the journal could not be
+    written -- for the steps that must go on regardless (undo, the steps after the commit point)."""
+    try:
+        _timed(t, fn, *a)
+    except jr.JournalError as e:
+        log.error("%s", e)
+        return [str(e)]
+    return []
+
+
+def _unjournaled(why: str, *, committed: bool) -> str:
+    return (f"{why}: the journal still shows an earlier phase of this change, so the next A3-T server start (or apply) "
+            + ("completes it again (the records say committed; nothing more changes)" if committed else
+               "undoes it again (nothing more changes where it is undone)"))  # fmt: skip
 
 
 def _failure(v: Verdict) -> CheckFailure:

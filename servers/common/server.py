@@ -65,6 +65,7 @@ from substrate.errors import SubstrateError
 log = logging.getLogger("anibench.servers")
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 #: A call's kind: fixed, or computed from its arguments (A0 classifies shell commands).
 KindSpec = Kind | Callable[[dict[str, Any]], Kind]
 
@@ -396,6 +397,8 @@ class AniServer(MCPServer):
         self.config = config
         self.level = level
         self.lab = lab if lab is not None else attach_lab(config.lab)
+        #: work that must end before the process exits (see :meth:`unabandoned`)
+        self._in_flight: set[threading.Event] = set()
         names = self.lab.node_names()
         if config.devices is None:  # the routers: customer and external hosts are not the agent's to touch
             routers = set(self.lab.routers())
@@ -739,8 +742,30 @@ class AniServer(MCPServer):
                 await self._lowlevel_server.run(receive, write_stream, self._lowlevel_server.create_initialization_options())
                 tg.cancel_scope.cancel()
 
-    def close(self) -> None:
-        """Close the trajectory file."""
+    def unabandoned(self, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn`` wrapped so that :meth:`close` waits for it: for work run in a thread that a
+        cancelled call abandons but that must reach its end (a device transaction, which ends
+        undone or committed). Without it, a client that cancels and goes away lets the process
+        exit mid-transaction, leaving the devices half-changed until the next server starts."""
+        done = threading.Event()
+
+        def run() -> T:
+            try:
+                return fn()
+            finally:
+                done.set()
+                self._in_flight.discard(done)
+
+        self._in_flight.add(done)
+        return run
+
+    def close(self, wait_s: float = 600.0) -> None:
+        """Wait (up to ``wait_s``) for the work :meth:`unabandoned` covers, then close the
+        trajectory file."""
+        deadline = time.monotonic() + wait_s
+        for done in list(self._in_flight):
+            if not done.wait(max(0.0, deadline - time.monotonic())):
+                log.error("exiting with work in flight after %.0f s (a transaction: the next server finishes it)", wait_s)
         if self.recorder is not None:
             self.recorder.close()
 

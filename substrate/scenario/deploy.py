@@ -21,6 +21,7 @@ error (never silently). Transactions an ANI server left unfinished in the journa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -46,8 +47,9 @@ from substrate.devstate import (
     restore,
 )
 from substrate.errors import SubstrateError
-from substrate.journal import close_unfinished
+from substrate.journal import close_unfinished, remove_unreadable
 from substrate.lab import Lab
+from substrate.locks import ConfigLockHeld
 from substrate.routes import route_key
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
@@ -412,21 +414,25 @@ def _revive_lines(head: str, node: str) -> tuple[list[str], list[str]]:
     return [ln[2:] for ln in lines if ln.startswith("D ")], [f"{node}:{ln[2:]}" for ln in lines if ln.startswith("K ")]
 
 
-def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float = 30.0) -> ResetReport:
+def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float = 30.0,
+          lock_timeout_s: float = 120.0) -> ResetReport:
     """Put ``lab`` back to its scenario baseline and verify it (see module docstring).
 
     Args:
         converge_timeout_s: bound on the wait for the IS-IS underlay.
         verify_timeout_s: bound on the wait for FRR's routes to equal the baseline's once the
             underlay has converged (ECMP sets and metrics settle a little after the prefixes).
+        lock_timeout_s: bound on the wait for the devices' configuration locks (:mod:`substrate.locks`):
+            a transaction in progress (an ANI server's) ends before the reset starts.
 
     Returns:
         The report; ``exact`` is false when some node still differs from its baseline
         (``residual`` says how): callers must treat that as a failure.
 
     Raises:
-        SubstrateError: the lab has no baseline (or one of another schema), or a node is dead
-            (redeploy); ConvergenceTimeout: the underlay did not converge.
+        SubstrateError: the lab has no baseline (or one of another schema), a node is dead
+            (redeploy), or a configuration lock stayed held (naming its holder);
+            ConvergenceTimeout: the underlay did not converge.
     """
     from substrate.faults import clear_all
     from substrate.netconf import stop_server as stop_netconf
@@ -445,78 +451,89 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
     # commits whose timers would roll a device back in a later run): a reset ends it; the next
     # use starts a fresh one
     stop_netconf(lab)
-    restarted: list[str] = []
-    killed: list[str] = []
+    # the ANI servers change devices under their configuration locks: a reset takes every one, so
+    # that it neither runs in the middle of a transaction nor lets one go on over the new
+    # baseline (a transaction checks, under its locks, that the baseline epoch did not change)
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(lab.config_lock(lab.node_names(), holder=f"lab reset (pid {os.getpid()})", timeout_s=lock_timeout_s))
+    except ConfigLockHeld as e:
+        raise SubstrateError(f"lab reset waited for a configuration change in progress to end, in vain: {e}") from None
+    with stack:
+        restarted: list[str] = []
+        killed: list[str] = []
 
-    def check_and_restore(node: str, revive: bool = True) -> tuple[DeviceState, RestoreReport]:
-        # one command per node: revive it (strays killed, processes resumed, /tmp emptied, dead
-        # daemons named), then capture; restored at once if it differs, while the other nodes
-        # are still being captured
-        prelude = revive_script(lab.state(node).daemons) if revive else ""
-        cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
-        dead, strays = _revive_lines(head, node)
-        killed.extend(strays)
-        if "zebra" in dead:
-            # every daemon depends on zebra, and they do not all re-send their routes to a new
-            # one: restart the node's FRR as a whole, as watchfrr does
-            errors = restart_frr(lab, node, baseline[node].frr_config or "")
-            if errors:
-                raise SubstrateError(f"{node}: FRR could not be restarted after zebra died: {'; '.join(errors)}")
-            restarted.extend(f"{node}:{d}" for d in lab.state(node).daemons)
-            cur = capture(lab, node, frr="fast", sysctls="fast")
-        elif dead:
-            for d in dead:
-                lab.start_daemon(node, d, load_config=False)
-            restarted.extend(f"{node}:{d}" for d in dead)
-            cur = capture(lab, node, frr="fast", sysctls="fast")
-        rep = restore(lab, baseline[node], cur)
-        return rep.final or cur, rep
+        def check_and_restore(node: str, revive: bool = True) -> tuple[DeviceState, RestoreReport]:
+            # one command per node: revive it (strays killed, processes resumed, /tmp emptied, dead
+            # daemons named), then capture; restored at once if it differs, while the other nodes
+            # are still being captured
+            prelude = revive_script(lab.state(node).daemons) if revive else ""
+            cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
+            dead, strays = _revive_lines(head, node)
+            killed.extend(strays)
+            if "zebra" in dead:
+                # every daemon depends on zebra, and they do not all re-send their routes to a new
+                # one: restart the node's FRR as a whole, as watchfrr does
+                errors = restart_frr(lab, node, baseline[node].frr_config or "")
+                if errors:
+                    raise SubstrateError(f"{node}: FRR could not be restarted after zebra died: {'; '.join(errors)}")
+                restarted.extend(f"{node}:{d}" for d in lab.state(node).daemons)
+                cur = capture(lab, node, frr="fast", sysctls="fast")
+            elif dead:
+                for d in dead:
+                    lab.start_daemon(node, d, load_config=False)
+                restarted.extend(f"{node}:{d}" for d in dead)
+                cur = capture(lab, node, frr="fast", sysctls="fast")
+            rep = restore(lab, baseline[node], cur)
+            return rep.final or cur, rep
 
-    nodes = lab.node_names()
-    results = dict(zip(nodes, lab.map(check_and_restore, nodes), strict=True))
-    lap("capture+restore")
-    repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()}, baseline)
-    if repaired:
-        again = sorted({ep.split(":")[0] for lk in repaired for ep in lk.split("--")})
-        first = {n: results[n][1] for n in again}
-        redo = dict(zip(again, lab.map(lambda n: check_and_restore(n, revive=False), again), strict=True))
-        for n, (cur, rep) in redo.items():  # the first pass's actions count too
-            rep.actions = first[n].actions + rep.actions
-            rep.changed = rep.changed or first[n].changed
-            results[n] = (cur, rep)
-        lap("repair")
-    changed = bool(repaired or restarted or any(rep.changed for _, rep in results.values()))
-    # FRR's routes: where the kernel and zebra disagree, zebra will not fix it by itself
-    routers = lab.routers()
-    suspects = [n for n in routers if not results[n][0].same_as(baseline[n], dynamic=True) and results[n][0].same_as(baseline[n])]
-    frr_restarted = _resync_frr(lab, baseline, {n: results[n][0] for n in suspects}, results, strict=False)
-    if frr_restarted:
-        changed = True
-        lap("resync")
-    lab.wait_converged(timeout_s=converge_timeout_s)
-    lap("converge")
-    dyn: dict[str, list[str]] = {}
-    if changed or suspects:
-        # the routes FRR installed must come back too (see _verify_frr_routes)
-        dyn, more = _verify_frr_routes(lab, baseline, routers, results, verify_timeout_s, converge_timeout_s)
-        frr_restarted += more
-        lap("verify")
-    residual = {n: rep.residual for n, (_, rep) in results.items() if rep.residual}
-    for n, routes in dyn.items():
-        have, want = set(routes), set(baseline[n].frr_routes)
-        residual.setdefault(n, []).extend([f"+ frr_routes: {x}" for x in sorted(want - have)] +
-                                          [f"- frr_routes: {x}" for x in sorted(have - want)])
-    # transactions an ANI server left unfinished (it died): every device is at the baseline now
-    # and the processes it left in the nodes were killed above, so they are closed, not replayed
-    notes = [f"unfinished transaction {x} closed (abandoned)"
-             for x in close_unfinished(lab, "lab reset: every device put back to its baseline")]
-    frr_files = restore_frr_files(lab)  # last: restoring FRR (frr-reload, restarts) may write frr.conf
-    reports = [rep for _, rep in results.values() if rep.changed]
-    _new_epoch(lab)
-    return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
-                       restarted_daemons=restarted, frr_restarted=frr_restarted, killed_processes=killed,
-                       frr_files_restored=frr_files, notes=notes, verified=len([n for n in nodes if n not in residual]),
-                       residual=residual, stages=stages)
+        nodes = lab.node_names()
+        results = dict(zip(nodes, lab.map(check_and_restore, nodes), strict=True))
+        lap("capture+restore")
+        repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()}, baseline)
+        if repaired:
+            again = sorted({ep.split(":")[0] for lk in repaired for ep in lk.split("--")})
+            first = {n: results[n][1] for n in again}
+            redo = dict(zip(again, lab.map(lambda n: check_and_restore(n, revive=False), again), strict=True))
+            for n, (cur, rep) in redo.items():  # the first pass's actions count too
+                rep.actions = first[n].actions + rep.actions
+                rep.changed = rep.changed or first[n].changed
+                results[n] = (cur, rep)
+            lap("repair")
+        changed = bool(repaired or restarted or any(rep.changed for _, rep in results.values()))
+        # FRR's routes: where the kernel and zebra disagree, zebra will not fix it by itself
+        routers = lab.routers()
+        suspects = [n for n in routers if not results[n][0].same_as(baseline[n], dynamic=True) and results[n][0].same_as(baseline[n])]
+        frr_restarted = _resync_frr(lab, baseline, {n: results[n][0] for n in suspects}, results, strict=False)
+        if frr_restarted:
+            changed = True
+            lap("resync")
+        lab.wait_converged(timeout_s=converge_timeout_s)
+        lap("converge")
+        dyn: dict[str, list[str]] = {}
+        if changed or suspects:
+            # the routes FRR installed must come back too (see _verify_frr_routes)
+            dyn, more = _verify_frr_routes(lab, baseline, routers, results, verify_timeout_s, converge_timeout_s)
+            frr_restarted += more
+            lap("verify")
+        residual = {n: rep.residual for n, (_, rep) in results.items() if rep.residual}
+        for n, routes in dyn.items():
+            have, want = set(routes), set(baseline[n].frr_routes)
+            residual.setdefault(n, []).extend([f"+ frr_routes: {x}" for x in sorted(want - have)] +
+                                              [f"- frr_routes: {x}" for x in sorted(have - want)])
+        # transactions an ANI server left unfinished (it died): every device is at the baseline now
+        # and the processes it left in the nodes were killed above, so they are closed, not replayed
+        notes = [f"unfinished transaction {x} closed (abandoned)"
+                 for x in close_unfinished(lab, "lab reset: every device put back to its baseline")]
+        notes += [f"unreadable journal entry {name} removed ({why}; every device was put back to its baseline)"
+                  for name, why in remove_unreadable(lab).items()]  # fmt: skip
+        frr_files = restore_frr_files(lab)  # last: restoring FRR (frr-reload, restarts) may write frr.conf
+        reports = [rep for _, rep in results.values() if rep.changed]
+        _new_epoch(lab)
+        return ResetReport(seconds=time.monotonic() - t0, restored=reports, repaired_links=repaired,
+                           restarted_daemons=restarted, frr_restarted=frr_restarted, killed_processes=killed,
+                           frr_files_restored=frr_files, notes=notes, verified=len([n for n in nodes if n not in residual]),
+                           residual=residual, stages=stages)
 
 
 def isis_unsettled(lab: Lab, routers: list[str]) -> list[str]:
