@@ -277,7 +277,11 @@ def make_variant(task_class: str, sc: Scenario, variant: int, *, fault_seed: int
             adds.append(SiteAdd(site=f"{t.id}s{n + k}", pe=sp.pe, pe_interface=sp.pe_if, ce=sp.ce,
                                 prefix6=ipam.prefix6(), prefix4=ipam.prefix4() if has4 else None))
         for s in moved:
-            sp = _pick_spare(rng, sc, used | {x.ce for x in sc.spares if x.pe == s.pe}, busy_pes)
+            # a prefix is attached once per PE (its connected route lives in the PE's main table):
+            # never move a site onto a PE where another tenant attaches the same (reused) prefix,
+            # which the request could not be met on without breaking that tenant
+            clash = {o.pe for o in sc.all_sites() if o.prefix6 == s.prefix6 or (s.prefix4 and o.prefix4 == s.prefix4)}
+            sp = _pick_spare(rng, sc, used | {x.ce for x in sc.spares if x.pe == s.pe or x.pe in clash}, busy_pes)
             used.add(sp.ce)
             moves.append(SiteMove(site=s.id, pe=sp.pe, pe_interface=sp.pe_if, ce=sp.ce))
         changes = Changes(tenant=t.id, add=adds, move=moves, remove=[removed.id])

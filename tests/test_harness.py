@@ -98,6 +98,28 @@ def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> Non
             assert {t.params["node"] for t in clean} >= {s.pe for s in sc.tenant(v.changes.tenant).sites}
 
 
+def test_a_moved_site_never_lands_where_another_tenant_attaches_its_prefix() -> None:
+    """A change-set move onto a PE where another tenant attaches the same (reused) prefix cannot be
+    met without breaking that tenant (the prefix's connected route lives in the PE's main table):
+    A3-T refuses it and A0 does it with damage. Seen in `harness demo` (seed 7, density 2, the
+    8-class manifest): t1s10 moved to r16, where t2s1 attaches fd10:0:0:9::/64. Across seeds and
+    densities, no move is drawn onto such a PE (the old draw made 2 of 72)."""
+    m = load_manifest(REPO / "manifests" / "srv6-brownfield.yaml")
+    moves = 0
+    for seed in (3, 7, 11):
+        for density in (1, 2):
+            sc = build(m, seed=seed, density=density)
+            for v in range(6):
+                ch = make_variant("change-set", sc, v).changes
+                sites = {s.id: s for s in sc.tenant(ch.tenant).sites}
+                for mv in ch.move:
+                    s, moves = sites[mv.site], moves + 1
+                    clash = [o.id for o in sc.all_sites() if o.pe == mv.pe and o.id != s.id
+                             and (o.prefix6 == s.prefix6 or (s.prefix4 and o.prefix4 == s.prefix4))]
+                    assert not clash, (seed, density, v, mv, clash)
+    assert moves == 72
+
+
 def test_unknown_task_class_and_impossible_variants_are_refused() -> None:
     sc = build(load_manifest(MANIFEST), seed=7)
     with pytest.raises(AnibenchError, match="unknown task class 'migrate'"):
