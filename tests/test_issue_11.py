@@ -384,3 +384,33 @@ async def test_results_are_compact_and_bounded_well_inside_client_limits(campaig
             assert not page.is_error and page.structured_content["text"]
     finally:
         server.close()
+
+
+# -- 1 (attack): a process the agent leaves behind ends with the run ------------------------------
+
+
+@pytest.mark.parametrize("script", [
+    "sleep 600 & echo $! > child.pid; exit 0",  # exits cleanly, leaves a child
+    "sleep 600 & echo $! > child.pid; exit 3",  # crashes, leaves a child
+    "(trap '' TERM; exec sleep 600) & echo $! > child.pid; exit 0",  # the child ignores SIGTERM
+])
+def test_processes_the_agent_left_running_end_with_its_run(tmp_path: Path, script: str, monkeypatch) -> None:
+    import time
+
+    from harness.agents import command
+    from harness.agents.base import AgentContext
+
+    end_group = getattr(command, "_end_group", None)
+    if end_group is not None:  # reach the SIGKILL step without waiting the 10 s grace
+        monkeypatch.setattr(command, "_end_group", lambda pgid: end_group(pgid, grace_s=0.5))
+    agent = command.CommandAgent(template=f"sh -c {json.dumps(script)}")
+    agent._run(AgentContext(level="A1", prompt="p", files={}, workdir=tmp_path, serve_argv=["true"],
+                            deadline=time.monotonic() + 120))
+    pid = int((tmp_path / "files" / "child.pid").read_text())
+    try:
+        end = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < end:  # a killed orphan is reaped by init
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists(), f"the agent's child {pid} outlived the run"
+    finally:
+        subprocess.run(["kill", "-9", str(pid)], capture_output=True)  # never leave it behind, even on failure

@@ -174,6 +174,7 @@ class CommandAgent:
             p.wait()
             err = f"agent process killed at the wall-clock cap ({CAPPED})"
         finally:
+            _end_group(p.pid)  # what the agent left running (a background child, its stdio server) ends with it
             log.close()
         return AgentOutcome(error=err, model=self.model, exit_status=rc, log=str(root / "agent.log"))
 
@@ -222,6 +223,29 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
             p.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             continue
+
+
+def _end_group(pgid: int, grace_s: float = 10.0) -> None:
+    """End every process left in an agent's process group after its leader exited: SIGTERM (a stdio
+    server the agent started finishes its trajectory line), then SIGKILL after ``grace_s`` seconds.
+
+    A process the agent left behind would otherwise outlive the run and could act on the next
+    run's lab (PREAMBLE: every process created is destroyed on exit).
+    """
+    import time
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def _signal_name(number: int) -> str:
