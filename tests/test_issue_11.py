@@ -282,8 +282,12 @@ async def test_a_request_without_credentials_gets_a_challenge_without_an_error_c
             assert "error" not in r.json() and "Bearer" in r.json()["error_description"]
             r = await h.post(url, json=init, headers={**accept, "Authorization": "Bearer wrong"})
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
-            r = await h.post(url, json=init, headers={**accept, "Authorization": "Basic eDp5"})
+            r = await h.post(url, json=init, headers={**accept, "Authorization": "bearer wrong"})  # scheme: any case
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
+            for other in ("Basic eDp5", "Token s3cret", "Bearer"):  # an unsupported method: no credentials (3.1)
+                r = await h.post(url, json=init, headers={**accept, "Authorization": other})
+                challenge = r.headers["www-authenticate"]
+                assert r.status_code == 401 and "error" not in challenge, (other, challenge)
 
 
 # -- 11: a server that cannot start says why through the protocol ------------------------------------
