@@ -418,3 +418,19 @@ def test_processes_the_agent_left_running_end_with_its_run(tmp_path: Path, scrip
         assert not Path(f"/proc/{pid}").exists(), f"the agent's child {pid} outlived the run"
     finally:
         subprocess.run(["kill", "-9", str(pid)], capture_output=True)  # never leave it behind, even on failure
+
+
+def test_the_runs_http_server_dying_under_the_agent_fails_the_run(tmp_path: Path) -> None:
+    """The harness's own HTTP server exiting during the run is not the agent's result: the run
+    fails (like an agent that could not start) instead of being stored as an agent error or a
+    clean failure. The server is stood in for by a process that says it listens, then exits 7."""
+    import time
+
+    from harness.agents import command
+    from harness.agents.base import AgentContext
+
+    dies = ["sh", "-c", "echo listening on http://127.0.0.1:9/mcp; exit 7"]
+    agent = command.CommandAgent(template="sh -c 'sleep 1; exit 0' {serve_url}")
+    out = agent._run(AgentContext(level="A1", prompt="p", files={}, workdir=tmp_path, serve_argv=dies,
+                                  deadline=time.monotonic() + 120))
+    assert out.run_failed and "HTTP server exited with status 7" in out.error, out

@@ -20,6 +20,7 @@ agent is made, before any lab is deployed (:func:`check_template`). The process 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -150,7 +151,14 @@ class CommandAgent:
                 return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
             env.update(ANIBENCH_MCP_URL=values["serve_url"], ANIBENCH_MCP_TOKEN=values["serve_token"])
         try:
-            return self._agent(ctx, [w.format(**values) for w in self.words], work, root, env)
+            outcome = self._agent(ctx, [w.format(**values) for w in self.words], work, root, env)
+            if server is not None and server.poll() is not None:
+                # the harness's own server died under the agent: the run was not conducted as
+                # specified, and whatever the agent did after it is not the agent's result
+                return dataclasses.replace(outcome, run_failed=True, error=(
+                    f"the run's HTTP server exited with status {server.returncode} during the run "
+                    f"(log {root / 'server.log'}); agent: {outcome.error or 'exited 0'}"))
+            return outcome
         finally:
             if server is not None:
                 _stop(server)
