@@ -282,8 +282,12 @@ async def test_a_request_without_credentials_gets_a_challenge_without_an_error_c
             assert "error" not in r.json() and "Bearer" in r.json()["error_description"]
             r = await h.post(url, json=init, headers={**accept, "Authorization": "Bearer wrong"})
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
-            r = await h.post(url, json=init, headers={**accept, "Authorization": "Basic eDp5"})
+            r = await h.post(url, json=init, headers={**accept, "Authorization": "bearer wrong"})  # scheme: any case
             assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
+            for other in ("Basic eDp5", "Token s3cret", "Bearer"):  # an unsupported method: no credentials (3.1)
+                r = await h.post(url, json=init, headers={**accept, "Authorization": other})
+                challenge = r.headers["www-authenticate"]
+                assert r.status_code == 401 and "error" not in challenge, (other, challenge)
 
 
 # -- 11: a server that cannot start says why through the protocol ------------------------------------
@@ -384,3 +388,49 @@ async def test_results_are_compact_and_bounded_well_inside_client_limits(campaig
             assert not page.is_error and page.structured_content["text"]
     finally:
         server.close()
+
+
+# -- 1 (attack): a process the agent leaves behind ends with the run ------------------------------
+
+
+@pytest.mark.parametrize("script", [
+    "sleep 600 & echo $! > child.pid; exit 0",  # exits cleanly, leaves a child
+    "sleep 600 & echo $! > child.pid; exit 3",  # crashes, leaves a child
+    "(trap '' TERM; exec sleep 600) & echo $! > child.pid; exit 0",  # the child ignores SIGTERM
+])
+def test_processes_the_agent_left_running_end_with_its_run(tmp_path: Path, script: str, monkeypatch) -> None:
+    import time
+
+    from harness.agents import command
+    from harness.agents.base import AgentContext
+
+    end_group = getattr(command, "_end_group", None)
+    if end_group is not None:  # reach the SIGKILL step without waiting the 10 s grace
+        monkeypatch.setattr(command, "_end_group", lambda pgid: end_group(pgid, grace_s=0.5))
+    agent = command.CommandAgent(template=f"sh -c {json.dumps(script)}")
+    agent._run(AgentContext(level="A1", prompt="p", files={}, workdir=tmp_path, serve_argv=["true"],
+                            deadline=time.monotonic() + 120))
+    pid = int((tmp_path / "files" / "child.pid").read_text())
+    try:
+        end = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < end:  # a killed orphan is reaped by init
+            time.sleep(0.05)
+        assert not Path(f"/proc/{pid}").exists(), f"the agent's child {pid} outlived the run"
+    finally:
+        subprocess.run(["kill", "-9", str(pid)], capture_output=True)  # never leave it behind, even on failure
+
+
+def test_the_runs_http_server_dying_under_the_agent_fails_the_run(tmp_path: Path) -> None:
+    """The harness's own HTTP server exiting during the run is not the agent's result: the run
+    fails (like an agent that could not start) instead of being stored as an agent error or a
+    clean failure. The server is stood in for by a process that says it listens, then exits 7."""
+    import time
+
+    from harness.agents import command
+    from harness.agents.base import AgentContext
+
+    dies = ["sh", "-c", "echo listening on http://127.0.0.1:9/mcp; exit 7"]
+    agent = command.CommandAgent(template="sh -c 'sleep 1; exit 0' {serve_url}")
+    out = agent._run(AgentContext(level="A1", prompt="p", files={}, workdir=tmp_path, serve_argv=dies,
+                                  deadline=time.monotonic() + 120))
+    assert out.run_failed and "HTTP server exited with status 7" in out.error, out

@@ -20,6 +20,7 @@ agent is made, before any lab is deployed (:func:`check_template`). The process 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -150,7 +151,14 @@ class CommandAgent:
                 return AgentOutcome(error=f"{START_FAILED}: {e}", model=self.model, run_failed=True)
             env.update(ANIBENCH_MCP_URL=values["serve_url"], ANIBENCH_MCP_TOKEN=values["serve_token"])
         try:
-            return self._agent(ctx, [w.format(**values) for w in self.words], work, root, env)
+            outcome = self._agent(ctx, [w.format(**values) for w in self.words], work, root, env)
+            if server is not None and server.poll() is not None:
+                # the harness's own server died under the agent: the run was not conducted as
+                # specified, and whatever the agent did after it is not the agent's result
+                return dataclasses.replace(outcome, run_failed=True, error=(
+                    f"the run's HTTP server exited with status {server.returncode} during the run "
+                    f"(log {root / 'server.log'}); agent: {outcome.error or 'exited 0'}"))
+            return outcome
         finally:
             if server is not None:
                 _stop(server)
@@ -174,6 +182,7 @@ class CommandAgent:
             p.wait()
             err = f"agent process killed at the wall-clock cap ({CAPPED})"
         finally:
+            _end_group(p.pid)  # what the agent left running (a background child, its stdio server) ends with it
             log.close()
         return AgentOutcome(error=err, model=self.model, exit_status=rc, log=str(root / "agent.log"))
 
@@ -222,6 +231,29 @@ def _stop(p: subprocess.Popen[bytes]) -> None:
             p.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             continue
+
+
+def _end_group(pgid: int, grace_s: float = 10.0) -> None:
+    """End every process left in an agent's process group after its leader exited: SIGTERM (a stdio
+    server the agent started finishes its trajectory line), then SIGKILL after ``grace_s`` seconds.
+
+    A process the agent left behind would otherwise outlive the run and could act on the next
+    run's lab (PREAMBLE: every process created is destroyed on exit).
+    """
+    import time
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def _signal_name(number: int) -> str:

@@ -103,8 +103,10 @@ class NoCredentialsChallenge:
     a 401 whose ``WWW-Authenticate: Bearer`` challenge carries no error code, as RFC 6750 section
     3.1 asks ("If the request lacks any authentication information ..., the resource server SHOULD
     NOT include an error code or other error information"); the SDK answers it as it answers a
-    wrong token (``error="invalid_token"``), which clients report as a rejected token. A request
-    with credentials passes through unchanged (a wrong token keeps ``invalid_token``)."""
+    wrong token (``error="invalid_token"``), which clients report as a rejected token. The same
+    section counts a request "attempted using an unsupported authentication method" (``Basic``,
+    any scheme but ``Bearer``) as lacking credentials: it gets the same challenge. A request with
+    a Bearer credential passes through unchanged (a wrong token keeps ``invalid_token``)."""
 
     CHALLENGE = b'Bearer realm="anibench"'
     BODY = json.dumps({"error_description": "authentication required: send Authorization: Bearer <token>"}).encode()
@@ -113,7 +115,8 @@ class NoCredentialsChallenge:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http" or any(k.lower() == b"authorization" for k, _v in scope.get("headers", [])):
+        if scope.get("type") != "http" or any(k.lower() == b"authorization" and v.lower().startswith(b"bearer ")
+                                              for k, v in scope.get("headers", [])):
             await self.app(scope, receive, send)
             return
         challenged = False
