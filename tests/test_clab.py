@@ -485,6 +485,20 @@ def test_files_that_are_not_regular_are_refused_without_reading(tmp_path: Path, 
     assert "not a regular file" in r.stdout and r.stdout.count("\n") == 1, r.stdout + r.stderr
 
 
+def test_a_directory_bind_notes_what_it_skips_in_one_bounded_line(tmp_path: Path) -> None:
+    d = tmp_path / "etc-frr"
+    d.mkdir()
+    (d / "frr.conf").write_text("hostname r1\n")
+    for i in range(50):
+        (d / f"junk{i:02d}").write_text("x\n")
+    p = tmp_path / "d.clab.yml"
+    p.write_text("name: d\ntopology:\n  nodes:\n    r1: {kind: linux, binds: [etc-frr:/etc/frr]}\n")
+    imp = load(p)
+    notes = [x for x in imp.notes if "not read" in x]
+    assert len(notes) == 1 and "50 file(s)" in notes[0] and "junk00" in notes[0] and "45 more" in notes[0], imp.notes
+    assert imp.topology.node("r1").self_configured
+
+
 def test_yaml_bombs_and_deep_nesting_are_refused(tmp_path: Path) -> None:
     bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9))

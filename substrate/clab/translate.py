@@ -485,6 +485,7 @@ class _Importer:
             if fname == "":
                 if not p.is_dir():
                     raise self.err(at, f"{p} is bound on /etc/frr but is not a directory")
+                skipped = []
                 for f in sorted(p.iterdir()):
                     if f.name == "daemons":
                         daemons_text = (self._read_text(f, at), at, f)
@@ -492,7 +493,10 @@ class _Importer:
                         files[f.name] = self._read_text(f, at)
                         spec.origins[f.name] = str(f)
                     else:
-                        self.notes.append(f"{n}: {f} not read (not one of FRR's files)")
+                        skipped.append(f.name)
+                if skipped:  # one note per directory, bounded: a directory may hold thousands of files
+                    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+                    self.notes.append(f"{n}: {len(skipped)} file(s) of {p} not read (not FRR's files): {shown}")
                 continue
             if p.is_dir():
                 raise self.err(at, f"{p} is a directory; bind a file on /etc/frr/{fname}")
