@@ -30,7 +30,9 @@ management interface. Names are at most 15 characters (Linux ``IFNAMSIZ`` - 1).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,30 @@ RESERVED_IFNAMES = frozenset({"lo", "eth0", "sr0"})
 FRR_FILE_NAMES = frozenset({"frr.conf", "vtysh.conf"} | {f"{d}.conf" for d in frr_daemons.KNOWN_DAEMONS})
 #: Largest router count of a generated base (node ids are written as decimal digits in a 16-bit uSID).
 MAX_ROUTERS = 9999
+
+
+#: Largest topology or configuration file a user gives that is read (bytes).
+MAX_FILE_BYTES = 1 << 20
+
+
+def read_regular_file(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read without blocking or growing
+    without bound: a FIFO, a device (``/dev/zero``), a socket or a directory is refused before
+    anything is read (the file is opened non-blocking, then checked with ``fstat``).
+
+    Raises:
+        OSError: the file cannot be opened or read (``strerror`` says why).
+        ValueError: not a regular file, or larger than ``limit`` (the message says which).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"larger than {limit // 1024} KiB")
+    return raw
+
 
 
 class Role(StrEnum):
@@ -426,9 +452,11 @@ class Topology(BaseModel):
         """
         p = Path(path)
         try:
-            text = p.read_text()
+            text = read_regular_file(p).decode()
         except OSError as e:
             raise TopologyError(f"cannot read topology file {p}: {e.strerror}") from None
+        except ValueError as e:  # UnicodeDecodeError included
+            raise TopologyError(f"cannot read topology file {p}: {e}") from None
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:

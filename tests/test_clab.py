@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -459,6 +460,43 @@ def test_hostile_settings_are_refused_in_one_line(tmp_path: Path, setting: str, 
     with pytest.raises(ClabError) as e:
         load(p)
     assert str(e.value).startswith(f"{p}:7: topology.nodes.r1.") and says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["clab topology", "topology yaml", "bind", "startup-config"])
+def test_files_that_are_not_regular_are_refused_without_reading(tmp_path: Path, where: str) -> None:
+    """A FIFO (or /dev/zero, a socket) given as a file is refused before it is read: reading it
+    would block for ever (a FIFO) or grow without bound (/dev/zero). Run in a child with a bound
+    so that a regression fails instead of hanging the suite."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    if where == "clab topology":
+        (tmp_path / "t.clab.yml").symlink_to(fifo)
+        call, spec = "load", tmp_path / "t.clab.yml"
+    elif where == "topology yaml":
+        (tmp_path / "t.yaml").symlink_to(fifo)
+        call, spec = "from_spec", tmp_path / "t.yaml"
+    else:
+        node = ("{kind: linux, binds: [in.fifo:/etc/frr/frr.conf]}" if where == "bind"
+                else "{kind: frr, startup-config: in.fifo}")
+        (tmp_path / "t.clab.yml").write_text(f"name: t\ntopology:\n  nodes:\n    r1: {node}\n")
+        call, spec = "load", tmp_path / "t.clab.yml"
+    code = f"from substrate.clab import {call}\ntry:\n    {call}({str(spec)!r})\nexcept Exception as e:\n    print(e)\n"
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "not a regular file" in r.stdout and r.stdout.count("\n") == 1, r.stdout + r.stderr
+
+
+def test_a_directory_bind_notes_what_it_skips_in_one_bounded_line(tmp_path: Path) -> None:
+    d = tmp_path / "etc-frr"
+    d.mkdir()
+    (d / "frr.conf").write_text("hostname r1\n")
+    for i in range(50):
+        (d / f"junk{i:02d}").write_text("x\n")
+    p = tmp_path / "d.clab.yml"
+    p.write_text("name: d\ntopology:\n  nodes:\n    r1: {kind: linux, binds: [etc-frr:/etc/frr]}\n")
+    imp = load(p)
+    notes = [x for x in imp.notes if "not read" in x]
+    assert len(notes) == 1 and "50 file(s)" in notes[0] and "junk00" in notes[0] and "45 more" in notes[0], imp.notes
+    assert imp.topology.node("r1").self_configured
 
 
 def test_yaml_bombs_and_deep_nesting_are_refused(tmp_path: Path) -> None:

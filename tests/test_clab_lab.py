@@ -63,6 +63,23 @@ def frr01() -> Iterator[Lab]:
         assert gone(name)
 
 
+def test_a_lab_of_hosts_only_does_not_claim_an_igp(tmp_path: Path) -> None:
+    """Two linux hosts and no router: lab up says there was no IGP to wait for (it said 'IS-IS
+    converged', which an imported lab never runs)."""
+    p = tmp_path / "h.clab.yml"
+    p.write_text("name: h\ntopology:\n  nodes:\n    a: {kind: linux}\n    b: {kind: linux}\n"
+                 "  links:\n    - endpoints: [\"a:eth1\", \"b:eth1\"]\n")
+    name = unique_name("t-hosts")
+    try:
+        r = subprocess.run([*HARNESS, "lab", "up", "--topology", str(p), "--name", name], cwd=REPO,
+                           capture_output=True, text=True, timeout=400)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "0 routers, 2 hosts, no IGP to wait for" in r.stdout and "IS-IS" not in r.stdout, r.stdout
+    finally:
+        subprocess.run([*HARNESS, "lab", "down", name], cwd=REPO, capture_output=True, timeout=120)
+        assert gone(name)
+
+
 def ospf_full(lab: Lab, router: str) -> set[str]:
     out = json.loads(lab.vtysh(router, "show ip ospf neighbor json").stdout or "{}")
     return {nb["ifaceName"].split(":")[0] for nbs in out.get("neighbors", {}).values() for nb in nbs

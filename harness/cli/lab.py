@@ -75,9 +75,9 @@ def up(
                 lab.save_meta(clab_file=str(imported.source.resolve()))
     routers, hosts = len(lab.routers()), len(lab.topology.hosts)
     own = any(n.self_configured for n in lab.topology.routers)
+    waited = "no IGP to wait for" if not routers else "IGP adjacencies up" if own else "IS-IS converged"
     out.print(
-        f"lab [bold]{lab.name}[/] up: {routers} routers, {hosts} hosts, "
-        f"{'IGP adjacencies up' if own else 'IS-IS converged'}, {time.monotonic() - t0:.1f} s",
+        f"lab [bold]{lab.name}[/] up: {routers} routers, {hosts} hosts, {waited}, {time.monotonic() - t0:.1f} s",
         highlight=False,
     )
     if lab.record.features:

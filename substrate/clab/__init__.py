@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from substrate.clab.source import MAX_FILE_BYTES, ClabError
+from substrate.clab.source import ClabError
 from substrate.clab.translate import ClabImport, is_clab_file, load
 from substrate.export import to_containerlab, write_containerlab
-from substrate.topology import Topology
+from substrate.topology import Topology, read_regular_file
 
 __all__ = ["ClabError", "ClabImport", "from_spec", "is_clab_file", "load", "to_containerlab", "write_containerlab"]
 
@@ -23,13 +23,12 @@ def _looks_like_clab(path: Path) -> bool:
     anibench's own form has ``nodes``)."""
     if is_clab_file(path):
         return True
-    if path.suffix not in (".yml", ".yaml") or not path.is_file():
+    if path.suffix not in (".yml", ".yaml"):
         return False
     try:
-        with path.open("rb") as f:
-            head = f.read(MAX_FILE_BYTES).decode(errors="replace")
-    except OSError:
-        return False
+        head = read_regular_file(path).decode(errors="replace")
+    except (OSError, ValueError):
+        return False  # Topology.from_yaml says why it cannot be read
     return re.search(r"^topology\s*:", head, re.M) is not None
 
 

@@ -15,11 +15,10 @@ from typing import Any
 import yaml
 
 from substrate.errors import TopologyError
+from substrate.topology import MAX_FILE_BYTES, read_regular_file
 
 #: A field's place in the document: keys and list indexes from the root.
 FieldPath = tuple[str | int, ...]
-#: Largest topology or FRR file read (bytes).
-MAX_FILE_BYTES = 1 << 20
 #: Bounds on the parsed document: values (YAML aliases can multiply a small file) and nesting.
 MAX_VALUES = 200_000
 MAX_DEPTH = 64
@@ -104,11 +103,11 @@ def read(path: str | Path) -> Source:
     """
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_regular_file(p)
     except OSError as e:
         raise ClabError(f"{p}: cannot read the topology file: {e.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ClabError(f"{p}: the topology file is larger than {MAX_FILE_BYTES // 1024} KiB")
+    except ValueError as e:
+        raise ClabError(f"{p}: the topology file is {e}; give a .clab.yml file") from None
     try:
         text = raw.decode()
     except UnicodeDecodeError as e:

@@ -43,7 +43,7 @@ from substrate.clab import frrfiles, names
 from substrate.clab.resolve import Resolver
 from substrate.clab.source import MAX_FILE_BYTES, ClabError, FieldPath, Source, field_name, read
 from substrate.errors import TopologyError
-from substrate.topology import FRR_FILE_NAMES, MAX_ROUTERS, Role, Topology
+from substrate.topology import FRR_FILE_NAMES, MAX_ROUTERS, Role, Topology, read_regular_file
 
 #: Kinds imported, by the name used in files (Containerlab registers ``frrouting`` as an alias).
 KINDS = {"linux": "linux", "frr": "frr", "frrouting": "frr"}
@@ -433,15 +433,11 @@ class _Importer:
 
     def _read_text(self, p: Path, at: FieldPath) -> str:
         try:
-            if not p.is_file():
-                raise self.err(at, f"{p} is not a regular file; bind a file")
-            with p.open("rb") as f:
-                raw = f.read(MAX_FILE_BYTES + 1)
-            if len(raw) > MAX_FILE_BYTES:
-                raise self.err(at, f"{p} is larger than {MAX_FILE_BYTES // 1024} KiB")
-            return raw.decode()
+            return read_regular_file(p).decode()
         except UnicodeDecodeError:
             raise self.err(at, f"{p} is not UTF-8 text") from None
+        except ValueError as e:
+            raise self.err(at, f"{p} is {e}; bind a regular file of at most {MAX_FILE_BYTES // 1024} KiB") from None
         except OSError as e:
             raise self.err(at, f"cannot read {p}: {e.strerror}") from None
 
@@ -489,6 +485,7 @@ class _Importer:
             if fname == "":
                 if not p.is_dir():
                     raise self.err(at, f"{p} is bound on /etc/frr but is not a directory")
+                skipped = []
                 for f in sorted(p.iterdir()):
                     if f.name == "daemons":
                         daemons_text = (self._read_text(f, at), at, f)
@@ -496,7 +493,10 @@ class _Importer:
                         files[f.name] = self._read_text(f, at)
                         spec.origins[f.name] = str(f)
                     else:
-                        self.notes.append(f"{n}: {f} not read (not one of FRR's files)")
+                        skipped.append(f.name)
+                if skipped:  # one note per directory, bounded: a directory may hold thousands of files
+                    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+                    self.notes.append(f"{n}: {len(skipped)} file(s) of {p} not read (not FRR's files): {shown}")
                 continue
             if p.is_dir():
                 raise self.err(at, f"{p} is a directory; bind a file on /etc/frr/{fname}")
@@ -547,7 +547,7 @@ class _Importer:
         if re.match(r"^[a-z][a-z0-9+.-]*://", value):
             raise self.err(at, "a startup-config URL cannot be fetched (no downloads): save the file next to the topology")
         p = self._path(value.replace("__clabNodeName__", n), at)
-        if not p.is_file():
+        if not p.exists():
             raise self.err(at, f"startup-config {value} not found (looked for {p}); create it or fix the path")
         return self._read_text(p, at), str(p)
 
