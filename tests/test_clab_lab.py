@@ -223,7 +223,7 @@ async def test_a0_and_a1_on_the_imported_lab(frr01: Lab, tmp_path: Path) -> None
         assert "router1, router2, router3 run ospfd, ldpd" in said and "isisd" not in said and "SRv6 provider" not in said, said
         devices = {d["name"]: d for d in data(await c.call_tool("list_devices", {}))["devices"]}
         assert set(devices) == {"router1", "router2", "router3"}  # the routers, by default
-        assert {i["peer"] for i in devices["router1"]["interfaces"]} == {"router2:eth1", "router3:eth1", "pc1:eth1"}
+        assert set(devices["router1"]["interfaces"].values()) == {"router2:eth1", "router3:eth1", "pc1:eth1"}
         out = data(await c.call_tool("run_shell", {"device": "router2", "command": "vtysh -c 'show ip ospf neighbor'"}))
         assert out["exit_status"] == 0 and out["stdout"].count("Full") == 2
     async with connect(a1(ServerConfig(lab=frr01.name, trajectory=tmp_path / "a1.jsonl"), lab=frr01)) as c:
