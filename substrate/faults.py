@@ -15,7 +15,17 @@ Kinds, each with a duration:
 - ``held_lock``: the device's configuration lock (:mod:`substrate.locks`) held by another
   session, so the ANI servers' mutation paths wait and then fail (A0's raw shell ignores it);
 - ``concurrent_writer``: another operator adds an unrelated static route to the device's FRR
-  configuration (drift the agent did not make), removed at the end.
+  configuration (drift the agent did not make), removed at the end;
+- ``latency``: every IP packet leaving one end of a core link is held ``delay_ms`` (50, 100 or
+  200 ms) by a user-space delay line (:mod:`substrate.delay`: ``NFQUEUE`` verdicts after the
+  delay -- this kernel has no netem); IS-IS frames are not IP and are not delayed;
+- ``pool_exhaustion``: another operator takes, on one PE, every free entry of a resource pool a
+  change allocates from (draft section 6, "resource exhaustion"): the tenant routing-table ids
+  (``pools.tables``: a route in each free table) or the PE's local SID functions
+  (``pools.functions``: a seg6local ``End`` SID on each free function); released at the end.
+  Allocation at A3-T/A4 reads the devices and fails cleanly naming the pool; A0/A1 agents meet
+  the occupied ids on the device. The fault's routes carry protocol :data:`FAULT_PROTO`, so
+  clearing removes exactly them.
 
 The rate lambda is in faults per agent step (tool call). Agents at different ANI levels and
 models differ by orders of magnitude in wall-clock time per step, so a rate per second would
@@ -28,10 +38,18 @@ lab directory so that a crashed run's faults are cleared by ``reset`` and ``harn
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import random
+import select
+import signal
+import subprocess
+import sys
 import threading
 import time
+import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
@@ -42,8 +60,10 @@ from substrate.topology import Role, Topology
 if TYPE_CHECKING:
     from substrate.lab import Lab
 
-FaultKind = Literal["link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer"]
-KINDS: tuple[str, ...] = ("link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer")
+FaultKind = Literal["link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer", "latency",
+                    "pool_exhaustion"]
+KINDS: tuple[str, ...] = ("link_down", "loss", "freeze", "daemon_crash", "held_lock", "concurrent_writer", "latency",
+                          "pool_exhaustion")
 FAULTS_FILE = "faults.json"
 #: nftables table of the loss fault (one per faulted interface).
 LOSS_TABLE = "anibench_fault_loss"
@@ -51,6 +71,18 @@ LOSS_TABLE = "anibench_fault_loss"
 CRASH_DAEMONS = ("zebra", "isisd", "staticd")
 #: Prefix of the concurrent writer's static routes (documentation range, RFC 3849).
 WRITER_PREFIX = "2001:db8:ffff:{k:x}::/64"
+#: Delays the latency fault draws from, in milliseconds.
+LATENCY_MS = (50, 100, 200)
+#: NFQUEUE number of fault ``fK``'s delay line: ``LATENCY_QUEUE_BASE + K`` (per network namespace).
+LATENCY_QUEUE_BASE = 4200
+#: Route protocol number of the pool-exhaustion fault's routes (not assigned in iproute2's
+#: ``rt_protos``; 186-192 are FRR's), so that clearing removes exactly them.
+FAULT_PROTO = 250
+#: Pools the pool-exhaustion fault takes (names of :class:`substrate.scenario.model.Pools` fields).
+POOLS = ("tables", "functions")
+#: Metric of the pool-exhaustion fault's table routes: above any route of the scenario, so a
+#: tenant table that already has its ``unreachable default`` keeps using it.
+FAULT_METRIC = 4242
 
 
 class Fault(BaseModel):
@@ -97,12 +129,16 @@ def draw_schedule(seed: int, lam: float, max_steps: int, topology: Topology,
         if rng.random() >= lam:
             continue
         kind = rng.choice(kinds)
-        if kind in ("link_down", "loss") and core:
+        if kind in ("link_down", "loss", "latency") and core:
             lk = rng.choice(core)
             ep = rng.choice([lk.a, lk.b])
             target: dict[str, Any] = {"node": ep.node, "interface": ep.interface, "peer": lk.peer_of(ep.node).node}
             if kind == "loss":
                 target["percent"] = rng.choice([20, 50, 80])
+            elif kind == "latency":
+                target["delay_ms"] = rng.choice(LATENCY_MS)
+        elif kind == "pool_exhaustion":
+            target = {"node": rng.choice(pes), "pool": rng.choice(POOLS)}
         elif kind == "daemon_crash":
             target = {"node": rng.choice(routers), "daemon": rng.choice(CRASH_DAEMONS)}
         elif kind in ("held_lock", "concurrent_writer"):
@@ -248,6 +284,10 @@ def inject(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) 
         prefix = WRITER_PREFIX.format(k=int(f.id.lstrip("f") or 0))
         _checked(lab.vtysh(node, "configure terminal", f"ipv6 route {prefix} blackhole"), "concurrent writer")
         return f"{node}: another operator added 'ipv6 route {prefix} blackhole'"
+    if f.kind == "latency":
+        return _start_delay(lab, f)
+    if f.kind == "pool_exhaustion":
+        return _take_pool(lab, f)
     raise SubstrateError(f"unknown fault kind {f.kind}")
 
 
@@ -278,6 +318,10 @@ def clear(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) -
         prefix = WRITER_PREFIX.format(k=int(f.id.lstrip("f") or 0))
         lab.vtysh(node, "configure terminal", f"no ipv6 route {prefix} blackhole")
         return f"{node}: the other operator's route removed"
+    if f.kind == "latency":
+        return _stop_delay(lab, f)
+    if f.kind == "pool_exhaustion":
+        return _release_pool(lab, f)
     raise SubstrateError(f"unknown fault kind {f.kind}")
 
 
@@ -325,3 +369,145 @@ def clear_all(lab: Lab) -> list[str]:
             done.append(f"{f.id}: {e}")
     path.unlink(missing_ok=True)
     return done
+
+
+# -- latency: a user-space delay line on one end of a link -------------------------------------
+
+#: Running delay lines of this process, by (lab name, fault id): stopped by :func:`clear`; a
+#: delay line left by a crashed process is found in its node's namespace instead (:func:`_delay_pids`).
+_DELAY_LINES: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+
+
+def _queue_of(f: Fault) -> int:
+    """NFQUEUE number of fault ``f`` (:data:`LATENCY_QUEUE_BASE` + the number in its id ``fK``)."""
+    k = f.id.lstrip("f")
+    return LATENCY_QUEUE_BASE + (int(k) if k.isdigit() else zlib.crc32(f.id.encode()) % 1000)
+
+
+def _delay_rules(f: Fault, op: str) -> list[list[str]]:
+    """The ip6tables and iptables commands that add (``-A``) or delete (``-D``) the rule handing
+    the packets leaving ``f``'s interface to its delay line; the comment names the fault."""
+    return [[tool, "-t", "mangle", op, "POSTROUTING", "-o", f.target["interface"], "-m", "comment", "--comment",
+             f"anibench-fault-{f.id}", "-j", "NFQUEUE", "--queue-num", str(_queue_of(f)), "--queue-bypass"]
+            for tool in ("ip6tables", "iptables")]
+
+
+def _start_delay(lab: Lab, f: Fault) -> str:
+    t = f.target
+    node, q = t["node"], _queue_of(f)
+    ns = lab.state(node).netns
+    log = lab.dir / f"fault-{f.id}-delay.log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "substrate.delay", "--queue", str(q),
+             "--delay-ms", str(t["delay_ms"])],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    assert proc.stdout is not None
+    ready = b""
+    deadline = time.monotonic() + 15.0
+    while b"ready\n" not in ready and proc.poll() is None and time.monotonic() < deadline:
+        if select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            ready += os.read(proc.stdout.fileno(), 64) or b""
+    proc.stdout.close()
+    if b"ready\n" not in ready:
+        _terminate(proc)
+        why = log.read_text(errors="replace").strip().splitlines()
+        raise SubstrateError(f"{node}: the delay line did not start ({why[-1] if why else 'no message'})")
+    _DELAY_LINES[(lab.name, f.id)] = proc
+    for argv in _delay_rules(f, "-A"):
+        r = lab.exec(node, argv)
+        if not r.ok:
+            _stop_delay(lab, f)
+            raise SubstrateError(f"{node}: latency rule refused: {r.summary()}")
+    return f"{node} {t['interface']}: {t['delay_ms']} ms added to every IP packet leaving it"
+
+
+def _terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (the delay line releases what it holds), SIGKILL after 5 s; reaps the process."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _delay_pids(lab: Lab, f: Fault) -> list[int]:
+    """Host PIDs of ``f``'s delay line found in its node's network namespace (``ip netns pids``)."""
+    r = lab.host_exec(["ip", "netns", "pids", lab.state(f.target["node"]).netns], timeout_s=5)
+    want = f"substrate.delay\0--queue\0{_queue_of(f)}\0"
+    pids = []
+    for p in r.stdout.split():
+        try:
+            if want in Path(f"/proc/{p}/cmdline").read_text(errors="replace"):
+                pids.append(int(p))
+        except OSError:
+            continue
+    return pids
+
+
+def _stop_delay(lab: Lab, f: Fault) -> str:
+    node = f.target["node"]
+    for argv in _delay_rules(f, "-D"):
+        lab.exec(node, argv)  # gone already after a reset: nothing to delete
+    proc = _DELAY_LINES.pop((lab.name, f.id), None)
+    if proc is not None:
+        _terminate(proc)
+    for pid in _delay_pids(lab, f):  # one a crashed process left
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return f"{node} {f.target['interface']}: delay removed"
+
+
+# -- pool exhaustion: another operator takes every free id of a pool on one PE ----------------
+
+
+def _pools(lab: Lab) -> Any:
+    """The deployed scenario's pools (the model's defaults for a lab deployed without one)."""
+    from substrate.scenario.deploy import load_scenario
+    from substrate.scenario.model import Pools
+
+    try:
+        return load_scenario(lab).pools
+    except SubstrateError:
+        return Pools()
+
+
+def _taken(lab: Lab, node: str) -> int:
+    r = lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(FAULT_PROTO)], timeout_s=30)
+    return len(r.stdout.splitlines())
+
+
+def _take_pool(lab: Lab, f: Fault) -> str:
+    from substrate.addressing import function_sid
+
+    node, pool = f.target["node"], f.target["pool"]
+    lo, hi = getattr(_pools(lab), pool)
+    if pool == "tables":
+        lines = [f"route add unreachable default table {t} proto {FAULT_PROTO} metric {FAULT_METRIC}"
+                 for t in range(lo, hi + 1)]
+    elif pool == "functions":
+        nid = lab.topology.node(node).node_id
+        if nid is None:
+            raise SubstrateError(f"{node} has no SRv6 locator: no SID function pool to take")
+        lines = [f"route add {function_sid(nid, fn)} proto {FAULT_PROTO} encap seg6local action End dev lo"
+                 for fn in range(lo, hi + 1)]
+    else:
+        raise SubstrateError(f"unknown pool {pool!r}; known: {', '.join(POOLS)}")
+    # -force: an id the device already uses fails ("File exists") and the batch goes on
+    lab.exec(node, ["ip", "-6", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=60)
+    n = _taken(lab, node)
+    if n == 0:
+        raise SubstrateError(f"{node}: no free entry of pools.{pool} could be taken")
+    shown = f"{lo}-{hi}" if pool == "tables" else f"0x{lo:x}-0x{hi:x}"
+    return f"{node}: another operator took {n} free entries of pools.{pool} ({shown}); none is left"
+
+
+def _release_pool(lab: Lab, f: Fault) -> str:
+    node = f.target["node"]
+    lab.exec(node, ["ip", "-6", "route", "flush", "table", "all", "proto", str(FAULT_PROTO)], timeout_s=60)
+    left = _taken(lab, node)
+    if left:
+        raise SubstrateError(f"{node}: {left} routes of the pool-exhaustion fault are still there")
+    return f"{node}: pools.{f.target['pool']} released"

@@ -335,6 +335,31 @@ async def test_held_lock_is_waited_for_then_reported(lab: Lab) -> None:
         inj.clear()
 
 
+@pytest.mark.parametrize(("pool", "ops"), [
+    ("functions", [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4", prefix6="auto", prefix4="auto")]),
+    ("tables", [{"op": "create", "service_class": "tenant", "id": "t4", "spec": {"name": "vandelay"}}]),
+])
+async def test_pool_exhaustion_is_refused_by_name_then_allocates_once_released(lab: Lab, pool: str, ops: list[Any]) -> None:
+    """The transient pool-exhaustion fault (issue 19 item 3): while another operator holds every
+    free id of the pool on a device, allocation fails cleanly naming the pool and nothing changes;
+    once released, the same change set allocates and applies."""
+    inj = FaultInjector(lab, [Fault(id="f8", kind="pool_exhaustion", step=1, duration_steps=1,
+                                    target={"node": "r6", "pool": pool})])
+    try:
+        assert [e.action for e in inj.on_step(1)] == ["inject"]
+        async with connect(server(lab)) as c:
+            for tool in ("plan_change_set", "apply_change_set"):
+                r = await c.call_tool(tool, {"ops": ops})
+                assert r.is_error and "pool exhausted: " in text(r) and len(text(r)) < 4000, text(r)
+            assert (await c.call_tool("get_change", {"change_id": "c1"})).is_error  # nothing recorded
+            assert [e.action for e in inj.on_step(2)] == ["clear"]
+            res = await apply(c, ops)
+            assert res["status"] == "applied" and res["ops"][0]["allocated"], res["message"]
+            assert not (res["validation"] or {}).get("failed"), res["message"]
+    finally:
+        inj.clear()
+
+
 async def test_concurrent_change_sets_are_serialized(lab: Lab) -> None:
     a_ops = [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4", prefix4="auto")]
     b_ops = [site_op("create", "t1s3", tenant="t1", pe="r2", pe_interface="eth5", prefix4="auto")]

@@ -288,7 +288,8 @@ def test_fault_schedule_is_drawn_from_the_seed_alone() -> None:
     assert draw_schedule(11, 0.0, 40, topo) == []
     assert 4 <= len(a) <= 25  # Bernoulli(0.3) over 40 steps: mean 12
     assert {f.kind for f in draw_schedule(5, 1.0, 60, topo)} == {"link_down", "loss", "freeze", "daemon_crash",
-                                                                 "held_lock", "concurrent_writer"}
+                                                                 "held_lock", "concurrent_writer", "latency",
+                                                                 "pool_exhaustion"}
     with pytest.raises(ValueError, match="per agent step"):
         draw_schedule(1, 1.5, 10, topo)
 
@@ -372,6 +373,65 @@ def test_faults_take_effect_and_clear(bf) -> None:
     assert all(e.action != "error" for e in inj.events)
     lab.wait_converged(timeout_s=30)
     assert failing(lab, sc.invariants) == []
+
+
+def _rtt_ms(lab: Lab, node: str, iface: str) -> float:
+    """Mean round-trip time, in ms, of pings from ``node``'s peer to ``node`` across the link."""
+    lk = next(lk for lk in lab.topology.links_of(node) if lk.endpoint_of(node).interface == iface)
+    peer = lk.peer_of(node)
+    ll = lab.exec(node, ["ip", "-6", "-o", "addr", "show", "dev", iface, "scope", "link"]).stdout.split()[3].split("/")[0]
+    r = lab.exec(peer.node, ["ping", "-6", "-n", "-q", "-c", "5", "-i", "0.05", "-W", "2", f"{ll}%{peer.interface}"],
+                 timeout_s=20)
+    import re
+
+    m = re.search(r"= [\d.]+/([\d.]+)/", r.stdout)
+    assert m, r.stdout + r.stderr
+    return float(m.group(1))
+
+
+def _fault_routes(lab: Lab, node: str) -> int:
+    from substrate.faults import FAULT_PROTO
+
+    return len(lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(FAULT_PROTO)]).stdout.splitlines())
+
+
+def test_latency_and_pool_exhaustion_take_effect_and_clear_even_after_a_crash(bf) -> None:
+    from substrate import faults
+
+    lab, sc = bf
+    adj = _first(sc, "isis_adjacency")
+    node, iface = adj.params["node"], adj.params["interface"]
+    pe = sc.tenants[0].sites[0].pe
+    assert _rtt_ms(lab, node, iface) < 50
+    inj = FaultInjector(lab, [_one("latency", node=node, interface=iface, delay_ms=200),
+                              Fault(id="f2", kind="pool_exhaustion", step=1, duration_steps=2,
+                                    target={"node": pe, "pool": "functions"})])
+    evs = inj.on_step(1)
+    assert [e.action for e in evs] == ["inject", "inject"], evs
+    assert 190 <= _rtt_ms(lab, node, iface) < 1000  # one way delayed: the replies leave through iface
+    assert failing(lab, [adj]) == []  # IS-IS frames are not IP: the adjacency stays up
+    functions = lab.exec(pe, ["ip", "-6", "route", "show", "proto", str(faults.FAULT_PROTO)]).stdout
+    assert _fault_routes(lab, pe) > 4000 and "seg6local action End" in functions and "none is left" in evs[1].detail
+    assert [e.action for e in inj.on_step(3)] == ["clear", "clear"]
+    assert _rtt_ms(lab, node, iface) < 50 and _fault_routes(lab, pe) == 0
+    assert not faults._delay_pids(lab, inj.schedule[0])
+    # the run crashed with both active: the delay line and the routes are left for reset to clear
+    inj = FaultInjector(lab, [_one("latency", node=node, interface=iface, delay_ms=100),
+                              Fault(id="f2", kind="pool_exhaustion", step=1, duration_steps=2,
+                                    target={"node": pe, "pool": "tables"})])
+    assert [e.action for e in inj.on_step(1)] == ["inject", "inject"]
+    assert _fault_routes(lab, pe) == 100 and faults._delay_pids(lab, inj.schedule[0])
+    crashed = dict(faults._DELAY_LINES)  # the injecting process is gone: nobody stops its delay line
+    faults._DELAY_LINES.clear()
+    del inj
+    rep = reset(lab)
+    assert all(p.wait(10) is not None for p in crashed.values())  # killed by the reset (reaped here)
+    assert rep.exact and [n for n in rep.notes if n.startswith("fault")] == [
+        f"fault a crashed run left cleared: {node} {iface}: delay removed",
+        f"fault a crashed run left cleared: {pe}: pools.tables released"], rep.notes
+    assert _rtt_ms(lab, node, iface) < 50 and _fault_routes(lab, pe) == 0
+    assert not faults._delay_pids(lab, Fault(id="f1", kind="latency", step=1, duration_steps=1,
+                                             target={"node": node, "interface": iface, "delay_ms": 100}))
 
 
 def test_faults_left_by_a_crashed_run_are_cleared(bf) -> None:

@@ -359,7 +359,8 @@ class ResetReport(BaseModel):
         default_factory=list, description="/etc/frr files put back to the baseline copy (e.g. after `write memory`).")
     killed_processes: list[str] = Field(
         default_factory=list, description="Processes left running in a node (by an agent), killed: `node:pid:command`.")
-    notes: list[str] = Field(default_factory=list, description="Other things the reset did (unfinished journal transactions closed).")
+    notes: list[str] = Field(default_factory=list, description="Other things the reset did (faults a crashed run left cleared, unfinished journal "
+        "transactions closed).")
     verified: int = Field(default=0, description="Nodes whose full state was compared with the baseline and found equal.")
     residual: dict[str, list[str]] = Field(default_factory=dict, description="Differences left (empty = exact).")
     stages: dict[str, float] = Field(default_factory=dict, description="Seconds per stage (capture+restore, repair, converge, verify).")
@@ -446,7 +447,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
         since[0] = now
 
     baseline = load_baseline(lab)
-    clear_all(lab)
+    faults_cleared = clear_all(lab)
     # the routers' NETCONF server keeps session state (candidates, locks, pending confirmed
     # commits whose timers would roll a device back in a later run): a reset ends it; the next
     # use starts a fresh one
@@ -523,7 +524,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
                                               [f"- frr_routes: {x}" for x in sorted(have - want)])
         # transactions an ANI server left unfinished (it died): every device is at the baseline now
         # and the processes it left in the nodes were killed above, so they are closed, not replayed
-        notes = [f"unfinished transaction {x} closed (abandoned)"
+        notes = [f"fault a crashed run left cleared: {x}" for x in faults_cleared]
+        notes += [f"unfinished transaction {x} closed (abandoned)"
                  for x in close_unfinished(lab, "lab reset: every device put back to its baseline")]
         notes += [f"unreadable journal entry {name} removed ({why}; every device was put back to its baseline)"
                   for name, why in remove_unreadable(lab).items()]  # fmt: skip
