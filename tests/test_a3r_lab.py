@@ -27,6 +27,8 @@ from tests.servers_support import connect, data, text
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
 #: t1s2 (PE r1, port eth4) and its tenant route on r1's tenant table.
 SITE = "t1s2"
+#: The steering policy of t3 (ingress r2, waypoint r5): no other record depends on it.
+POLICY = "sp1"
 
 
 def poll(what: str, cond: Callable[[], bool], timeout_s: float = 120.0) -> None:
@@ -74,9 +76,10 @@ async def test_drift_reverted_and_reconciler_lifecycle(lab: Lab, sc: Scenario, t
         lab.exec(pe, ["ip", "-6", "route", "del", *words[: words.index("table") + 2]], timeout_s=10)
         assert not has(lab, pe, route)
         before = status(lab).reconciles
-        poll("the drift reverted", lambda: has(lab, pe, route))
+        # the route is back once the repair is applied; the reconcile is recorded after its validation
+        poll("the drift reverted and recorded", lambda: status(lab).drift_events >= 1 and has(lab, pe, route))
         st = status(lab)
-        assert st.drift_events >= 1 and st.reconciles - before <= 10
+        assert st.reconciles - before <= 10
         rec = next(r for r in rc.read_log(lab, st.epoch, 20) if r.drift)
         assert pe in rec.drift and rec.result == "drift_reverted" and pe in rec.devices, rec
         async with connect(srv) as c:
@@ -110,26 +113,26 @@ async def test_invalid_record_refused_without_commit(lab: Lab, tmp_path: Path) -
         srv.close()
 
 
-async def test_commit_then_revert_restores_the_network(lab: Lab, sc: Scenario, tmp_path: Path) -> None:
-    """Deleting a site's record removes it from the network once reconciled; reverting to the
+async def test_commit_then_revert_restores_the_network(lab: Lab, tmp_path: Path) -> None:
+    """Deleting a steering policy's record changes the network once reconciled; reverting to the
     baseline commit brings every device back to its state before (full device state)."""
-    pe, route = site_route(lab, sc)
     before = everything(lab)
     srv = a3r(lab, tmp_path)
     try:
         async with connect(srv) as c:
             base = data(await c.call_tool("history", {}))["commits"][0]["commit"]
-            data(await c.call_tool("delete_record", {"service_class": "tenant_site", "id": SITE}))
-            cm = data(await c.call_tool("commit", {"message": f"decommission {SITE}"}))
-            assert pe in cm["devices_to_change"]
+            data(await c.call_tool("delete_record", {"service_class": "steering_policy", "id": POLICY}))
+            cm = data(await c.call_tool("commit", {"message": f"remove {POLICY}"}))
+            assert cm["devices_to_change"]
             st = data(await c.call_tool("wait", {"seconds": 120}))
             assert st["applied_commit"] == cm["commit"], st
-            assert not has(lab, pe, route)
+            mid = everything(lab)
+            assert set(cm["devices_to_change"]) <= {n for n in before if not before[n].same_as(mid[n])}
             rv = data(await c.call_tool("revert", {"commit": base[:10]}))
             st = data(await c.call_tool("wait", {"seconds": 120}))
             assert st["applied_commit"] == rv["commit"], st
             log = data(await c.call_tool("history", {"limit": 5}))["commits"]
-            assert [x["message"] for x in log[:3]] == [f"revert to {base[:12]}", f"decommission {SITE}", log[2]["message"]]
+            assert [x["message"] for x in log[:2]] == [f"revert to {base[:12]}", f"remove {POLICY}"]
     finally:
         srv.close()
     after = everything(lab)
@@ -137,27 +140,28 @@ async def test_commit_then_revert_restores_the_network(lab: Lab, sc: Scenario, t
     assert not changed, changed
 
 
-async def test_kill9_mid_apply_then_restart_converges(lab: Lab, sc: Scenario, tmp_path: Path) -> None:
+async def test_kill9_mid_apply_then_restart_converges(lab: Lab, tmp_path: Path) -> None:
     """The reconciler killed with SIGKILL while its transaction is journaled and unfinished: the
     restarted reconciler finishes (undoes) it, then applies the commit; nothing is left half-applied."""
-    pe, route = site_route(lab, sc)
     srv = a3r(lab, tmp_path, reconciler=False)
     eng = Engine(lab)
     try:
         async with connect(srv) as c:
-            data(await c.call_tool("delete_record", {"service_class": "tenant_site", "id": SITE}))
-            cm = data(await c.call_tool("commit", {"message": f"decommission {SITE}"}))
+            data(await c.call_tool("delete_record", {"service_class": "steering_policy", "id": POLICY}))
+            cm = data(await c.call_tool("commit", {"message": f"remove {POLICY}"}))
         pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE)
         poll("a journaled transaction", lambda: bool(eng.journal.unfinished()), 120)
         os.kill(pid, signal.SIGKILL)
         poll("the reconciler gone", lambda: not pid_alive(pid), 30)
+        assert eng.journal.unfinished()
         rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE)
         poll("the commit applied", lambda: status(lab).applied_commit == cm["commit"], 180)
         assert not eng.journal.unfinished()
-        assert not has(lab, pe, route)
         inv, _ = eng.inventory()
+        assert POLICY not in {x.id for x in inv.steering}
         bad = [v for v in observe(lab, inv.invariants) if not v.ok]
         assert not bad, bad[:3]
+        poll("no drift left", lambda: (r := rc.read_log(lab, status(lab).epoch, 1)) != [] and not r[0].drift, 60)
     finally:
         rc.stop(lab)
         srv.close()

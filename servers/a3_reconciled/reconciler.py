@@ -191,6 +191,9 @@ class Reconciler:
             rec.result, rec.message = "retry", f"a configuration lock is held: {e}; retried"
         except (TransactionError, SubstrateError, SourceError, OSError) as e:
             rec.result, rec.message = "retry", f"{type(e).__name__}: {e}; retried"
+        except Exception as e:  # noqa: BLE001 - the controller must not die on one reconcile: recorded, retried
+            log.error("reconcile failed", exc_info=True)
+            rec.result, rec.message = "retry", f"internal error {type(e).__name__}: {e}; retried"
         rec.duration_s = round(time.monotonic() - t0, 3)
         if rec.drift:
             st.drift_events += 1

@@ -313,7 +313,7 @@ class Repo:
     def _blobs(self, shas: list[str]) -> list[str]:
         if not shas:
             return []
-        out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.dir, input="\n".join(shas) + "\n", capture_output=True,
+        out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.dir, input=("\n".join(shas) + "\n").encode(), capture_output=True,
                              timeout=GIT_TIMEOUT_S, check=False).stdout  # fmt: skip
         texts, pos = [], 0
         for _ in shas:
