@@ -167,6 +167,26 @@ async def test_kill9_mid_apply_then_restart_converges(lab: Lab, tmp_path: Path) 
         srv.close()
 
 
+def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:
+    """A reconciler whose owner (the server that started it) dies exits by itself; one left running
+    is stopped by the lab's controller clean-up (what Lab.destroy and harness lab cleanup call)."""
+    import subprocess
+
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        pid = rc.start(lab, owner_pid=owner.pid, interval_s=60.0, options=SLOW_MACHINE)
+        owner.kill()
+        owner.wait()
+        poll("the orphaned reconciler gone", lambda: not pid_alive(pid), 60)
+        assert controllers.info(lab.dir, rc.CONTROLLER) is None
+        pid = rc.start(lab, owner_pid=os.getpid(), interval_s=60.0, options=SLOW_MACHINE)
+        assert controllers.stop_all(lab.dir, orphans_only=True) == 0 and pid_alive(pid)
+        assert controllers.stop_all(lab.dir) == 1 and not pid_alive(pid)
+    finally:
+        owner.kill()
+        rc.stop(lab)
+
+
 def a3r_call(rng: Any) -> tuple[str, dict[str, Any]]:
     """A random, mostly malformed A3-R tool call (never a valid mutation of the desired state)."""
     from tests.test_servers_fuzz import junk, junk_str, maybe_extra
