@@ -238,6 +238,11 @@ class Reconciler:
             rec.message += f" drift on {', '.join(found)} reported (report-only mode), not reverted"
             return
 
+        if all(repair_delta(n, sc.node_config.get(n) or NodeConfig(), ls).empty() for n, ls in found.items()):
+            rec.result = "failed"
+            rec.message += f" drift on {', '.join(found)} that no device command of the rendering undoes; reported"
+            return
+
         def deltas_of(inv: Scenario) -> dict[str, Any]:
             now = self.drift_of(inv)
             return {n: repair_delta(n, inv.node_config.get(n) or NodeConfig(), ls) for n, ls in now.items()}
