@@ -18,6 +18,7 @@ LEVELS: dict[str, str] = {
     "A1": "servers.a1_wrapper.server:build_server",
     "A2": "servers.a2_netconf.server:build_server",
     "A3-T": "servers.a3_intent.server:build_server",
+    "A3-R": "servers.a3_reconciled.server:build_server",
 }
 
 #: Levels that have a blocklist of destructive commands (ServerConfig.blocklist); the others refuse it.

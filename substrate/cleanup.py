@@ -20,6 +20,7 @@ from substrate.faults import clear_all
 from substrate.lab import Lab
 from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
 from substrate.process import run_bounded
+from substrate.controllers import stop_all as stop_all_controllers
 from substrate.record import LabRecord, pid_alive
 
 
@@ -110,6 +111,8 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                 # a detached lab (harness lab up) is the user's until harness lab down, even with a
                 # dead node; a lab owned by a process is a leftover once that process is gone
                 if condition == "creating" or record.detached or condition == "up":
+                    # controllers (A3-R's reconciler) whose owner died must not outlive it
+                    report.processes += stop_all_controllers(d, orphans_only=True)
                     if not owner_alive and condition != "creating":
                         # a kept lab may still carry faults of a run whose process crashed
                         report.faults_cleared += clear_all(lab)
@@ -128,6 +131,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
                     Lab(record).destroy()
                 except SubstrateError:
                     pass
+            report.processes += stop_all_controllers(d)
             unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)

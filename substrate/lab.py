@@ -570,6 +570,9 @@ class Lab:
         from substrate.netconf import stop_server  # the lab's NETCONF server (if one was started)
 
         stop_server(self)
+        from substrate.controllers import stop_all  # the lab's controllers (A3-R's reconciler)
+
+        stop_all(self.dir)
         self._backend.destroy(self)
         shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -332,6 +332,8 @@ class ScriptedAgent:
             try:
                 if ctx.level in ("A3-T", "A4"):
                     await self._intent(tools, req, mistakes)
+                elif ctx.level == "A3-R":
+                    await self._records(tools, req, mistakes)
                 elif ctx.level == "A1":
                     await self._devices(tools, req, mistakes, a1=True)
                 elif ctx.level == "A2":
@@ -364,8 +366,9 @@ class ScriptedAgent:
             r = await tools.call(name, args)
         return r
 
-    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
-        ops = intent_ops(req)
+    @staticmethod
+    def _noisy(ops: list[dict[str, Any]], req: Request, mistakes: Mistakes) -> list[dict[str, Any]]:
+        """``ops`` with the mistakes drawn for each (the noisy agent; the scripted one draws none)."""
         noisy: list[dict[str, Any]] = []
         for op in ops:
             kind = mistakes.draw()
@@ -382,6 +385,11 @@ class ScriptedAgent:
                 if others:
                     noisy.append({"op": "delete", "service_class": "tenant_site", "id": others[0]})
             noisy.append(op)
+        return noisy
+
+    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+        ops = intent_ops(req)
+        noisy = self._noisy(ops, req, mistakes)
         plan = await tools.call("plan_change_set", {"ops": noisy})
         if not plan.ok:
             # a competent operator reads the error and retries once with the ticket's own values
@@ -389,6 +397,37 @@ class ScriptedAgent:
                 noisy = ops
                 await tools.call("plan_change_set", {"ops": noisy})
         await self._mutate(tools, "apply_change_set", {"ops": noisy}, has_wait=False)
+
+    async def _records(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+        """A3-R: the request written as records (create: write_record, modify: patch_record, delete:
+        delete_record), committed, then waited for until the reconciler has applied it."""
+        ops = intent_ops(req)
+        noisy = self._noisy(ops, req, mistakes)
+
+        async def edit(change: list[dict[str, Any]]) -> Reply:
+            for op in change:
+                key = {"service_class": op["service_class"], "id": op["id"]}
+                if op["op"] == "create":
+                    await tools.call("write_record", {**key, "spec": op["spec"]})
+                elif op["op"] == "modify":
+                    await tools.call("patch_record", {**key, "patch": op["spec"]})
+                else:
+                    await tools.call("delete_record", key)
+            return await tools.call("commit", {"message": f"ticket for tenant {req.tenant}: {len(change)} record change(s)"})
+
+        r = await edit(noisy)
+        if not r.ok and noisy != ops:
+            # a competent operator reads the refusal, drops the working change and does it again with the ticket's values
+            await tools.call("discard", {})
+            r = await edit(ops)
+        if not r.ok:
+            await tools.call("discard", {})
+            return
+        for _ in range(RETRIES):
+            st = await tools.call("wait", {"seconds": 120})
+            d = st.data or {}
+            if not st.ok or d.get("applied_commit") == d.get("head") or d.get("failed_commit") == d.get("head"):
+                break
 
     async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
         facts: dict[str, PeFacts] = {}

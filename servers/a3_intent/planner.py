@@ -48,7 +48,7 @@ from substrate.devstate import DeviceState
 from substrate.errors import SubstrateError
 from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route, root_qdisc
 from substrate.routes import route_key
-from substrate.scenario.apply import ConfigDelta, config_delta
+from substrate.scenario.apply import ConfigDelta, config_delta, frr_lines
 from substrate.scenario.generator import render_scenario, scenario_invariants
 from substrate.scenario.layers.addressing import Ipam
 from substrate.scenario.layers.base import GenerationError, intents, registry
@@ -88,6 +88,8 @@ class Plan:
     invariants: list[Invariant]
     warnings: list[str]
     digest: str
+    #: a drift repair: drives devices back to ``new``'s rendering, the records unchanged
+    repair: bool = False
 
     @property
     def records_changed(self) -> bool:
@@ -541,5 +543,41 @@ def drift_warnings(sc: Scenario, nodes: list[str], states: dict[str, DeviceState
     return out
 
 
-
-
+def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
+    """The commands that drive ``node`` back to its rendering ``cfg`` from the drift ``lines``
+    :func:`drift` found there (a reconciler's self-heal, issue 13): a missing or differing route,
+    rule or address is (re)added, an extra one removed, a differing nftables table or root qdisc
+    set to the rendering's, a missing FRR line added and an extra one negated. Lines this does
+    not know are left alone (reported by :func:`drift` still).
+    """
+    d = ConfigDelta(node=node)
+    for line in lines:
+        what, _, rest = line.partition(": ")
+        if what in ("route missing", "route differs") and rest.startswith("ip -"):
+            fam, route = rest[4], rest.split(" route ", 1)[1]
+            d.additions.append(f"-{fam} route replace {route}")
+        elif what == "route extra" and rest.startswith("ip -"):
+            fam, route = rest[4], rest.split(" route ", 1)[1]
+            d.removals.append(f"-{fam} route del {route_key(route)}")
+        elif what in ("rule missing", "rule extra") and rest.startswith("ip -"):
+            fam, rule = rest[4], rest.split(" rule ", 1)[1]
+            (d.additions if what == "rule missing" else d.removals).append(f"-{fam} rule {'add' if what == 'rule missing' else 'del'} {rule}")
+        elif what == "address missing":
+            d.additions.append(f"addr replace {rest}")
+        elif what == "address extra":
+            d.removals.append(f"addr del {rest}")
+        elif what.startswith("nft "):
+            table = rest if what == "nft table missing" else what[4:].rsplit(" ", 1)[0]
+            if table in cfg.nft:
+                d.nft[table] = cfg.nft[table]
+        elif what.startswith("qdisc "):
+            dev = rest.split(" root ", 1)[0]
+            if dev in cfg.qdiscs:
+                d.qdiscs[dev] = cfg.qdiscs[dev]
+        elif what in ("FRR line missing", "FRR line extra") and " / " in rest:
+            head, ln = rest.split(" / ", 1)
+            d.frr_changes.append((head, ln, what == "FRR line missing"))
+    d.additions = list(dict.fromkeys(d.additions))
+    d.removals = list(dict.fromkeys(d.removals))
+    d.frr = frr_lines(d.frr_changes)
+    return d

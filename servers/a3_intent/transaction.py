@@ -61,16 +61,18 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key
 from servers.a3_intent.inventory import A3State, AppliedChange, Found, Records, scan, scanned_nodes
-from servers.a3_intent.planner import Plan, drift_warnings, plan
+from servers.a3_intent.planner import Plan, drift_warnings, plan, validation_scope
 from substrate import journal as jr
 from substrate.devstate import DeviceState, capture
 from substrate.errors import SubstrateError
+from substrate.scenario.apply import ConfigDelta
 from substrate.scenario.model import Invariant, Scenario
 from substrate.scenario.observer import Evidence, Verdict, observe
 
@@ -470,6 +472,34 @@ class Engine:
             TransactionError: a touched device could not be read, or an earlier rollback is still
                 pending on it; nothing was changed.
         """
+        return self._run(lambda t: self._plan(ops, t, allowed), submitted or [], cancel)
+
+    def repair(self, deltas_of: Callable[[Scenario], dict[str, ConfigDelta]], *, allowed: set[str] | None = None,
+               cancel: threading.Event | None = None) -> ChangeResult:  # fmt: skip
+        """Drive devices back to the records' rendering as one transaction, the records unchanged
+        (the drift repair of a reconciler, issue 13): ``deltas_of(inventory)`` gives, under the
+        transaction lock, each drifted device's commands (:func:`servers.a3_intent.planner.repair_deltas`).
+        Snapshot, pre-check, journal, active validation of every invariant on the touched devices,
+        and undo on a regression are those of :meth:`apply`; status ``no_change`` when nothing drifted.
+
+        Raises:
+            ConfigLockHeld, TransactionError: as :meth:`apply`; nothing was changed.
+        """
+
+        def make(t: Timings) -> tuple[Plan, A3State, list[str]]:
+            t0 = time.monotonic()
+            sc, st = self.inventory()
+            deltas = {n: d for n, d in deltas_of(sc).items() if not d.empty() and (allowed is None or n in allowed)}
+            t.scan_s = time.monotonic() - t0
+            scope = validation_scope(sc, sc, set(deltas), set())
+            return Plan(old=sc, new=sc, ops=[], deltas=deltas, changed_services=[], invariants=scope, warnings=[],
+                        digest="", repair=True), st, []  # fmt: skip
+
+        return self._run(make, [], cancel)
+
+    def _run(self, make: Callable[[Timings], tuple[Plan, A3State, list[str]]], submitted: list[dict[str, Any]],
+             cancel: threading.Event | None) -> ChangeResult:  # fmt: skip
+        """The transaction of a plan made by ``make`` under the transaction lock (see :meth:`apply`)."""
         cancel = cancel or threading.Event()
         t0 = time.monotonic()
         t = Timings()
@@ -478,11 +508,11 @@ class Engine:
             self.records.drop_stale()
             self.journal.prune()
             recovered, self._notes = list(dict.fromkeys(self._notes + self.recover())), []
-            p, st, warnings = self._plan(ops, t, allowed)
+            p, st, warnings = make(t)
             warnings = recovered + warnings
-            already = self._already(st, p.digest)
-            base = dict(ops=self._ops(p), changed_services=p.changed_services, warnings=warnings, submitted_ops=submitted or [])
-            if not p.records_changed:
+            already = self._already(st, p.digest) if not p.repair else None
+            base = dict(ops=self._ops(p), changed_services=p.changed_services, warnings=warnings, submitted_ops=submitted)
+            if not p.records_changed and not (p.repair and p.deltas):
                 cid = self._next_id(st)
                 msg = "no change: the inventory already has this" + (f" (applied as {already})" if already else "") + \
                       "; no device was touched"  # fmt: skip
@@ -633,9 +663,10 @@ class Engine:
                                         f"fail (not judged: a fault or a pre-existing problem), e.g. {already_failing[0].id}: "
                                         f"{already_failing[0].detail}"]  # fmt: skip
                 if not failed and not cancel.is_set():
-                    # the commit point: the records, durably
-                    self.records.commit(st, p.new, AppliedChange(change_id=cid, digest=p.digest, version=st.version + 1,
-                                                                 deleted=p.deleted_ids))  # fmt: skip
+                    # the commit point: the records, durably (a repair changes no record)
+                    if not p.repair:
+                        self.records.commit(st, p.new, AppliedChange(change_id=cid, digest=p.digest, version=st.version + 1,
+                                                                     deleted=p.deleted_ids))  # fmt: skip
                     return self._committed(entry, cid, p, st, t, devices, base, already, report, cancel)
                 why_cancel = not failed
             except Exception as e:  # noqa: BLE001 - devices were changed: whatever failed, they are rolled back

@@ -399,6 +399,8 @@ class AniServer(MCPServer):
         self.lab = lab if lab is not None else attach_lab(config.lab)
         #: work that must end before the process exits (see :meth:`unabandoned`)
         self._in_flight: set[threading.Event] = set()
+        #: called by :meth:`close`, last registered first (a level's helper processes: A3-R's reconciler)
+        self.on_close: list[Callable[[], None]] = []
         names = self.lab.node_names()
         if config.devices is None:  # the routers: customer and external hosts are not the agent's to touch
             routers = set(self.lab.routers())
@@ -766,6 +768,12 @@ class AniServer(MCPServer):
         for done in list(self._in_flight):
             if not done.wait(max(0.0, deadline - time.monotonic())):
                 log.error("exiting with work in flight after %.0f s (a transaction: the next server finishes it)", wait_s)
+        for fn in reversed(self.on_close):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - closing goes on: the trajectory must still be closed
+                log.error("close hook failed", exc_info=True)
+        self.on_close.clear()
         if self.recorder is not None:
             self.recorder.close()
 

@@ -1,0 +1,397 @@
+"""A3-R's reconciler: a controller process per lab that drives the network to the source of
+truth's HEAD (draft section 5.1, A3-R: "drift detection and reconciliation"; the self-heal of
+GitOps controllers such as Argo CD and Flux).
+
+One reconcile (:meth:`Reconciler.reconcile_once`):
+
+1. reads HEAD's records (:class:`servers.a3_reconciled.source.Repo`) and, when they differ from
+   the records A3-T last applied, turns the difference into an A3-T change set
+   (:func:`servers.a3_reconciled.source.ops_toward`) and applies it with the A3-T engine
+   (:meth:`servers.a3_intent.transaction.Engine.apply`: planning with allocation and integrity
+   rules, journaled cross-device transaction, pre-check, active validation, rollback). A commit
+   whose change is refused or rolled back leaves the network at the last good commit; it is
+   retried only when the failure was transient, or on the next commit;
+2. compares every device with the applied records' rendering (:func:`servers.a3_intent.planner.drift`):
+   drift found is reverted (default; :func:`~servers.a3_intent.planner.repair_delta` through
+   :meth:`~servers.a3_intent.transaction.Engine.repair`, the same transaction) or only reported
+   (``mode="report"``);
+3. appends a record to ``<lab dir>/a3r/reconciles.jsonl`` (commit, change id, devices touched,
+   result, drift found, duration) and rewrites ``<lab dir>/a3r/status.json``.
+
+The process (``python -m servers.a3_reconciled.reconciler LAB``) reconciles when HEAD moves (the
+A3-R server also sends it SIGUSR1 after a commit) and every ``interval_s`` seconds; it exits when
+its owner (the server that started it) dies, when the lab directory goes, or on SIGTERM. A held
+configuration lock makes a reconcile wait (the engine's bounded wait) and then be retried after
+``retry_s``. Killed with SIGKILL mid-apply, it leaves a journaled transaction that the next
+reconciler (or A3-T server) finishes at start (:meth:`Engine.recover_at_start`), then converges.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
+from servers.a3_intent.inventory import scanned_nodes
+from servers.a3_intent.planner import drift, repair_delta, underlay_frr
+from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
+from servers.a3_reconciled.source import STATE_DIR, Desired, Repo, SourceError, desired_of, ops_toward
+from substrate import controllers
+from substrate.errors import SubstrateError
+from substrate.locks import ConfigLockHeld
+from substrate.scenario.model import NodeConfig
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+    from substrate.scenario.model import Scenario
+
+log = logging.getLogger("anibench.servers.a3r")
+
+CONTROLLER = "a3r-reconciler"
+STATUS_FILE = "status.json"
+LOG_FILE = "reconciles.jsonl"
+#: Default reconcile period (seconds) and retry pause after a held lock or a transient failure.
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_RETRY_S = 1.0
+#: Most drift lines kept per device in a record.
+DRIFT_LINES = 12
+#: Bound on the wait for a started reconciler to register (seconds).
+START_TIMEOUT_S = 30.0
+
+Mode = Literal["revert", "report"]
+
+
+class ReconcileRecord(BaseModel):
+    """One reconcile, as recorded in ``reconciles.jsonl``."""
+
+    n: int = Field(description="Reconcile number since the reconciler's state was made (per baseline epoch).")
+    started: float = Field(description="Unix time.")
+    commit: str | None = Field(description="HEAD commit reconciled.")
+    trigger: str = Field(description="commit | period | retry | start")
+    result: str = Field(description="in_sync | applied | drift_reverted | drift_reported | failed | retry")
+    change_id: str | None = Field(default=None, description="The A3-T change applying the commit (get it with reconcile_status).")
+    repair_change_id: str | None = None
+    devices: list[str] = Field(default_factory=list, description="Devices touched.")
+    drift: dict[str, list[str]] = Field(default_factory=dict, description="Per device, how it differed from the desired state.")
+    message: str = ""
+    duration_s: float = 0.0
+
+
+class ReconcileStatus(BaseModel):
+    """``status.json``: where the reconciler stands."""
+
+    epoch: str
+    applied_commit: str | None = Field(default=None, description="Last commit whose records the network carries.")
+    failed_commit: str | None = Field(default=None, description="A later commit whose change was refused or rolled back.")
+    failed_message: str | None = None
+    failed_transient: bool = False
+    last: ReconcileRecord | None = None
+    reconciles: int = 0
+    drift_events: int = Field(default=0, description="Reconciles that found drift.")
+    applies: int = Field(default=0, description="Reconciles that changed devices (commit applied or drift reverted).")
+    mode: Mode = "revert"
+
+
+def state_dir(lab: Lab) -> Path:
+    return Path(lab.dir) / STATE_DIR
+
+
+def read_status(lab: Lab, epoch: str) -> ReconcileStatus:
+    """The reconciler's status of this epoch (a fresh one when there is none)."""
+    try:
+        st = ReconcileStatus.model_validate_json((state_dir(lab) / STATUS_FILE).read_text())
+    except (OSError, ValueError):
+        return ReconcileStatus(epoch=epoch)
+    return st if st.epoch == epoch else ReconcileStatus(epoch=epoch)
+
+
+def read_log(lab: Lab, epoch: str, limit: int = 20) -> list[ReconcileRecord]:
+    """The last ``limit`` reconcile records of this epoch, newest first."""
+    try:
+        lines = (state_dir(lab) / LOG_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for ln in reversed(lines):
+        with contextlib.suppress(ValueError):
+            d = json.loads(ln)
+            if d.pop("epoch", None) == epoch:
+                out.append(ReconcileRecord.model_validate(d))
+        if len(out) >= limit:
+            break
+    return out
+
+
+class Reconciler:
+    """Reconciles one lab (see module docstring)."""
+
+    def __init__(self, lab: Lab, *, mode: Mode = "revert", devices: set[str] | None = None, options: EngineOptions | None = None):
+        self.lab = lab
+        self.mode = mode
+        self.allowed = devices
+        self.engine = Engine(lab, options or EngineOptions(holder=f"A3-R reconciler (pid {os.getpid()})"))
+        self.repo = Repo(lab)
+
+    def ensure_repo(self) -> str:
+        """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
+        epoch = self.engine.records.epoch()
+        with self.repo.locked():
+            sc, _ = self.engine.inventory()
+            self.repo.ensure(sc, epoch)
+        return epoch
+
+    def _save(self, st: ReconcileStatus, rec: ReconcileRecord) -> None:
+        d = state_dir(self.lab)
+        d.mkdir(parents=True, exist_ok=True)
+        with open(d / LOG_FILE, "a") as f:
+            f.write(json.dumps({**rec.model_dump(mode="json"), "epoch": st.epoch}) + "\n")
+        st.last = rec
+        tmp = d / f".{STATUS_FILE}.tmp"
+        tmp.write_text(st.model_dump_json())
+        tmp.replace(d / STATUS_FILE)
+
+    def drift_of(self, sc: Scenario) -> dict[str, list[str]]:
+        """Per device (of the desired rendering, within the allowed devices), how it differs from it."""
+        nodes = [n for n in scanned_nodes(sc) if n in sc.node_config and (self.allowed is None or n in self.allowed)]
+        states, _found, _errors = self.engine.scan(sc, nodes)
+        views = self.engine.frr_views(nodes)
+        out = {}
+        for n in nodes:
+            if n in states:
+                lines = drift(n, sc.node_config.get(n) or NodeConfig(), states[n], frr=views.get(n), underlay=underlay_frr(sc, n))
+                if lines:
+                    out[n] = lines
+        return out
+
+    def reconcile_once(self, trigger: str = "period") -> ReconcileRecord:
+        """One reconcile (see module docstring). Never raises for a device or lock problem: the
+        record says it (result ``retry`` or ``failed``)."""
+        t0 = time.monotonic()
+        epoch = self.ensure_repo()
+        st = read_status(self.lab, epoch)
+        st.mode = self.mode
+        st.reconciles += 1
+        head = self.repo.head()
+        rec = ReconcileRecord(n=st.reconciles, started=time.time(), commit=head, trigger=trigger, result="in_sync")
+        try:
+            self._reconcile(st, rec, head)
+        except ConfigLockHeld as e:
+            rec.result, rec.message = "retry", f"a configuration lock is held: {e}; retried"
+        except (TransactionError, SubstrateError, SourceError, OSError) as e:
+            rec.result, rec.message = "retry", f"{type(e).__name__}: {e}; retried"
+        except Exception as e:  # noqa: BLE001 - the controller must not die on one reconcile: recorded, retried
+            log.error("reconcile failed", exc_info=True)
+            rec.result, rec.message = "retry", f"internal error {type(e).__name__}: {e}; retried"
+        rec.duration_s = round(time.monotonic() - t0, 3)
+        if rec.drift:
+            st.drift_events += 1
+        if rec.devices:
+            st.applies += 1
+        self._save(st, rec)
+        return rec
+
+    def _reconcile(self, st: ReconcileStatus, rec: ReconcileRecord, head: str | None) -> None:
+        sc, _ = self.engine.inventory()
+        if head is not None and head != st.applied_commit and not (head == st.failed_commit and not st.failed_transient):
+            desired: Desired = self.repo.desired_at(head)
+            raw, _where = ops_toward(desired, desired_of(sc))
+            if not raw:
+                st.applied_commit, st.failed_commit = head, None
+                rec.message = "the network already carries this commit's records"
+            else:
+                try:
+                    res = self.engine.apply(parse_ops(raw), submitted=raw, allowed=self.allowed)
+                except ChangeSetRejected as e:
+                    st.failed_commit, st.failed_message, st.failed_transient = head, str(e), False
+                    rec.result, rec.message = "failed", f"commit {head[:12]} refused by the planner, nothing changed: {e}"
+                    return
+                rec.change_id = res.change_id
+                rec.devices = [d.device for d in res.devices]
+                if res.status in ("applied", "no_change"):
+                    st.applied_commit, st.failed_commit, st.failed_message = head, None, None
+                    rec.result, rec.message = "applied", f"commit {head[:12]} applied as change {res.change_id}: {res.message}"
+                else:
+                    st.failed_commit, st.failed_message, st.failed_transient = head, res.message, res.transient
+                    rec.result = "retry" if res.transient else "failed"
+                    rec.message = (f"commit {head[:12]} not applied (change {res.change_id}, {res.status}); the network stays at "
+                                   f"commit {(st.applied_commit or 'baseline')[:12]}: {res.message}")  # fmt: skip
+            sc, _ = self.engine.inventory()
+        found = self.drift_of(sc)
+        if not found:
+            return
+        rec.drift = {n: ls[:DRIFT_LINES] + ([f"... {len(ls) - DRIFT_LINES} more"] if len(ls) > DRIFT_LINES else []) for n, ls in found.items()}
+        if self.mode == "report":
+            if rec.result == "in_sync":
+                rec.result = "drift_reported"
+            rec.message += f" drift on {', '.join(found)} reported (report-only mode), not reverted"
+            return
+
+        if all(repair_delta(n, sc.node_config.get(n) or NodeConfig(), ls).empty() for n, ls in found.items()):
+            rec.result = "failed"
+            rec.message += f" drift on {', '.join(found)} that no device command of the rendering undoes; reported"
+            return
+
+        def deltas_of(inv: Scenario) -> dict[str, Any]:
+            now = self.drift_of(inv)
+            return {n: repair_delta(n, inv.node_config.get(n) or NodeConfig(), ls) for n, ls in now.items()}
+
+        res = self.engine.repair(deltas_of, allowed=self.allowed)
+        rec.repair_change_id = res.change_id
+        rec.devices = sorted(set(rec.devices) | {d.device for d in res.devices})
+        if res.status == "applied":
+            if rec.result == "in_sync":
+                rec.result = "drift_reverted"
+            rec.message += f" drift on {', '.join(found)} reverted (change {res.change_id})"
+        elif res.status != "no_change":
+            rec.result = "retry" if res.transient else "failed"
+            rec.message += f" drift on {', '.join(found)} could not be reverted (change {res.change_id}, {res.status}): {res.message}"
+        rec.message = rec.message.strip()
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def run(self, interval_s: float, retry_s: float, stop: threading.Event, wake: threading.Event,
+            alive: Any = lambda: True) -> None:  # fmt: skip
+        """Reconcile at start, on every HEAD move or wake-up, every ``interval_s`` and ``retry_s``
+        after a ``retry`` result, until ``stop`` is set or ``alive()`` is false."""
+        for note in self.engine.recover_at_start():
+            log.warning("A3-R reconciler on %s: %s", self.lab.name, note)
+        trigger = "start"
+        while not stop.is_set() and alive():
+            rec = self.reconcile_once(trigger)
+            seen = self.repo.head_fast()
+            due = time.monotonic() + (retry_s if rec.result == "retry" else interval_s)
+            trigger = "period"
+            while not stop.is_set() and time.monotonic() < due:
+                if wake.wait(timeout=min(0.5, max(0.0, due - time.monotonic()))):
+                    wake.clear()
+                    trigger = "commit"
+                    break
+                if self.repo.head_fast() != seen:
+                    trigger = "commit"
+                    break
+                if not alive():
+                    return
+            if rec.result == "retry" and trigger == "period":
+                trigger = "retry"
+
+
+# -- the process ------------------------------------------------------------------------------------
+
+
+def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S, mode: Mode = "revert",
+          devices: list[str] | None = None, options: dict[str, float] | None = None) -> int:  # fmt: skip
+    """Start the lab's reconciler process unless one runs; returns its pid.
+
+    Raises:
+        SubstrateError: it did not register within START_TIMEOUT_S (its log is quoted).
+    """
+    running = controllers.info(lab.dir, CONTROLLER)
+    if running is not None:
+        return int(running["pid"])
+    d = state_dir(lab)
+    d.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "servers.a3_reconciled.reconciler", lab.name, "--owner", str(owner_pid or os.getpid()),
+           "--interval", str(interval_s), "--mode", mode]  # fmt: skip
+    if devices is not None:
+        cmd += ["--devices", ",".join(devices)]
+    for k, v in (options or {}).items():
+        cmd += ["--option", f"{k}={v}"]
+    logf = open(d / "reconciler.log", "ab")  # noqa: SIM115 - handed to the child
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True, cwd=root)
+    logf.close()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while (running := controllers.info(lab.dir, CONTROLLER)) is None or int(running["pid"]) != proc.pid:
+        if proc.poll() is not None:
+            raise SubstrateError(f"the A3-R reconciler of lab {lab.name} exited ({proc.returncode}): {_tail(d / 'reconciler.log')}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SubstrateError(f"the A3-R reconciler of lab {lab.name} did not start within {START_TIMEOUT_S:g} s")
+        time.sleep(0.05)  # poll interval: returns as soon as it has registered
+    _CHILDREN.append(proc)
+    return proc.pid
+
+
+#: Reconcilers started by this process (reaped by stop).
+_CHILDREN: list[subprocess.Popen[bytes]] = []
+
+
+def stop(lab: Lab) -> bool:
+    """Stop the lab's reconciler (it finishes or abandons its step: an abandoned transaction is
+    journaled and finished by the next one). Whether one ran."""
+    ran = controllers.stop(lab.dir, CONTROLLER)
+    for p in list(_CHILDREN):
+        if p.poll() is not None:
+            _CHILDREN.remove(p)
+    return ran
+
+
+def wake(lab: Lab) -> bool:
+    """Tell the running reconciler to reconcile now (after a commit)."""
+    return controllers.signal_controller(lab.dir, CONTROLLER, signal.SIGUSR1)
+
+
+def _tail(p: Path) -> str:
+    try:
+        return p.read_text(errors="replace")[-600:].strip() or "(no output)"
+    except OSError:
+        return "(no log)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m servers.a3_reconciled.reconciler LAB --owner PID [--interval S] [--mode revert|report]``."""
+    from substrate.lab import Lab
+    from substrate.record import pid_alive, pid_start
+
+    ap = argparse.ArgumentParser(prog="a3r-reconciler")
+    ap.add_argument("lab")
+    ap.add_argument("--owner", type=int, required=True)
+    ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
+    ap.add_argument("--retry", type=float, default=DEFAULT_RETRY_S)
+    ap.add_argument("--mode", choices=["revert", "report"], default="revert")
+    ap.add_argument("--devices", default=None)
+    ap.add_argument("--option", action="append", default=[])
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    lab = Lab.attach(a.lab)
+    owner_start = pid_start(a.owner)
+    opts = EngineOptions(holder=f"A3-R reconciler (pid {os.getpid()})")
+    for kv in a.option:
+        k, _, v = kv.partition("=")
+        if hasattr(opts, k):
+            setattr(opts, k, float(v))
+    rc = Reconciler(lab, mode=a.mode, devices=set(a.devices.split(",")) if a.devices else None, options=opts)
+    stop_ev, wake_ev = threading.Event(), threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_ev.set())
+    signal.signal(signal.SIGINT, lambda *_: stop_ev.set())
+    signal.signal(signal.SIGUSR1, lambda *_: wake_ev.set())
+    lab_dir = Path(lab.dir)
+    controllers.register(lab_dir, CONTROLLER, a.owner)
+
+    def alive() -> bool:
+        return (lab_dir / "lab.json").exists() and pid_alive(a.owner, owner_start)
+
+    try:
+        rc.run(a.interval, a.retry, stop_ev, wake_ev, alive)
+    finally:
+        with contextlib.suppress(OSError):
+            data = json.loads((lab_dir / controllers.DIR / f"{CONTROLLER}.json").read_text())
+            if data.get("pid") == os.getpid():
+                (lab_dir / controllers.DIR / f"{CONTROLLER}.json").unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,423 @@
+"""A3-R's source of truth: one Git repository per lab holding the desired state as service records
+(draft-salsano-nmrg-nmaa-benchmarking-framework section 5.1, Table 1: "A3-R: reconciled source of
+truth -- versioned desired state, drift detection and reconciliation").
+
+Layout: ``<lab dir>/a3r/repo`` is an ordinary Git repository (the ``git`` command; ``git log``
+there is the history a user inspects). Each record is one YAML file
+``records/<service_class>/<id>.yaml`` holding the instance's spec -- the create spec of the A3-T
+catalog (:mod:`servers.a3_intent.catalog`), validated by the same pydantic models, so a record
+that does not validate is refused with its field path and never committed. Resources the server
+allocates (SIDs, tables, marks) are not records: the reconcile allocates them, as A3-T does.
+
+The first commit is the lab's baseline, generated from the deployed scenario's inventory. The
+repository belongs to one baseline epoch of the lab (:func:`substrate.scenario.deploy.baseline_epoch`):
+after a lab reset it is made again from the baseline.
+
+The working tree is the agent's working change (written by the A3-R server); the reconciler reads
+only commits (``HEAD``), never the working tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from servers.a3_intent import catalog as cat
+from servers.a3_intent.catalog import Problem, natural_key
+from substrate.scenario.layers import intents
+
+if TYPE_CHECKING:
+    from substrate.lab import Lab
+    from substrate.scenario.model import Scenario
+
+#: Directory of A3-R's state in a lab directory, and the repository in it.
+STATE_DIR = "a3r"
+REPO_DIR = "repo"
+RECORDS = "records"
+EPOCH_FILE = "anibench-epoch"
+#: Author and committer of the baseline commit and of the reconciler's own commits.
+SYSTEM_AUTHOR = ("anibench", "anibench@lab.invalid")
+#: Bound on one git command (seconds).
+GIT_TIMEOUT_S = 30.0
+#: Largest record file accepted (bytes).
+MAX_RECORD_BYTES = 64_000
+
+#: Desired state: service class -> instance id -> spec (JSON form).
+Desired = dict[str, dict[str, dict[str, Any]]]
+
+
+class SourceError(Exception):
+    """A git operation failed or the repository cannot be used; says which and why."""
+
+
+class RecordRejected(Exception):
+    """A record does not validate; ``problems`` name each field path (``records/tenant_site/t3s4.yaml: spec.prefix6: ...``)."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("record rejected; nothing was written:\n" + "\n".join(f"- {p}" for p in problems))
+
+
+def record_path(service_class: str, iid: str) -> str:
+    """Path of a record in the repository."""
+    return f"{RECORDS}/{service_class}/{iid}.yaml"
+
+
+def writable_classes(sc: Scenario) -> list[str]:
+    """The catalog classes the scenario offers that records describe (read-only ones excluded)."""
+    return [n for n in cat.classes_of(sc.layers) if n in cat.SERVICE_CLASSES]
+
+
+def normalize(service_class: str, spec: Any, *, where: str = "spec") -> dict[str, Any]:
+    """A record's spec validated by the class's A3-T spec model, in JSON form.
+
+    Raises:
+        RecordRejected: every violation, with its field path under ``where``.
+    """
+    model = cat.SPEC_MODELS[service_class]
+    try:
+        return model.model_validate(spec).model_dump(mode="json")
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            loc = ".".join([where, *(str(x) for x in err.get("loc", ()))])
+            msg = err.get("msg", "invalid").removeprefix("Value error, ")
+            problems.append(Problem(path=loc, message="field required" if err.get("type") == "missing" else
+                                    "unexpected field" if err.get("type") == "extra_forbidden" else msg))  # fmt: skip
+        raise RecordRejected(problems) from None
+
+
+def check_id(service_class: str, iid: str) -> str:
+    """``iid`` if it is a valid id of ``service_class`` (the catalog's id form).
+
+    Raises:
+        RecordRejected: it is not (path ``id``).
+    """
+    try:
+        return str(TypeAdapter(cat.INTENTS[service_class].id_type).validate_python(iid))
+    except ValidationError as e:
+        raise RecordRejected([Problem(path="id", message=f"{iid[:64]!r} is not a valid {service_class} id: {e.errors()[0]['msg']}")]) from None
+
+
+def desired_of(sc: Scenario) -> Desired:
+    """The records of an inventory (every writable instance's spec, normalized)."""
+    out: Desired = {}
+    for name in writable_classes(sc):
+        it = cat.INTENTS[name]
+        out[name] = {x.id: normalize(name, it.spec_of(x)) for x in it.instances(sc)}
+    return out
+
+
+def _same(desired: dict[str, Any], applied: dict[str, Any]) -> bool:
+    """A desired spec equals an applied one; a desired ``auto`` equals whatever was allocated."""
+    return all(v == cat.AUTO or applied.get(k) == v for k, v in desired.items()) and set(applied) <= set(desired) | {
+        k for k, v in applied.items() if v is None}
+
+
+def ops_toward(desired: Desired, applied: Desired) -> tuple[list[dict[str, Any]], list[str]]:
+    """The A3-T change set turning the ``applied`` records into ``desired`` (create for a new id,
+    modify with the fields that differ, delete for a gone one): deletes first, in reverse registry
+    order (dependents before what they depend on), then creates and modifies in registry order.
+
+    Returns:
+        ``(ops, where)``: the operations and, per operation, the record file it comes from.
+    """
+    order = [i.name for i in intents() if not i.read_only and (i.name in desired or i.name in applied)]
+    ops: list[dict[str, Any]] = []
+    where: list[str] = []
+    for name in reversed(order):
+        for iid in sorted(set(applied.get(name, {})) - set(desired.get(name, {})), key=natural_key):
+            ops.append({"op": "delete", "service_class": name, "id": iid})
+            where.append(record_path(name, iid))
+    for name in order:
+        have = applied.get(name, {})
+        for iid, spec in sorted(desired.get(name, {}).items(), key=lambda kv: natural_key(kv[0])):
+            if iid not in have:
+                ops.append({"op": "create", "service_class": name, "id": iid, "spec": spec})
+            elif not _same(spec, have[iid]):
+                patch = {k: v for k, v in spec.items() if v != cat.AUTO and have[iid].get(k) != v}
+                patch |= {k: None for k in have[iid] if k not in spec and have[iid][k] is not None}
+                ops.append({"op": "modify", "service_class": name, "id": iid, "spec": patch})
+            else:
+                continue
+            where.append(record_path(name, iid))
+    return ops, where
+
+
+def blame(problems: list[Problem], where: list[str]) -> list[Problem]:
+    """Planner problems (``ops[2].spec.pe``) re-addressed to record files (``records/tenant_site/t3s4.yaml: spec.pe``)."""
+    out = []
+    for p in problems:
+        path = p.path
+        if path.startswith("ops[") and "]" in path:
+            i = int(path[4:path.index("]")]) if path[4:path.index("]")].isdigit() else -1
+            rest = path[path.index("]") + 1:].lstrip(".")
+            if 0 <= i < len(where):
+                path = f"{where[i]}: {rest or '(record)'}"
+        out.append(Problem(path=path, message=p.message))
+    return out
+
+
+class Repo:
+    """The lab's source-of-truth repository (see module docstring). Thread- and process-safe for
+    writers through :meth:`locked`."""
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self.state_dir = Path(lab.dir) / STATE_DIR
+        self.dir = self.state_dir / REPO_DIR
+        self._held = threading.local()
+        self._thread_lock = threading.Lock()
+
+    # -- git --------------------------------------------------------------------------------------
+
+    def git(self, *args: str, input_text: str | None = None, author: tuple[str, str] | None = None, check: bool = True) -> str:
+        """Run ``git args`` in the repository (no user or system configuration, no hooks).
+
+        Raises:
+            SourceError: git failed (its message quoted) or did not finish within GIT_TIMEOUT_S.
+        """
+        name, email = author or SYSTEM_AUTHOR
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.state_dir), "GIT_CONFIG_NOSYSTEM": "1",
+               "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+               "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0"}  # fmt: skip
+        try:
+            r = subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "-c", "commit.gpgsign=false", "-c", "core.quotepath=off",
+                                *args], cwd=self.dir, input=input_text, capture_output=True, text=True, env=env,
+                               timeout=GIT_TIMEOUT_S, check=False)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SourceError(f"git {args[0]} failed: {e}") from None
+        if check and r.returncode != 0:
+            raise SourceError(f"git {args[0]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
+        return r.stdout
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Serialize writers of the repository across processes (flock) and threads; re-entrant
+        in the thread holding it."""
+        if getattr(self._held, "depth", 0):
+            self._held.depth += 1
+            try:
+                yield
+            finally:
+                self._held.depth -= 1
+            return
+        with self._thread_lock:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.state_dir / "repo.lock", "w") as lk:
+                fcntl.flock(lk, fcntl.LOCK_EX)
+                self._held.depth = 1
+                try:
+                    yield
+                finally:
+                    self._held.depth = 0
+
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def epoch(self) -> str | None:
+        try:
+            return (self.dir / ".git" / EPOCH_FILE).read_text().strip()
+        except OSError:
+            return None
+
+    def ensure(self, inventory: Scenario, epoch: str) -> bool:
+        """Make the repository with its baseline commit unless it exists for ``epoch`` (after a lab
+        reset it is made again). Returns whether it was (re)made. Call under :meth:`locked`.
+
+        Raises:
+            SourceError: git failed.
+        """
+        if self.epoch() == epoch and (self.dir / ".git" / "HEAD").exists():
+            return False
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.git("init", "-q", "-b", "main")
+        for name, recs in desired_of(inventory).items():
+            (self.dir / RECORDS / name).mkdir(parents=True, exist_ok=True)
+            (self.dir / RECORDS / name / ".keep").write_text("")
+            for iid, spec in recs.items():
+                self._write(record_path(name, iid), spec)
+        (self.dir / "README.md").write_text(
+            "# Desired state of this lab (anibench A3-R)\n\nOne YAML file per service record: "
+            "records/<service_class>/<id>.yaml holds the instance's spec (the A3-T catalog's create spec).\n"
+            "The reconciler drives the network to the last commit (HEAD).\n")  # fmt: skip
+        self.git("add", "-A")
+        self.git("commit", "-q", "-m", "baseline: the brownfield's service records, generated from the scenario")
+        (self.dir / ".git" / EPOCH_FILE).write_text(epoch + "\n")
+        return True
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def head(self) -> str | None:
+        """The commit id of HEAD (None before the baseline)."""
+        try:
+            return self.git("rev-parse", "--verify", "-q", "HEAD").strip() or None
+        except SourceError:
+            return None
+
+    def head_fast(self) -> str | None:
+        """HEAD's commit id read from the ref file (cheap: the reconciler polls it), else via git."""
+        try:
+            ref = (self.dir / ".git" / "HEAD").read_text().strip()
+            if ref.startswith("ref: "):
+                return (self.dir / ".git" / ref[5:]).read_text().strip()
+            return ref
+        except OSError:
+            return self.head()
+
+    def resolve(self, rev: str) -> str:
+        """Full commit id of ``rev`` (a commit id or prefix, ``HEAD~1``, ...).
+
+        Raises:
+            SourceError: no such commit.
+        """
+        if rev.startswith("-") or len(rev) > 80:
+            raise SourceError(f"not a commit: {rev[:80]!r}")
+        out = self.git("rev-parse", "--verify", "-q", f"{rev}^{{commit}}", check=False).strip()
+        if not out:
+            raise SourceError(f"no commit {rev[:80]!r} in the history (see history)")
+        return out
+
+    def desired_at(self, rev: str = "HEAD") -> Desired:
+        """The records of a commit (read from git objects, not the working tree).
+
+        Raises:
+            SourceError: git failed; RecordRejected: a committed record does not validate (cannot
+                happen through A3-R: commits are validated).
+        """
+        listing = self.git("ls-tree", "-r", "-z", rev, "--", RECORDS)
+        entries = []
+        for item in listing.split("\0"):
+            if not item:
+                continue
+            meta, _, path = item.partition("\t")
+            if path.endswith(".yaml"):
+                entries.append((meta.split()[2], path))
+        texts = self._blobs([sha for sha, _ in entries])
+        out: Desired = {}
+        for (_sha, path), text in zip(entries, texts, strict=True):
+            cls, iid = path.split("/")[1], path.split("/")[2].removesuffix(".yaml")
+            out.setdefault(cls, {})[iid] = yaml.safe_load(text) or {}
+        return out
+
+    def _blobs(self, shas: list[str]) -> list[str]:
+        if not shas:
+            return []
+        out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.dir, input=("\n".join(shas) + "\n").encode(), capture_output=True,
+                             timeout=GIT_TIMEOUT_S, check=False).stdout  # fmt: skip
+        texts, pos = [], 0
+        for _ in shas:
+            nl = out.index(b"\n", pos)
+            size = int(out[pos:nl].split()[2])
+            texts.append(out[nl + 1:nl + 1 + size].decode())
+            pos = nl + 1 + size + 1
+        return texts
+
+    def working(self) -> tuple[Desired, list[Problem]]:
+        """The records of the working tree, each validated; files that do not parse or validate
+        are left out and reported."""
+        out: Desired = {}
+        problems: list[Problem] = []
+        base = self.dir / RECORDS
+        for path in sorted(base.glob("*/*.yaml")):
+            rel = str(path.relative_to(self.dir))
+            cls, iid = path.parent.name, path.stem
+            try:
+                if cls not in cat.SPEC_MODELS:
+                    raise RecordRejected([Problem(path="service_class", message=f"unknown class {cls!r}")])
+                check_id(cls, iid)
+                data = yaml.safe_load(path.read_text())
+                out.setdefault(cls, {})[iid] = normalize(cls, data)
+            except RecordRejected as e:
+                problems += [Problem(path=f"{rel}: {p.path}", message=p.message) for p in e.problems]
+            except (OSError, yaml.YAMLError) as e:
+                problems.append(Problem(path=rel, message=f"cannot be read: {e}"))
+        return out, problems
+
+    def read(self, service_class: str, iid: str) -> str | None:
+        """The working tree's text of a record, or None."""
+        try:
+            return (self.dir / record_path(service_class, iid)).read_text()
+        except OSError:
+            return None
+
+    # -- writing (the working change) ---------------------------------------------------------------
+
+    def _write(self, rel: str, spec: dict[str, Any]) -> None:
+        path = self.dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(spec, sort_keys=False, default_flow_style=False))
+
+    def write(self, service_class: str, iid: str, spec: dict[str, Any]) -> str:
+        """Write a validated record into the working tree; returns its path."""
+        rel = record_path(service_class, iid)
+        self._write(rel, spec)
+        return rel
+
+    def delete(self, service_class: str, iid: str) -> bool:
+        """Remove a record from the working tree; whether it existed."""
+        path = self.dir / record_path(service_class, iid)
+        existed = path.exists()
+        path.unlink(missing_ok=True)
+        return existed
+
+    def status(self) -> list[str]:
+        """Changed paths of the working tree against HEAD (``M path``, ``A path``, ``D path``)."""
+        self.git("add", "-A", RECORDS)
+        out = self.git("diff", "--cached", "--name-status", "HEAD")
+        return [" ".join(ln.split("\t")) for ln in out.splitlines() if ln.strip()]
+
+    def diff(self) -> str:
+        """Unified diff of the working tree against HEAD."""
+        self.git("add", "-A", RECORDS)
+        return self.git("diff", "--cached", "HEAD")
+
+    def discard(self) -> None:
+        """Put the working tree back to HEAD."""
+        self.git("reset", "-q", "--hard", "HEAD")
+        self.git("clean", "-q", "-fd", "--", RECORDS)
+
+    def commit(self, message: str, author: tuple[str, str]) -> str:
+        """Commit the working tree; returns the new commit id.
+
+        Raises:
+            SourceError: nothing to commit, or git failed.
+        """
+        if not self.status():
+            raise SourceError("nothing to commit: the working change equals HEAD")
+        self.git("commit", "-q", "-m", message, author=author)
+        return self.head() or ""
+
+    def checkout_tree(self, rev: str) -> None:
+        """Make the working tree's records those of commit ``rev`` (for a revert)."""
+        shutil.rmtree(self.dir / RECORDS, ignore_errors=True)
+        self.git("checkout", rev, "--", RECORDS)
+
+    def log(self, limit: int = 20, skip: int = 0) -> list[dict[str, Any]]:
+        """The history, newest first: commit, author, time (ISO 8601), message, files changed."""
+        sep = "\x1e"
+        out = self.git("log", f"--max-count={limit}", f"--skip={skip}", f"--format={sep}%H%x1f%an <%ae>%x1f%aI%x1f%s",
+                       "--name-status", "HEAD")  # fmt: skip
+        items = []
+        for chunk in out.split(sep):
+            if not chunk.strip():
+                continue
+            head, _, files = chunk.partition("\n")
+            commit, author, when, subject = (head.split("\x1f") + ["", "", "", ""])[:4]
+            changed = [" ".join(x.split("\t")) for x in files.splitlines() if x.strip()]
+            items.append({"commit": commit, "author": author, "time": when, "message": subject,
+                          "files": changed[:30] + ([f"... {len(changed) - 30} more"] if len(changed) > 30 else [])})  # fmt: skip
+        return items
+
+    def count(self) -> int:
+        return int(self.git("rev-list", "--count", "HEAD").strip() or 0)
