@@ -1,0 +1,201 @@
+"""The Ray executor (harness/cluster.py) on a real two-node Ray cluster on this machine.
+
+The cluster (a head and one more node, one lab slot each: two worker processes) lives in a network
+namespace of its own that has only a loopback interface, so every Ray port is on 127.0.0.1 of that
+namespace and no other Ray cluster (nor anything outside) is reachable from it or can reach it; the
+fixture ends every process of that namespace, then removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.campaign import make_spec, run_campaign
+from harness.store import CampaignStore, RunStatus
+from substrate.paths import LABS_DIR
+from tests.conftest import REPO
+
+pytest.importorskip("ray")
+MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
+VENV_BIN = Path(sys.executable).parent
+PORT = 6379  # inside the cluster's own namespace: no other listener there
+
+
+def _ns_pids(ns: str) -> list[int]:
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
+
+
+def _wait(cond, bound_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclasses.dataclass
+class RayCluster:
+    ns: str
+    address: str
+
+    def run(self, argv: list[str], **kw) -> subprocess.Popen:  # noqa: ANN003
+        """Start ``argv`` inside the cluster's namespace (the driver must reach 127.0.0.1 there)."""
+        return subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ns}", *argv], cwd=REPO, **kw)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory) -> Iterator[RayCluster]:
+    ns = f"rayloop-{uuid.uuid4().hex[:6]}"  # not anibench-*: harness lab cleanup must leave it alone
+    tmp = tmp_path_factory.mktemp("ray")
+    env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"}
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        common = ["--node-ip-address=127.0.0.1", "--object-store-memory=100000000", "--num-cpus=1",
+                  "--disable-usage-stats"]
+        for argv in ([str(VENV_BIN / "ray"), "start", "--head", f"--port={PORT}", "--include-dashboard=false",
+                      f"--temp-dir={tmp}", *common],
+                     [str(VENV_BIN / "ray"), "start", f"--address=127.0.0.1:{PORT}", *common]):
+            r = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *argv], env=env, capture_output=True, text=True,
+                               timeout=180)
+            assert r.returncode == 0, r.stderr[-2000:]
+        yield RayCluster(ns, f"127.0.0.1:{PORT}")
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _ns_pids(ns):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            try:
+                _wait(lambda: not _ns_pids(ns), 30, f"the processes of {ns} to end")
+                break
+            except AssertionError:
+                continue
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+        subprocess.run([sys.executable, "-m", "harness.cli", "lab", "cleanup"], cwd=REPO, capture_output=True)
+
+
+def _status(db: Path) -> list[tuple[str, str]]:
+    try:
+        with sqlite3.connect(db) as c:
+            return list(c.execute("select run_key, status from runs"))
+    except sqlite3.OperationalError:
+        return []
+
+
+def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]:
+    """When a variant has one run stored and the next running, SIGKILL the worker process that owns
+    its lab; returns (variant, killed pid)."""
+    found: list[tuple[int, int]] = []
+
+    def mid_variant() -> bool:
+        rows = _status(db)
+        by_v: dict[int, set[str]] = {}
+        for key, status in rows:
+            by_v.setdefault(int(key.rsplit("/", 1)[1]), set()).add(status)
+        for v, statuses in by_v.items():
+            if {"done", "running"} <= statuses:
+                for d in LABS_DIR.glob(f"ray-*-v{v}"):
+                    try:
+                        owner = json.loads((d / "lab.json").read_text())["owner_pid"]
+                    except (OSError, ValueError, KeyError):
+                        continue
+                    if owner in _ns_pids(cluster.ns):
+                        found.append((v, owner))
+                        return True
+        return False
+
+    _wait(mid_variant, 300, "a variant with one run stored and the next running")
+    v, pid = found[0]
+    os.kill(pid, signal.SIGKILL)
+    return v, pid
+
+
+@pytest.mark.lab
+def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tmp_path) -> None:
+    """Two variants of A0 vs A1 over two nodes (one lab each), one worker killed mid-variant: the
+    campaign ends with exactly the four planned runs, each stored once, with the same outcomes as
+    the local executor's runs of the same seeds, and its run files in the driver's directory."""
+    spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=2,
+                     manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,
+                     agent_options={}, campaign_id="local")
+    with CampaignStore(tmp_path / "local.sqlite") as store:
+        local = {(r.setting, r.variant): r for r in run_campaign(spec, store, results_dir=tmp_path / "local-runs")}
+
+    db = tmp_path / "ray.sqlite"
+    argv = [str(VENV_BIN / "harness"), "campaign", "--ani", "A0,A1", "--task", "onboarding", "--variants", "2",
+            "--manifest", str(MANIFEST), "--density", "1", "--seed", "7", "--wall-cap", "120", "--db", str(db),
+            "--results", str(tmp_path / "runs"), "--id", "onray", "--no-report", "--executor", "ray",
+            "--ray-address", ray_cluster.address, "--labs-per-node", "1"]
+    p = ray_cluster.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        v, pid = _kill_a_worker_mid_variant(db, ray_cluster)
+        out, err = p.communicate(timeout=600)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err[-3000:]
+    with CampaignStore(db) as store:
+        rows = store.rows("onray")
+        assert len(rows) == 4 and all(row.status == "done" for row in rows), rows
+        # the killed variant's unfinished run ran twice, every other run once; none stored twice
+        assert sorted(row.attempts for row in rows) == [1, 1, 1, 2], rows
+        recs = store.runs("onray")
+    assert sorted(r.run_key for r in recs) == sorted({r.run_key for r in recs})
+    for r in recs:
+        ref = local[(r.setting, r.variant)]
+        assert r.status is RunStatus.done
+        assert (r.scenario_seed, r.fault_seed) == (ref.scenario_seed, ref.fault_seed)
+        assert (r.outcome_label, r.test_cases_passed, r.test_cases_total, r.violated_invariants, r.steps) == \
+               (ref.outcome_label, ref.test_cases_passed, ref.test_cases_total, ref.violated_invariants, ref.steps)
+        run_dir = tmp_path / "runs" / "onray" / r.setting / f"v{r.variant}"
+        assert r.trajectory_path == str((run_dir / "trajectory.jsonl").resolve())
+        assert json.loads((run_dir / "verdicts.json").read_text()) and (run_dir / "agent.json").is_file()
+    # the killed worker's lab was removed by its host (no harness lab cleanup ran)
+    assert not [d for d in LABS_DIR.glob(f"ray-{pid % 100000}-v{v}")]
+    assert f"anibench-ray-{pid % 100000}-v{v}-" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                                     text=True).stdout
+    r = subprocess.run([str(VENV_BIN / "harness"), "report", "onray", "--db", str(db)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "A1" in r.stdout, r.stderr[-2000:]
+
+
+def test_an_unreachable_cluster_is_one_line_before_anything(tmp_path) -> None:
+    argv = [str(VENV_BIN / "harness"), "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants",
+            "1", "--db", str(tmp_path / "d.sqlite"), "--executor", "ray", "--ray-address", "127.0.0.1:1"]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("error:") == 1 and "Ray cluster at 127.0.0.1:1 unreachable" in r.stderr, r.stderr
+    with CampaignStore(tmp_path / "d.sqlite") as store:
+        assert store.campaigns() == []  # nothing planned, no lab deployed
+
+
+def test_a_host_without_frr_or_with_other_code_is_named_in_one_line() -> None:
+    from harness.cluster import NodeReport, host_problems, source_digest
+
+    driver = NodeReport("driver", "", "drv", 2, source_digest(), "2.60.0", "3.11.2", None)
+    ok = dataclasses.replace(driver, node_id="a" * 40, address="10.0.0.1", host="w1")
+    no_frr = dataclasses.replace(ok, node_id="b" * 40, host="w2", problem="missing programs: vtysh (apt install frr)")
+    other = dataclasses.replace(ok, node_id="c" * 40, host="w3", anibench="0123456789ab", ray="2.59.0")
+    assert host_problems([ok], driver) == []
+    lines = host_problems([ok, no_frr, other], driver)
+    assert lines == [
+        "host w2 (10.0.0.1, node bbbbbb): missing programs: vtysh (apt install frr)",
+        f"host w3 (10.0.0.1, node cccccc): anibench source 0123456789ab differs from the driver's {driver.anibench}; "
+        "Ray 2.59.0 differs from the driver's 2.60.0",
+    ]
