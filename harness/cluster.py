@@ -127,10 +127,21 @@ def host_problems(reports: list[NodeReport], driver: NodeReport) -> list[str]:
     return lines
 
 
-def _clean_host() -> str:
-    """Remove what dead owners left on this host (labs, namespaces); the safe ``harness lab cleanup``."""
-    from substrate.cleanup import cleanup
+def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
+    """Remove what dead owners left on this host (labs, namespaces); the safe ``harness lab cleanup``.
 
+    Args:
+        dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
+            for, up to ``bound_s`` seconds, so that their labs count as left by a dead owner.
+    """
+    import time
+
+    from substrate.cleanup import cleanup
+    from substrate.record import pid_alive
+
+    deadline = time.monotonic() + bound_s
+    while any(pid_alive(p) for p in dead) and time.monotonic() < deadline:
+        time.sleep(0.1)
     return cleanup().summary()
 
 
@@ -182,7 +193,7 @@ class _Slot:
     node: NodeReport
     index: int
     actor: Any = None
-    variant: int | None = None
+    pid: int | None = None  # of the slot's worker process, on its node
 
 
 @dataclass
@@ -297,7 +308,7 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
     def start(slot: _Slot) -> bool:
         try:
             slot.actor = actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(slot.node.node_id, soft=False)).remote()
-            ray.get(slot.actor.ready.remote(), timeout=CHECK_TIMEOUT_S)
+            slot.pid = ray.get(slot.actor.ready.remote(), timeout=CHECK_TIMEOUT_S)
             return True
         except Exception:  # noqa: BLE001 -- the node is gone (or cannot start a worker): this slot ends
             slot.actor = None
@@ -312,7 +323,6 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
             if item is None or stopping.is_set():
                 return
             v, todo = item
-            slot.variant = v
             try:
                 for ref in slot.actor.run_variant.remote(spec_json, v, todo):
                     events.put(("item", slot, v, ray.get(ref)))
@@ -324,7 +334,6 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
                 except Exception:  # noqa: BLE001,S110 -- already dead
                     pass
                 slot.actor = None
-            slot.variant = None
 
     threads = [threading.Thread(target=serve, args=(s,), daemon=True, name=f"slot-{s.node.node_id[:6]}-{s.index}")
                for s in slots]
@@ -406,7 +415,8 @@ def _stop(ray: Any, slots: list[_Slot]) -> None:
             except Exception:  # noqa: BLE001,S110 -- already dead
                 pass
     clean = ray.remote(num_cpus=0, max_retries=0)(_clean_host)
-    refs = [clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    refs = [clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+            .remote(tuple(s.pid for s in slots if s.node.node_id == node_id and s.pid))
             for node_id in {s.node.node_id for s in slots}]
     try:
         ray.get(refs, timeout=CHECK_TIMEOUT_S)

@@ -98,6 +98,14 @@ def _status(db: Path) -> list[tuple[str, str]]:
         return []
 
 
+def _attempts(db: Path) -> dict[str, tuple[int, str]]:
+    try:
+        with sqlite3.connect(db) as c:
+            return {k: (a, s) for k, a, s in c.execute("select run_key, attempts, status from runs")}
+    except sqlite3.OperationalError:
+        return {}
+
+
 def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]:
     """When a variant has one run stored and the next running, SIGKILL the worker process that owns
     its lab; returns (variant, killed pid)."""
@@ -128,9 +136,10 @@ def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]
 
 @pytest.mark.lab
 def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tmp_path) -> None:
-    """Two variants of A0 vs A1 over two nodes (one lab each), one worker killed mid-variant: the
-    campaign ends with exactly the four planned runs, each stored once, with the same outcomes as
-    the local executor's runs of the same seeds, and its run files in the driver's directory."""
+    """Two variants of A0 vs A1 over two nodes (one lab each); one worker killed mid-variant, then
+    Ctrl-C on the driver while the killed run is redone, then --resume: the campaign ends with
+    exactly the four planned runs, each stored once, with the same outcomes as the local
+    executor's runs of the same seeds, and its run files in the driver's directory."""
     spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=2,
                      manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,
                      agent_options={}, campaign_id="local")
@@ -145,16 +154,25 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
     p = ray_cluster.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         v, pid = _kill_a_worker_mid_variant(db, ray_cluster)
-        out, err = p.communicate(timeout=600)
+        redone = f"onray/A1/{v}" if dict(_status(db)).get(f"onray/A0/{v}") == "done" else f"onray/A0/{v}"
+        # the killed worker's unfinished run is taken again (a second attempt); then Ctrl-C on the driver
+        _wait(lambda: _attempts(db).get(redone) == (2, "running"), 300, f"{redone} to run again")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=300)
     finally:
         if p.poll() is None:
             p.kill()
+    assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-3000:]
+    assert not list(LABS_DIR.glob("ray-*")), "Ctrl-C left a lab of the cluster"  # stopped by the hosts themselves
+    assert all(status in ("done", "pending") for _, status in _status(db))
+    p = ray_cluster.run([*argv, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-3000:]
     with CampaignStore(db) as store:
         rows = store.rows("onray")
         assert len(rows) == 4 and all(row.status == "done" for row in rows), rows
-        # the killed variant's unfinished run ran twice, every other run once; none stored twice
-        assert sorted(row.attempts for row in rows) == [1, 1, 1, 2], rows
+        # killed, interrupted, done: the run of the killed worker took three attempts; none stored twice
+        assert {row.run_key: row.attempts for row in rows}[redone] == 3, rows
         recs = store.runs("onray")
     assert sorted(r.run_key for r in recs) == sorted({r.run_key for r in recs})
     for r in recs:
