@@ -35,6 +35,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,13 +44,16 @@ from harness.campaign import CampaignSpec, _failed, plan_campaign, run_spec, run
 from harness.errors import AnibenchError
 from harness.store import CampaignStore, RunRecord
 
-__all__ = ["MAX_VARIANT_ATTEMPTS", "NodeReport", "host_problems", "run_campaign_ray", "source_digest"]
+__all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "loopback_cluster", "run_campaign_ray",
+           "source_digest"]
 
 #: A variant whose slot is lost this many times (worker or node died, or the variant raised) has
 #: its remaining runs stored as failed instead of being queued again.
 MAX_VARIANT_ATTEMPTS = 3
 #: Seconds a node may take to answer the pre-flight check, and a slot to start.
 CHECK_TIMEOUT_S = 120.0
+#: Names of the labs of lab slots start with this (then the worker's pid and the variant).
+LAB_PREFIX = "ray-"
 #: The packages whose source must be identical on the driver and every worker.
 _SOURCE_PACKAGES = ("harness", "servers", "substrate")
 
@@ -128,7 +132,8 @@ def host_problems(reports: list[NodeReport], driver: NodeReport) -> list[str]:
 
 
 def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
-    """Remove what dead owners left on this host (labs, namespaces); the safe ``harness lab cleanup``.
+    """Remove what dead lab slots left on this host: the labs named ``ray-*`` whose owner is gone
+    (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at).
 
     Args:
         dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
@@ -142,7 +147,7 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     deadline = time.monotonic() + bound_s
     while any(pid_alive(p) for p in dead) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return cleanup().summary()
+    return cleanup(prefix=LAB_PREFIX).summary()
 
 
 class LabSlot:
@@ -160,7 +165,7 @@ class LabSlot:
         (``files``: path relative to the run directory -> bytes); the run directory is removed once read."""
         _clean_host()
         spec = CampaignSpec.model_validate_json(spec_json)
-        lab_name = f"ray-{os.getpid() % 100000}-v{v}"[:24]
+        lab_name = f"{LAB_PREFIX}{os.getpid() % 100000}-v{v}"[:24]
         settings = dict((k, s) for s, k in todo)
         for k, rec in run_variant(spec, v, todo, self.tmp, lab_name):
             if rec is None:
@@ -422,3 +427,99 @@ def _stop(ray: Any, slots: list[_Slot]) -> None:
         ray.get(refs, timeout=CHECK_TIMEOUT_S)
     except Exception:  # noqa: BLE001,S110 -- a node that is gone cleans up with harness lab cleanup
         pass
+
+
+@dataclass
+class LoopbackCluster:
+    """A Ray cluster of this host only, in a network namespace of its own (see :func:`loopback_cluster`)."""
+
+    netns: str
+    address: str
+    ray_bin: Path
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside the cluster's namespace (where its 127.0.0.1 is): e.g. a driver."""
+        return ["nsenter", f"--net=/run/netns/{self.netns}", *argv]
+
+    def add_node(self, cpus: int = 1, object_store_mb: int = 100) -> None:
+        """Start one more Ray node (raylet and its workers) on this host, joined to the head.
+
+        Raises:
+            AnibenchError: ``ray start`` failed; Ray gives a raylet a fixed 30 s to register, which a
+                very loaded host may not meet.
+        """
+        self._start(["start", f"--address={self.address}", *self._common(cpus, object_store_mb)])
+
+    @staticmethod
+    def _common(cpus: int, object_store_mb: int) -> list[str]:
+        return ["--node-ip-address=127.0.0.1", f"--object-store-memory={object_store_mb * 1_000_000}",
+                f"--num-cpus={cpus}", "--disable-usage-stats"]
+
+    def _start(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        import subprocess
+
+        r = subprocess.run(self.command([str(self.ray_bin), *args]), capture_output=True, text=True, timeout=300,
+                           env=env or self._env)
+        if r.returncode != 0:
+            tail = " ".join((r.stderr or r.stdout).split())[-400:]
+            raise AnibenchError(f"ray {args[0]} {args[1]} failed in namespace {self.netns}: {tail}")
+
+    _env: dict[str, str] = field(default_factory=dict)
+
+
+def _netns_pids(ns: str) -> list[int]:
+    import subprocess
+
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
+
+
+@contextmanager
+def loopback_cluster(nodes: int = 2, *, cpus: int = 1, object_store_mb: int = 100,
+                     temp_dir: Path | None = None) -> Iterator[LoopbackCluster]:
+    """A Ray cluster on this host for tests and benchmarks: ``nodes`` nodes (a head and ``nodes - 1``
+    more), each its own raylet, in a new network namespace (``rayloop-XXXXXX``) that has only a
+    loopback interface. Every Ray port is on 127.0.0.1 of that namespace, so nothing outside it can
+    reach the cluster and it reaches no other Ray cluster; no dashboard; ``object_store_mb`` of
+    shared memory per node. Labs deployed by its workers are ordinary labs of this host.
+
+    On exit every process of the namespace is ended (SIGTERM, then SIGKILL, each with a bounded
+    wait) and the namespace removed: no Ray process outlives the block (``ray stop`` is never used: it
+    would stop every Ray process of the host).
+
+    Raises:
+        AnibenchError: ``ray start`` failed (its last words).
+    """
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    ns = f"rayloop-{uuid.uuid4().hex[:6]}"  # not anibench-*: harness lab cleanup leaves it alone
+    tmp = Path(temp_dir or tempfile.mkdtemp(prefix="anibench-ray-"))
+    env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"}
+    cluster = LoopbackCluster(ns, "127.0.0.1:6379", Path(sys.executable).parent / "ray", env)
+    subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        cluster._start(["start", "--head", "--port=6379", "--include-dashboard=false", f"--temp-dir={tmp}",
+                        *cluster._common(cpus, object_store_mb)])
+        for _ in range(nodes - 1):
+            cluster.add_node(cpus, object_store_mb)
+        yield cluster
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in _netns_pids(ns):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + 30
+            while _netns_pids(ns) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if not _netns_pids(ns):
+                break
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+        if temp_dir is None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,7 @@
-"""The Ray executor (harness/cluster.py) on a real two-node Ray cluster on this machine.
+"""The Ray executor (harness/cluster.py) on a real Ray cluster on this machine.
 
-The cluster (a head and one more node, one lab slot each: two worker processes) lives in a network
+The cluster (one node with two lab slots: two worker processes, each deploying its own variant's
+lab; a second raylet on the same host would add start-up time and test nothing more) lives in a network
 namespace of its own that has only a loopback interface, so every Ray port is on 127.0.0.1 of that
 namespace and no other Ray cluster (nor anything outside) is reachable from it or can reach it; the
 fixture ends every process of that namespace, then removes it.
@@ -16,26 +17,21 @@ import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.campaign import make_spec, run_campaign
+from harness.cluster import LAB_PREFIX, LoopbackCluster, loopback_cluster
 from harness.store import CampaignStore, RunStatus
+from substrate.cleanup import cleanup
 from substrate.paths import LABS_DIR
 from tests.conftest import REPO
 
 pytest.importorskip("ray")
 MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
 VENV_BIN = Path(sys.executable).parent
-PORT = 6379  # inside the cluster's own namespace: no other listener there
-
-
-def _ns_pids(ns: str) -> list[int]:
-    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
-    return [int(p) for p in r.stdout.split() if p.isdigit()]
 
 
 def _wait(cond, bound_s: float, what: str) -> None:  # noqa: ANN001
@@ -47,47 +43,20 @@ def _wait(cond, bound_s: float, what: str) -> None:  # noqa: ANN001
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@dataclasses.dataclass
-class RayCluster:
-    ns: str
-    address: str
-
-    def run(self, argv: list[str], **kw) -> subprocess.Popen:  # noqa: ANN003
-        """Start ``argv`` inside the cluster's namespace (the driver must reach 127.0.0.1 there)."""
-        return subprocess.Popen(["nsenter", f"--net=/run/netns/{self.ns}", *argv], cwd=REPO, **kw)
+def _ns_pids(ns: str) -> list[int]:
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory) -> Iterator[RayCluster]:
-    ns = f"rayloop-{uuid.uuid4().hex[:6]}"  # not anibench-*: harness lab cleanup must leave it alone
-    tmp = tmp_path_factory.mktemp("ray")
-    env = {**os.environ, "RAY_TMPDIR": str(tmp), "RAY_USAGE_STATS_ENABLED": "0"}
-    subprocess.run(["ip", "netns", "add", ns], check=True)
-    try:
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-        common = ["--node-ip-address=127.0.0.1", "--object-store-memory=100000000", "--num-cpus=1",
-                  "--disable-usage-stats"]
-        for argv in ([str(VENV_BIN / "ray"), "start", "--head", f"--port={PORT}", "--include-dashboard=false",
-                      f"--temp-dir={tmp}", *common],
-                     [str(VENV_BIN / "ray"), "start", f"--address=127.0.0.1:{PORT}", *common]):
-            r = subprocess.run(["nsenter", f"--net=/run/netns/{ns}", *argv], env=env, capture_output=True, text=True,
-                               timeout=180)
-            assert r.returncode == 0, r.stderr[-2000:]
-        yield RayCluster(ns, f"127.0.0.1:{PORT}")
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in _ns_pids(ns):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            try:
-                _wait(lambda: not _ns_pids(ns), 30, f"the processes of {ns} to end")
-                break
-            except AssertionError:
-                continue
-        subprocess.run(["ip", "netns", "del", ns], check=False)
-        subprocess.run([sys.executable, "-m", "harness.cli", "lab", "cleanup"], cwd=REPO, capture_output=True)
+def ray_cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
+    with loopback_cluster(1, cpus=2, temp_dir=tmp_path_factory.mktemp("ray")) as cluster:
+        listening = subprocess.run(cluster.command(["ss", "-ltnH"]), capture_output=True, text=True).stdout.split("\n")
+        local = [line.split()[3] for line in listening if line.strip()]
+        assert local and all(a.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for a in local), local
+        yield cluster
+    assert not _ns_pids(cluster.netns), "a Ray process outlived the cluster"
+    cleanup(prefix=LAB_PREFIX)  # what a failed test left (labs of dead slots only)
 
 
 def _status(db: Path) -> list[tuple[str, str]]:
@@ -106,7 +75,7 @@ def _attempts(db: Path) -> dict[str, tuple[int, str]]:
         return {}
 
 
-def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]:
+def _kill_a_worker_mid_variant(db: Path, cluster: LoopbackCluster) -> tuple[int, int]:
     """When a variant has one run stored and the next running, SIGKILL the worker process that owns
     its lab; returns (variant, killed pid)."""
     found: list[tuple[int, int]] = []
@@ -123,7 +92,7 @@ def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]
                         owner = json.loads((d / "lab.json").read_text())["owner_pid"]
                     except (OSError, ValueError, KeyError):
                         continue
-                    if owner in _ns_pids(cluster.ns):
+                    if owner in _ns_pids(cluster.netns):
                         found.append((v, owner))
                         return True
         return False
@@ -136,7 +105,7 @@ def _kill_a_worker_mid_variant(db: Path, cluster: RayCluster) -> tuple[int, int]
 
 @pytest.mark.lab
 def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tmp_path) -> None:
-    """Two variants of A0 vs A1 over two nodes (one lab each); one worker killed mid-variant, then
+    """Two variants of A0 vs A1 on two lab slots at once; one worker killed mid-variant, then
     Ctrl-C on the driver while the killed run is redone, then --resume: the campaign ends with
     exactly the four planned runs, each stored once, with the same outcomes as the local
     executor's runs of the same seeds, and its run files in the driver's directory."""
@@ -150,8 +119,8 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
     argv = [str(VENV_BIN / "harness"), "campaign", "--ani", "A0,A1", "--task", "onboarding", "--variants", "2",
             "--manifest", str(MANIFEST), "--density", "1", "--seed", "7", "--wall-cap", "120", "--db", str(db),
             "--results", str(tmp_path / "runs"), "--id", "onray", "--no-report", "--executor", "ray",
-            "--ray-address", ray_cluster.address, "--labs-per-node", "1"]
-    p = ray_cluster.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            "--ray-address", ray_cluster.address, "--labs-per-node", "2"]
+    p = subprocess.Popen(ray_cluster.command(argv), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         v, pid = _kill_a_worker_mid_variant(db, ray_cluster)
         redone = f"onray/A1/{v}" if dict(_status(db)).get(f"onray/A0/{v}") == "done" else f"onray/A0/{v}"
@@ -162,10 +131,11 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
     finally:
         if p.poll() is None:
             p.kill()
+            p.communicate()
     assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-3000:]
     assert not list(LABS_DIR.glob("ray-*")), "Ctrl-C left a lab of the cluster"  # stopped by the hosts themselves
     assert all(status in ("done", "pending") for _, status in _status(db))
-    p = ray_cluster.run([*argv, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(ray_cluster.command([*argv, "--resume"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-3000:]
     with CampaignStore(db) as store:
