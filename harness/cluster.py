@@ -153,9 +153,6 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
 class LabSlot:
     """One lab slot on one node (a Ray actor): runs one variant at a time, streaming its runs."""
 
-    def __init__(self) -> None:
-        self.tmp = Path(tempfile.mkdtemp(prefix="anibench-ray-")).resolve()
-
     def ready(self) -> int:
         """The worker process id (the slot is up)."""
         return os.getpid()
@@ -167,11 +164,17 @@ class LabSlot:
         spec = CampaignSpec.model_validate_json(spec_json)
         lab_name = f"{LAB_PREFIX}{os.getpid() % 100000}-v{v}"[:24]
         settings = dict((k, s) for s, k in todo)
-        for k, rec in run_variant(spec, v, todo, self.tmp, lab_name):
+        with tempfile.TemporaryDirectory(prefix="anibench-slot-") as tmp_dir:
+            yield from self._runs(spec, v, todo, settings, Path(tmp_dir).resolve(), lab_name)
+
+    @staticmethod
+    def _runs(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], settings: dict[str, str], tmp: Path,
+              lab_name: str) -> Iterator[dict[str, Any]]:
+        for k, rec in run_variant(spec, v, todo, tmp, lab_name):
             if rec is None:
                 yield {"key": k}
                 continue
-            run_dir = run_spec(spec, k, settings[k], v, self.tmp).run_dir.resolve()
+            run_dir = run_spec(spec, k, settings[k], v, tmp).run_dir.resolve()
             files = {str(p.relative_to(run_dir)): p.read_bytes()
                      for p in sorted(run_dir.rglob("*")) if p.is_file() and not p.is_symlink()} if run_dir.is_dir() else {}
             shutil.rmtree(run_dir, ignore_errors=True)
