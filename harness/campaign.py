@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -205,6 +205,65 @@ def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_d
     )
 
 
+def plan_campaign(spec: CampaignSpec, store: CampaignStore, *, resume: bool) -> tuple[dict[tuple[str, int], str], set[str]]:
+    """Create (or find, with ``resume``) the campaign in the store and plan its runs; shared by
+    every executor (local and :mod:`harness.cluster`).
+
+    Returns:
+        The run key of every (setting, variant) and the keys still pending (runs left *running* by
+        a crash are put back to pending first).
+
+    Raises:
+        AnibenchError: the campaign exists and ``resume`` is false, or its stored spec differs.
+    """
+    if spec.campaign_id in store.campaigns() and not resume:
+        raise AnibenchError(f"campaign {spec.campaign_id!r} exists in the store: add --resume to continue it")
+    store.create_campaign(spec.campaign_id, spec.model_dump(mode="json"))
+    store.recover(spec.campaign_id)
+    keys = {(s, v): run_key(spec.campaign_id, s, v) for v in range(spec.variants) for s in spec.settings}
+    store.plan(spec.campaign_id, list(keys.values()))
+    return keys, set(store.pending_runs(spec.campaign_id))
+
+
+def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results_dir: Path, lab_name: str,
+                on_stage: Callable[[str], None] | None = None) -> Iterator[tuple[str, RunRecord | None]]:
+    """Run the pending runs of one task variant on its own lab: the unit of work of every executor.
+
+    Builds the variant's brownfield from its scenario seed, deploys it once as ``lab_name`` and runs
+    each setting's paired run on it (each from a reset to the baseline); the lab is destroyed when
+    the generator ends or is closed.
+
+    Args:
+        todo: (setting, run key) of the runs to do, in order.
+        results_dir: where each run's directory goes (``results_dir/CAMPAIGN/SETTING/vN``).
+
+    Yields:
+        ``(run key, None)`` before a run starts, then ``(run key, record)`` when it is finished
+        (a *failed* record when the harness could not complete it, or the variant could not be made).
+    """
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+
+    sc = build(load_manifest(spec.manifest), seed=spec.seed + v, density=spec.density)
+    try:
+        variant = make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
+    except AnibenchError as e:
+        for s, k in todo:
+            yield k, None
+            yield k, _failed(spec, k, s, v, f"task variant could not be made: {e}")
+        return
+    if on_stage:
+        on_stage(f"variant {v}: deploying scenario seed {sc.seed} ({len(sc.topology.nodes)} nodes)")
+    with deploy_scenario(sc, lab_name) as lab:
+        for s, k in todo:
+            yield k, None
+            try:
+                rec, _verdicts = execute_run(lab, run_spec(spec, k, s, v, results_dir), variant)
+            except RunFailed as e:
+                rec = _failed(spec, k, s, v, str(e))
+            yield k, rec
+
+
 def run_campaign(
     spec: CampaignSpec,
     store: CampaignStore,
@@ -214,7 +273,8 @@ def run_campaign(
     on_run: Callable[[str, RunRecord | None], None] | None = None,
     on_stage: Callable[[str], None] | None = None,
 ) -> list[RunRecord]:
-    """Run every pending run of ``spec``; returns the records of the runs done now.
+    """Run every pending run of ``spec`` on this machine (the local executor), one variant after
+    the other; returns the records of the runs done now.
 
     Args:
         spec: the campaign.
@@ -229,54 +289,24 @@ def run_campaign(
         KeyboardInterrupt / substrate.signals.Terminated: after destroying the lab; the store
             stays consistent and the campaign can be resumed.
     """
-    from substrate.scenario import build, load_manifest
-    from substrate.scenario.deploy import deploy_scenario
     from substrate.signals import terminate_gracefully
 
-    data = spec.model_dump(mode="json")
-    if spec.campaign_id in store.campaigns():
-        if not resume:
-            raise AnibenchError(f"campaign {spec.campaign_id!r} exists in the store: add --resume to continue it")
-    store.create_campaign(spec.campaign_id, data)
-    store.recover(spec.campaign_id)
-    keys = {(s, v): run_key(spec.campaign_id, s, v) for v in range(spec.variants) for s in spec.settings}
-    store.plan(spec.campaign_id, list(keys.values()))
-    pending = set(store.pending_runs(spec.campaign_id))
-    manifest = load_manifest(spec.manifest)
+    keys, pending = plan_campaign(spec, store, resume=resume)
     done: list[RunRecord] = []
-    say = on_stage or (lambda _m: None)
     lab_name = f"camp-{os.getpid() % 100000}"
     with terminate_gracefully():
         for v in range(spec.variants):
             todo = [(s, keys[(s, v)]) for s in spec.settings if keys[(s, v)] in pending]
             if not todo:
                 continue
-            sc = build(manifest, seed=spec.seed + v, density=spec.density)
-            try:
-                variant = make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
-            except AnibenchError as e:
-                for s, k in todo:
+            for k, rec in run_variant(spec, v, todo, results_dir, lab_name, on_stage):
+                if rec is None:
                     store.mark_running(k)
-                    rec = _failed(spec, k, s, v, f"task variant could not be made: {e}")
+                else:
                     store.save_result(rec)
                     done.append(rec)
-                    if on_run:
-                        on_run(k, rec)
-                continue
-            say(f"variant {v}: deploying scenario seed {sc.seed} ({len(sc.topology.nodes)} nodes)")
-            with deploy_scenario(sc, lab_name) as lab:
-                for s, k in todo:
-                    store.mark_running(k)
-                    if on_run:
-                        on_run(k, None)
-                    try:
-                        rec, _verdicts = execute_run(lab, run_spec(spec, k, s, v, results_dir), variant)
-                    except RunFailed as e:
-                        rec = _failed(spec, k, s, v, str(e))
-                    store.save_result(rec)
-                    done.append(rec)
-                    if on_run:
-                        on_run(k, rec)
+                if on_run:
+                    on_run(k, rec)
     return done
 
 

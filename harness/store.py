@@ -512,6 +512,20 @@ class CampaignStore:
                            [(_now(), k) for k in keys])
         return keys
 
+    def release(self, run_keys: Iterable[str]) -> list[str]:
+        """Put the given runs back to ``pending`` if they are ``running`` (their runner was lost,
+        e.g. a cluster worker that died mid-variant), so that they are redone once; done and failed
+        runs are left as they are, so no stored run is redone.
+
+        Returns:
+            The keys put back to pending.
+        """
+        with self._tx() as db:
+            back = [k for k in run_keys if self._status(k) == "running"]
+            db.executemany("UPDATE runs SET status = 'pending', updated_at = ? WHERE run_key = ? AND status = 'running'",
+                           [(_now(), k) for k in back])
+        return back
+
     def _keys(self, status: str, campaign_id: str | None, limit: int = -1) -> list[str]:
         where, args = ("AND campaign_id = ?", (campaign_id,)) if campaign_id is not None else ("", ())
         sql = f"SELECT run_key FROM runs WHERE status = ? {where} ORDER BY seq LIMIT ?"

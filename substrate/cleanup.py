@@ -73,7 +73,7 @@ def _owner_alive(d: Path) -> bool:
     return isinstance(owner, int) and pid_alive(owner, start if isinstance(start, int) else 0)
 
 
-def cleanup(all_labs: bool = False) -> CleanupReport:
+def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
     """Remove leftovers of crashed labs; only anibench's.
 
     A lab is a leftover when it was not detached (``harness lab up`` detaches once the bring-up
@@ -83,6 +83,8 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
     labs are kept, faults a crashed run left on them cleared. Namespaces named ``anibench-*`` that
     belong to no kept lab are removed with every process inside them, and cgroups of labs whose
     directory is gone are emptied. With ``all_labs`` every anibench lab goes, running or not.
+    With ``prefix`` only labs whose name starts with it (and their namespaces and cgroups) are
+    looked at: what one kind of owner leaves (``ray-``: the lab slots of :mod:`harness.cluster`).
 
     Returns:
         What was removed and which labs were kept.
@@ -92,7 +94,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
     keep_prefixes: list[str] = []
     if LABS_DIR.is_dir():
         for d in sorted(LABS_DIR.iterdir()):
-            if not d.is_dir():
+            if not d.is_dir() or not d.name.startswith(prefix):
                 continue
             try:
                 record = LabRecord.model_validate_json((d / "lab.json").read_text())
@@ -136,7 +138,7 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)
     for ns in _list_netns():
-        if not ns.startswith(NETNS_PREFIX) or ns in keep_ns or ns.startswith(tuple(keep_prefixes)):
+        if not ns.startswith(NETNS_PREFIX + prefix) or ns in keep_ns or ns.startswith(tuple(keep_prefixes)):
             continue
         m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
         if m and pid_alive(int(m.group(1))) and not all_labs:
@@ -146,6 +148,6 @@ def cleanup(all_labs: bool = False) -> CleanupReport:
         report.namespaces.append(ns)
     # cgroups of labs whose directory is gone (a lab's directory exists before its cgroups do)
     for name, dirs in confine.lab_cgroups().items():
-        if not lab_dir(name).exists():
+        if name.startswith(prefix) and not lab_dir(name).exists():
             report.processes += confine.kill_cgroups(dirs)
     return report

@@ -65,6 +65,12 @@ def campaign(
     results: Annotated[Path, typer.Option(help="Directory for run files (trajectories, verdicts).")] = Path("results/runs"),
     resume: Annotated[bool, typer.Option(help="Continue an interrupted campaign (no run lost or repeated).")] = False,
     report: Annotated[bool, typer.Option(help="Print the report at the end.")] = True,
+    executor: Annotated[str, typer.Option(help="Where the runs go: local (this machine, one variant after the other) "
+                                          "or ray (variants spread over a Ray cluster; README 'Many machines').")] = "local",
+    ray_address: Annotated[str, typer.Option(help="With --executor ray: the cluster, auto (the one started on this "
+                                             "host) or HOST:PORT of its head.")] = "auto",
+    labs_per_node: Annotated[int | None, typer.Option(min=1, help="With --executor ray: labs (variants) a node runs "
+                                                      "at once (default: its CPU count // 2, at least 1).")] = None,
 ) -> None:
     """Run a campaign: one controlled factor (ANI level or ablation, agent, model or agent mode)
     varied, every task variant replayed across its settings on a real SRv6 brownfield; results in SQLite."""
@@ -72,7 +78,12 @@ def campaign(
     from harness.store import CampaignStore
     from substrate.features import check_root_and_tools
 
-    check_root_and_tools()
+    if executor not in ("local", "ray"):
+        fail(f"unknown executor {executor!r}; available: local, ray", code=2)
+    if executor == "local" and (ray_address != "auto" or labs_per_node is not None):
+        fail("--ray-address and --labs-per-node are for --executor ray", code=2)
+    if executor == "local":
+        check_root_and_tools()  # the Ray executor checks every node instead (harness.cluster)
     spec = make_spec(
         ani=_csv(ani), agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
         manifest=_manifest_path(manifest), seed=seed, density=density, fault_rate=faults, budget_steps=budget_steps,
@@ -114,11 +125,28 @@ def campaign(
             progress.console.print(escape(summary_line(rec)), highlight=False)
 
         try:
-            run_campaign(spec, store, results_dir=results, resume=resume, on_run=on_run,
-                         on_stage=lambda m: progress.update(bar, description=escape(m)))
+            if executor == "ray":
+                from harness.cluster import run_campaign_ray
+
+                node_bars: dict[str, int] = {}
+
+                def on_nodes(nodes: list[tuple[str, int]]) -> None:
+                    for label, n in nodes:
+                        node_bars[label] = progress.add_task(f"  {escape(label)}: {n} lab(s)", total=None)
+
+                def on_node_run(key: str, rec, node: str) -> None:  # noqa: ANN001
+                    on_run(key, rec)
+                    if rec is not None:
+                        progress.advance(node_bars[node])
+
+                run_campaign_ray(spec, store, results_dir=results, address=ray_address, labs_per_node=labs_per_node,
+                                 resume=resume, on_run=on_node_run, on_nodes=on_nodes)
+            else:
+                run_campaign(spec, store, results_dir=results, resume=resume, on_run=on_run,
+                             on_stage=lambda m: progress.update(bar, description=escape(m)))
         except KeyboardInterrupt:
-            err.print(f"interrupted: the lab was destroyed; resume with the same options and --resume "
-                      f"(campaign {spec.campaign_id})", highlight=False)
+            err.print(f"interrupted: the lab{'s were' if executor == 'ray' else ' was'} destroyed; resume with the "
+                      f"same options and --resume (campaign {spec.campaign_id})", highlight=False)
             raise typer.Exit(130) from None
         if report:
             from harness.report import build_report

@@ -1,0 +1,189 @@
+"""The Ray executor (harness/cluster.py) on a real Ray cluster on this machine.
+
+The cluster (one node with two lab slots: two worker processes, each deploying its own variant's
+lab; a second raylet on the same host would add start-up time and test nothing more) lives in a network
+namespace of its own that has only a loopback interface, so every Ray port is on 127.0.0.1 of that
+namespace and no other Ray cluster (nor anything outside) is reachable from it or can reach it; the
+fixture ends every process of that namespace, then removes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.campaign import make_spec, run_campaign
+from harness.cluster import LAB_PREFIX, LoopbackCluster, loopback_cluster
+from harness.store import CampaignStore, RunStatus
+from substrate.cleanup import cleanup
+from substrate.paths import LABS_DIR
+from tests.conftest import REPO
+
+pytest.importorskip("ray")
+MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
+VENV_BIN = Path(sys.executable).parent
+
+
+def _wait(cond, bound_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + bound_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ns_pids(ns: str) -> list[int]:
+    r = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True)
+    return [int(p) for p in r.stdout.split() if p.isdigit()]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory) -> Iterator[LoopbackCluster]:
+    with loopback_cluster(1, cpus=2, temp_dir=tmp_path_factory.mktemp("ray")) as cluster:
+        listening = subprocess.run(cluster.command(["ss", "-ltnH"]), capture_output=True, text=True).stdout.split("\n")
+        local = [line.split()[3] for line in listening if line.strip()]
+        assert local and all(a.rsplit(":", 1)[0] in ("127.0.0.1", "[::ffff:127.0.0.1]") for a in local), local
+        yield cluster
+    assert not _ns_pids(cluster.netns), "a Ray process outlived the cluster"
+    cleanup(prefix=LAB_PREFIX)  # what a failed test left (labs of dead slots only)
+
+
+def _status(db: Path) -> list[tuple[str, str]]:
+    try:
+        with sqlite3.connect(db) as c:
+            return list(c.execute("select run_key, status from runs"))
+    except sqlite3.OperationalError:
+        return []
+
+
+def _attempts(db: Path) -> dict[str, tuple[int, str]]:
+    try:
+        with sqlite3.connect(db) as c:
+            return {k: (a, s) for k, a, s in c.execute("select run_key, attempts, status from runs")}
+    except sqlite3.OperationalError:
+        return {}
+
+
+def _kill_a_worker_mid_variant(db: Path, cluster: LoopbackCluster) -> tuple[int, int]:
+    """When a variant has one run stored and the next running, SIGKILL the worker process that owns
+    its lab; returns (variant, killed pid)."""
+    found: list[tuple[int, int]] = []
+
+    def mid_variant() -> bool:
+        rows = _status(db)
+        by_v: dict[int, set[str]] = {}
+        for key, status in rows:
+            by_v.setdefault(int(key.rsplit("/", 1)[1]), set()).add(status)
+        for v, statuses in by_v.items():
+            if {"done", "running"} <= statuses:
+                for d in LABS_DIR.glob(f"ray-*-v{v}"):
+                    try:
+                        owner = json.loads((d / "lab.json").read_text())["owner_pid"]
+                    except (OSError, ValueError, KeyError):
+                        continue
+                    if owner in _ns_pids(cluster.netns):
+                        found.append((v, owner))
+                        return True
+        return False
+
+    _wait(mid_variant, 300, "a variant with one run stored and the next running")
+    v, pid = found[0]
+    os.kill(pid, signal.SIGKILL)
+    return v, pid
+
+
+@pytest.mark.lab
+def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tmp_path) -> None:
+    """Two variants of A0 vs A1 on two lab slots at once; one worker killed mid-variant, then
+    Ctrl-C on the driver while the killed run is redone, then --resume: the campaign ends with
+    exactly the four planned runs, each stored once, with the same outcomes as the local
+    executor's runs of the same seeds, and its run files in the driver's directory."""
+    spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=2,
+                     manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,
+                     agent_options={}, campaign_id="local")
+    with CampaignStore(tmp_path / "local.sqlite") as store:
+        local = {(r.setting, r.variant): r for r in run_campaign(spec, store, results_dir=tmp_path / "local-runs")}
+
+    db = tmp_path / "ray.sqlite"
+    argv = [str(VENV_BIN / "harness"), "campaign", "--ani", "A0,A1", "--task", "onboarding", "--variants", "2",
+            "--manifest", str(MANIFEST), "--density", "1", "--seed", "7", "--wall-cap", "120", "--db", str(db),
+            "--results", str(tmp_path / "runs"), "--id", "onray", "--no-report", "--executor", "ray",
+            "--ray-address", ray_cluster.address, "--labs-per-node", "2"]
+    p = subprocess.Popen(ray_cluster.command(argv), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        v, pid = _kill_a_worker_mid_variant(db, ray_cluster)
+        redone = f"onray/A1/{v}" if dict(_status(db)).get(f"onray/A0/{v}") == "done" else f"onray/A0/{v}"
+        # the killed worker's unfinished run is taken again (a second attempt); then Ctrl-C on the driver
+        _wait(lambda: _attempts(db).get(redone) == (2, "running"), 300, f"{redone} to run again")
+        # the killed worker's lab was removed by its host before the variant was taken again
+        assert not (LABS_DIR / f"{LAB_PREFIX}{pid % 100000}-v{v}").exists()
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-3000:]
+    assert not list(LABS_DIR.glob("ray-*")), "Ctrl-C left a lab of the cluster"  # stopped by the hosts themselves
+    assert all(status in ("done", "pending") for _, status in _status(db))
+    p = subprocess.Popen(ray_cluster.command([*argv, "--resume"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err[-3000:]
+    with CampaignStore(db) as store:
+        rows = store.rows("onray")
+        assert len(rows) == 4 and all(row.status == "done" for row in rows), rows
+        # killed, interrupted, done: the run of the killed worker took three attempts; none stored twice
+        assert {row.run_key: row.attempts for row in rows}[redone] == 3, rows
+        recs = store.runs("onray")
+    assert sorted(r.run_key for r in recs) == sorted({r.run_key for r in recs})
+    for r in recs:
+        ref = local[(r.setting, r.variant)]
+        assert r.status is RunStatus.done
+        assert (r.scenario_seed, r.fault_seed) == (ref.scenario_seed, ref.fault_seed)
+        assert (r.outcome_label, r.test_cases_passed, r.test_cases_total, r.violated_invariants, r.steps) == \
+               (ref.outcome_label, ref.test_cases_passed, ref.test_cases_total, ref.violated_invariants, ref.steps)
+        run_dir = tmp_path / "runs" / "onray" / r.setting / f"v{r.variant}"
+        assert r.trajectory_path == str((run_dir / "trajectory.jsonl").resolve())
+        assert json.loads((run_dir / "verdicts.json").read_text()) and (run_dir / "agent.json").is_file()
+    assert f"anibench-{LAB_PREFIX}{pid % 100000}-v{v}-" not in subprocess.run(["ip", "netns", "list"],
+                                                                             capture_output=True, text=True).stdout
+    r = subprocess.run([str(VENV_BIN / "harness"), "report", "onray", "--db", str(db)], cwd=REPO, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "A1" in r.stdout, r.stderr[-2000:]
+
+
+def test_an_unreachable_cluster_is_one_line_before_anything(tmp_path) -> None:
+    argv = [str(VENV_BIN / "harness"), "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants",
+            "1", "--db", str(tmp_path / "d.sqlite"), "--executor", "ray", "--ray-address", "127.0.0.1:1"]
+    r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("error:") == 1 and "Ray cluster at 127.0.0.1:1 unreachable" in r.stderr, r.stderr
+    with CampaignStore(tmp_path / "d.sqlite") as store:
+        assert store.campaigns() == []  # nothing planned, no lab deployed
+
+
+def test_a_host_without_frr_or_with_other_code_is_named_in_one_line() -> None:
+    from harness.cluster import NodeReport, host_problems, source_digest
+
+    driver = NodeReport("driver", "", "drv", 2, source_digest(), "2.60.0", "3.11.2", None)
+    ok = dataclasses.replace(driver, node_id="a" * 40, address="10.0.0.1", host="w1")
+    no_frr = dataclasses.replace(ok, node_id="b" * 40, host="w2", problem="missing programs: vtysh (apt install frr)")
+    other = dataclasses.replace(ok, node_id="c" * 40, host="w3", anibench="0123456789ab", ray="2.59.0")
+    assert host_problems([ok], driver) == []
+    lines = host_problems([ok, no_frr, other], driver)
+    assert lines == [
+        "host w2 (10.0.0.1, node bbbbbb): missing programs: vtysh (apt install frr)",
+        f"host w3 (10.0.0.1, node cccccc): anibench source 0123456789ab differs from the driver's {driver.anibench}; "
+        "Ray 2.59.0 differs from the driver's 2.60.0",
+    ]
