@@ -1696,6 +1696,8 @@ def _route_projection(args: str) -> tuple[str, frozenset[tuple[str, str]]]:
     if words[0] in ("-4", "-6"):
         words = words[1:]
     dst = words[1] if words[0] in _RTN_NUM and words[0] != "unicast" else words[0]
+    if words[0] in ("blackhole", "unreachable", "prohibit"):
+        return dst, frozenset()  # no nexthop (the kernel shows ``dev lo``; zebra lists none)
     hops: set[tuple[str, str]] = set()
     gw = ""
     for i, w in enumerate(words):
