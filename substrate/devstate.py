@@ -349,7 +349,9 @@ def address_order(addresses: Iterable[str]) -> list[str]:
     return v6 + [a for dev in sorted(v4) for a in v4[dev]]
 
 
-_FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+#: Lines of an FRR configuration that only close or separate stanzas (no state of their own).
+FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+_FRR_NOISE = FRR_NOISE
 
 
 def canonical_frr(daemons: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
