@@ -125,6 +125,7 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
 
     # the external AS's bgpd crashes (the fault injector's daemon crash): not silent, and reset revives it
     inject(lab, Fault(id="f1", kind="daemon_crash", step=1, duration_steps=1, target={"node": x.router, "daemon": "bgpd"}))
+    holds(lab, x.pe, router_addr(x), x.accept[0], present=False)  # the PE saw the session drop
     assert verdicts(lab, sc)["session"] is False
     rep = reset(lab)
     assert f"{x.router}:bgpd" in rep.restarted_daemons and rep.exact, rep

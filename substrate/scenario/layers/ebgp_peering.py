@@ -154,17 +154,21 @@ def _poll(ctx: ObserveContext, node: str, command: str, judge: Any) -> tuple[boo
     """Run ``command`` (a bgpd show command, JSON) on ``node`` until ``judge(parsed)`` says ok, or
     :data:`SETTLE_S` passed; returns the last verdict with its evidence."""
     from substrate.scenario.observer import Evidence
+    from substrate.vty import VtyError
 
     deadline = time.monotonic() + SETTLE_S
     while True:
-        r = ctx.run(node, ["vtysh", "-c", command], timeout_s=10)
+        try:  # bgpd's vty socket: what vtysh would ask, without starting vtysh
+            text, status = ctx.lab.vty(node, "bgpd", command, timeout_s=5)[0]
+        except VtyError as e:
+            text, status = f"bgpd did not answer: {e}", 1
         try:
-            data = json.loads(r.stdout or "{}")
+            data = json.loads(text or "{}") if status == 0 else None
         except ValueError:
             data = None
-        ok, detail, shown = (False, f"{node}: bgpd did not answer {command!r} with JSON", r.stdout.strip()[:300]) \
+        ok, detail, shown = (False, f"{node}: bgpd did not answer {command!r} with JSON", text.strip()[:300]) \
             if data is None else judge(data)
-        ev = [Evidence(node=node, command=command, exit_code=r.returncode, output=(shown or r.stderr.strip())[:1000])]
+        ev = [Evidence(node=node, command=command, exit_code=status, output=shown[:1000])]
         if ok or time.monotonic() >= deadline:
             return ok, detail, ev
         time.sleep(0.5)  # poll interval, not a settle delay
