@@ -46,9 +46,9 @@ from pydantic import AfterValidator, Field, field_validator
 from substrate import frr_daemons
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, node_cfg, register
 from substrate.scenario.layers.l3vpn import ce_addr, dump, interface_block, next_free_if, overlaps
-from substrate.scenario.layers.specs import InstanceId, Spec
+from substrate.scenario.layers.specs import InstanceId, Spec, link_slash64
 from substrate.scenario.model import SID_BLOCK, EbgpPeering, Invariant, NodeConfig, Scenario
-from substrate.topology import Link, Endpoint, Node, Role
+from substrate.topology import Endpoint, Link, Node, Role
 
 if TYPE_CHECKING:
     from substrate.scenario.observer import Evidence, ObserveContext
@@ -76,13 +76,7 @@ class EbgpPeeringParams(LayerParams):
     @field_validator("link6")
     @classmethod
     def _slash64(cls, v: str) -> str:
-        try:
-            net = ipaddress.IPv6Network(v)
-        except ValueError as e:
-            raise ValueError(f"not an IPv6 network: {e}") from None
-        if net.prefixlen != 64:
-            raise ValueError(f"the peering link is a /64 (PE ::1, external router ::2), got /{net.prefixlen}")
-        return str(net)
+        return link_slash64(v, "the peering link is a /64 (PE ::1, external router ::2)")
 
 
 def nth48(space: str, k: int) -> str:
