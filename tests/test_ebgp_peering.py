@@ -18,6 +18,7 @@ import pytest
 from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import expected_found
 from servers.a3_intent.planner import plan
+from servers.common.server import own_config_routers
 from substrate import Lab
 from substrate.faults import Fault, draw_schedule, inject
 from substrate.scenario import Scenario, build, load_manifest
@@ -50,6 +51,12 @@ def test_the_external_router_is_outside_the_underlay_and_the_pe_runs_bgpd(sc: Sc
     # a fault schedule's daemon crash on the external router kills the daemon it runs (bgpd)
     crashes = [f for f in draw_schedule(1, 1.0, 400, sc.topology, kinds=["daemon_crash"]) if f.target["node"] == x.router]
     assert crashes and {f.target["daemon"] for f in crashes} == {"bgpd"}
+
+
+def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scenario) -> None:
+    """Another AS's router is no lab-own-configuration router in a level's instructions (which
+    would say the lab was imported from Containerlab)."""
+    assert own_config_routers(sc.topology) is None
 
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
