@@ -349,7 +349,9 @@ def address_order(addresses: Iterable[str]) -> list[str]:
     return v6 + [a for dev in sorted(v4) for a in v4[dev]]
 
 
-_FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+#: Lines of an FRR configuration that only close or separate stanzas (no state of their own).
+FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+_FRR_NOISE = FRR_NOISE
 
 
 def canonical_frr(daemons: dict[str, str]) -> list[tuple[str, tuple[str, ...]]]:
@@ -1696,6 +1698,8 @@ def _route_projection(args: str) -> tuple[str, frozenset[tuple[str, str]]]:
     if words[0] in ("-4", "-6"):
         words = words[1:]
     dst = words[1] if words[0] in _RTN_NUM and words[0] != "unicast" else words[0]
+    if words[0] in ("blackhole", "unreachable", "prohibit"):
+        return dst, frozenset()  # no nexthop (the kernel shows ``dev lo``; zebra lists none)
     hops: set[tuple[str, str]] = set()
     gw = ""
     for i, w in enumerate(words):

@@ -141,6 +141,8 @@ def draw_schedule(seed: int, lam: float, max_steps: int, topology: Topology,
             target = {"node": rng.choice(pes), "pool": rng.choice(POOLS)}
         elif kind == "daemon_crash":
             target = {"node": rng.choice(routers), "daemon": rng.choice(CRASH_DAEMONS)}
+            if topology.node(target["node"]).role is Role.EXTERNAL:  # another AS's router runs bgpd, no IGP
+                target["daemon"] = "bgpd"
         elif kind in ("held_lock", "concurrent_writer"):
             target = {"node": rng.choice(pes)}
         else:

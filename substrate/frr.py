@@ -244,6 +244,8 @@ def render_router(topo: Topology, router: str, extra: list[str] | None = None) -
         out.append(f"interface {ep.interface}")
         if peer.role is Role.HOST and peer.managed:
             out.append(f" description to CE {peer.name}")
+        elif peer.role is Role.EXTERNAL:  # another AS: no IGP towards it (its service class addresses the port)
+            out.append(f" description to external router {peer.name}")
         elif peer.role is Role.HOST:
             out.append(f" description to host {peer.name}")
             out.append(f" ipv6 address {addr.nth_host(addr.base_host_prefix(nid, host_k), 1)}")

@@ -93,6 +93,11 @@ class Role(StrEnum):
     P = "P"
     PE = "PE"
     HOST = "host"
+    #: A router of another autonomous system (an external BGP peer, e.g. of the ``ebgp_peering``
+    #: service class): it runs FRR from its own configuration like an imported router (reset,
+    #: drift reading, daemon faults and confinement treat it as a router) but never joins the
+    #: underlay: no node id, no IS-IS, no SRv6 locator, and its links are not core links.
+    EXTERNAL = "external"
 
 
 #: Linux hostnames: at most 64 bytes.
@@ -316,7 +321,9 @@ class Topology(BaseModel):
         for n in self.nodes:
             if n.role is Role.HOST and n.node_id is not None:
                 raise ValueError(f"host {n.name} must not have a node_id")
-            if n.is_router and n.node_id is None:
+            if n.role is Role.EXTERNAL and n.node_id is not None:
+                raise ValueError(f"external router {n.name} must not have a node_id (it is not in the underlay)")
+            if n.is_router and n.role is not Role.EXTERNAL and n.node_id is None:
                 raise ValueError(f"router {n.name} has no node_id (use Topology.build to fill it in)")
         for h in self.hosts:
             if h.is_base_host and not self.links_of(h.name):
@@ -368,9 +375,9 @@ class Topology(BaseModel):
                     role = Role(n.get("role", "P"))
                 except ValueError:
                     raise TopologyError(
-                        f"node {n.get('name')!r}: unknown role {n.get('role')!r} (use P, PE or host)"
+                        f"node {n.get('name')!r}: unknown role {n.get('role')!r} (use P, PE, host or external)"
                     ) from None
-                if role is not Role.HOST and n.get("node_id") is None:
+                if role not in (Role.HOST, Role.EXTERNAL) and n.get("node_id") is None:
                     guess = _digits_of(str(n.get("name", "")))
                     if guess is not None and guess not in used_ids and 1 <= guess <= MAX_ROUTERS:
                         n["node_id"] = guess
@@ -532,8 +539,9 @@ class Topology(BaseModel):
         return [lk.peer_of(node).node for lk in self.links_of(node)]
 
     def core_links(self) -> list[Link]:
-        """Router-to-router links (where the IGP runs)."""
-        return [lk for lk in self.links if self.node(lk.a.node).is_router and self.node(lk.b.node).is_router]
+        """Router-to-router links (where the IGP runs); links to external routers are not core links."""
+        return [lk for lk in self.links
+                if all(n.is_router and n.role is not Role.EXTERNAL for n in (self.node(lk.a.node), self.node(lk.b.node)))]
 
     def gateway_of(self, host: str) -> tuple[Node, Link]:
         """The router a host hangs off, and the link to it (its first router link).

@@ -30,12 +30,16 @@ def test_same_manifest_and_seed_give_byte_identical_scenarios(tmp_path: Path) ->
 
 def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     sc = build(load_manifest(MANIFEST))
-    assert len(sc.topology.routers) == 25
+    from substrate.topology import Role
+
+    assert len([r for r in sc.topology.routers if r.role is not Role.EXTERNAL]) == 25
+    assert [r.name for r in sc.topology.routers if r.role is Role.EXTERNAL] == ["xr1"]  # the external AS (ebgp_peering)
     from substrate.scenario.layers import registry
 
     assert sc.layers == [c.name for c in registry()]  # every registered class, in registry order
     kinds = Counter(i.kind for i in sc.invariants)
-    for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule"):
+    for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule",
+                 "rate", "bgp_session", "bgp_routes"):
         assert kinds[kind] > 0, kind
     # every service instance has invariants, and invariant ids are unique
     services = {i.service for i in sc.invariants}
@@ -43,6 +47,7 @@ def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     assert {f"steering/{p.id}" for p in sc.steering} <= services
     assert {f"route_leak/{x.id}" for x in sc.route_leaks} <= services and sc.route_leaks
     assert {f"rate_limit/{x.id}" for x in sc.rate_limits} <= services and sc.rate_limits
+    assert {f"ebgp_peering/{x.id}" for x in sc.ebgp_peerings} <= services and sc.ebgp_peerings
     assert len({i.id for i in sc.invariants}) == len(sc.invariants)
 
 
@@ -53,6 +58,8 @@ def test_density_scales_instances_not_topology() -> None:
     assert len(d3.tenants) == 3 * len(d1.tenants)
     assert len(d3.route_leaks) > len(d1.route_leaks) > 0
     assert len(d3.rate_limits) == 3 * len(d1.rate_limits) > 0
+    assert len(d3.ebgp_peerings[0].announced) > len(d1.ebgp_peerings[0].announced)
+    assert len(d3.ebgp_peerings[0].advertise) == 3 * len(d1.ebgp_peerings[0].advertise)
     assert len(d3.invariants) > 2 * len(d1.invariants) - 200
 
 

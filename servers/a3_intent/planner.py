@@ -44,7 +44,7 @@ from typing import Any
 
 from servers.a3_intent.catalog import INTENTS, ChangeSetRejected, Problem, natural_key
 from servers.a3_intent.inventory import Found, expected_found, expected_state
-from substrate.devstate import DeviceState
+from substrate.devstate import FRR_NOISE, DeviceState
 from substrate.errors import SubstrateError
 from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route, root_qdisc
 from substrate.routes import route_key
@@ -385,7 +385,7 @@ def _frr_stanzas(blocks: list[str]) -> dict[str, set[str]]:
     for block in blocks:
         for raw in block.splitlines():
             line = raw.rstrip()
-            if not line.strip() or line.strip() in ("!", "exit", "end"):
+            if not line.strip() or line.strip() in FRR_NOISE:
                 continue
             if not line.startswith(" "):
                 head = line.strip()

@@ -61,6 +61,7 @@ from servers.common.recorder import (
     valid_unicode,
 )
 from substrate.errors import SubstrateError
+from substrate.topology import Role
 
 log = logging.getLogger("anibench.servers")
 
@@ -318,6 +319,8 @@ def own_config_routers(topo: Any) -> str | None:
     groups: dict[tuple[str, ...], list[str]] = {}
     underlay: list[str] = []
     for n in topo.routers:
+        if n.role is Role.EXTERNAL:  # another AS's router (ebgp_peering): not the operator's network
+            continue
         if n.self_configured:
             groups.setdefault(tuple(d for d in n.frr_daemons if d not in ("zebra", "staticd")), []).append(n.name)
         else:
@@ -402,8 +405,8 @@ class AniServer(MCPServer):
         #: called by :meth:`close`, last registered first (a level's helper processes: A3-R's reconciler)
         self.on_close: list[Callable[[], None]] = []
         names = self.lab.node_names()
-        if config.devices is None:  # the routers: customer and external hosts are not the agent's to touch
-            routers = set(self.lab.routers())
+        if config.devices is None:  # the routers: customer and external hosts, and another AS's routers, are not the agent's to touch
+            routers = {n.name for n in self.lab.topology.routers if n.role is not Role.EXTERNAL}
             names = [n for n in names if n in routers]
         elif config.devices != "all":
             bad = [d for d in config.devices if d not in names]

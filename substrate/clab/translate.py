@@ -640,6 +640,11 @@ def _own_export(rows: list[dict[str, Any]], specs: dict[str, _Node], link_rows: 
         if r["name"] not in labelled or r["role"] is Role.HOST:
             continue
         files = dict(r["frr_files"])
+        if r["role"] is Role.EXTERNAL:  # another AS's router: its frr.conf is its own (no underlay to recognise)
+            if files.get("vtysh.conf") == frr.VTYSH_CONF:
+                files.pop("vtysh.conf")
+                r["frr_files"] = files
+            continue
         if files.get("frr.conf") == frr.render_router(topo, r["name"]) and set(files) <= {"frr.conf", "vtysh.conf"}:
             files.pop("frr.conf")
             if files.get("vtysh.conf") == frr.VTYSH_CONF:

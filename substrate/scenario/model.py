@@ -155,6 +155,24 @@ class RateLimit(_M):
     rate_mbit: int = Field(ge=1, le=1000, description="Rate in Mbit/s (10^6 bit/s).")
 
 
+class EbgpPeering(_M):
+    """An eBGP session between a PE and the router of an external AS, with the prefixes each side
+    lets through (``substrate.scenario.layers.ebgp_peering``)."""
+
+    id: str
+    pe: str = Field(description="The border PE that peers.")
+    pe_if: str = Field(description="The PE's port toward the external router.")
+    router: str = Field(description="The external AS's router (a node of role external).")
+    router_if: str = "eth1"
+    link6: str = Field(description="The peering link's /64 (PE ::1, external router ::2), documentation space (RFC 3849).")
+    local_as: int = Field(description="The provider's AS number (documentation ASNs, RFC 5398).")
+    peer_as: int = Field(description="The external AS number.")
+    announced: list[str] = Field(description="What the external AS sends (its own prefixes and bogons): not the operator's to choose.")
+    accept: list[str] = Field(description="Prefixes the PE accepts from the peer (its inbound prefix-list).")
+    advertise: list[str] = Field(description="Prefixes the PE advertises to the peer (its outbound prefix-list).")
+    internal: list[str] = Field(description="Provider routes redistributed into BGP on the PE that are never advertised.")
+
+
 class SpareCircuit(_M):
     """An unconfigured attachment circuit: a CE host cabled to a PE port, for onboarding tasks."""
 
@@ -237,6 +255,7 @@ class Scenario(_M):
     shared_services: SharedServices | None = Field(default=None, json_schema_extra={"omit_default": True})
     route_leaks: list[RouteLeak] = Field(default_factory=list, json_schema_extra={"omit_default": True})
     rate_limits: list[RateLimit] = Field(default_factory=list, json_schema_extra={"omit_default": True})
+    ebgp_peerings: list[EbgpPeering] = Field(default_factory=list, json_schema_extra={"omit_default": True})
     spares: list[SpareCircuit] = Field(default_factory=list)
     node_config: dict[str, NodeConfig] = Field(default_factory=dict)
     invariants: list[Invariant] = Field(default_factory=list)

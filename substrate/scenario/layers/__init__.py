@@ -14,6 +14,7 @@ from substrate.scenario.layers import firewall  # noqa: F401
 from substrate.scenario.layers import floating_ip  # noqa: F401
 from substrate.scenario.layers import shared_services  # noqa: F401
 from substrate.scenario.layers import rate_limits  # noqa: F401
+from substrate.scenario.layers import ebgp_peering  # noqa: F401
 from substrate.scenario.layers.base import (
     LAYERS,
     GenerationError,

@@ -27,7 +27,6 @@ each other (no transit through the services table).
 
 from __future__ import annotations
 
-import ipaddress
 import random
 from typing import Any
 
@@ -46,7 +45,7 @@ from substrate.scenario.layers.l3vpn import (
     sid_of,
     tenant_nodes,
 )
-from substrate.scenario.layers.specs import InstanceId, Spec
+from substrate.scenario.layers.specs import InstanceId, Spec, link_slash64
 from substrate.scenario.model import (
     RULE_PRIO_SIDS,
     RULE_PRIO_TENANT,
@@ -75,13 +74,7 @@ class SharedServicesParams(LayerParams):
     @field_validator("prefix6")
     @classmethod
     def _slash64(cls, v: str) -> str:
-        try:
-            net = ipaddress.IPv6Network(v)
-        except ValueError as e:
-            raise ValueError(f"not an IPv6 network: {e}") from None
-        if net.prefixlen != 64:
-            raise ValueError(f"the shared prefix is a /64 (PE ::1, host ::2), got /{net.prefixlen}")
-        return str(net)
+        return link_slash64(v, "the shared prefix is a /64 (PE ::1, host ::2)")
 
 
 def shared_addr(ss: SharedServices) -> str:

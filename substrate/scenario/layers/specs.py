@@ -57,6 +57,22 @@ def ipv4_address(v: str) -> str:
         raise ValueError(f"{v!r} is not an IPv4 address (e.g. 198.51.100.20) or 'auto'") from None
 
 
+def link_slash64(v: str, what: str) -> str:
+    """``v`` as a canonical IPv6 /64 whose ``::1`` and ``::2`` are two ends of a link (``what``
+    names them in the error, e.g. "the shared prefix is a /64 (PE ::1, host ::2)").
+
+    Raises:
+        ValueError: not an IPv6 network, or not a /64.
+    """
+    try:
+        net = ipaddress.IPv6Network(v)
+    except ValueError as e:
+        raise ValueError(f"not an IPv6 network: {e}") from None
+    if net.prefixlen != 64:
+        raise ValueError(f"{what}, got /{net.prefixlen}")
+    return str(net)
+
+
 InstanceId = Annotated[str, Field(pattern=ID_RE, description="Instance id: lowercase letters, digits and '_', starting with a letter.")]
 NodeName = Annotated[str, Field(pattern=NODE_NAME_RE, description="Device name, e.g. 'r2'.")]
 IfName = Annotated[str, Field(pattern=IFNAME_RE, description="Interface name, e.g. 'eth5'.")]

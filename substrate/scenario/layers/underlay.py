@@ -49,7 +49,8 @@ class Underlay(Layer):
                     description=f"IS-IS adjacency {me.node} {me.interface} -> {peer.node} is Up",
                 ))
         for r in topo.routers:
-            assert r.node_id is not None
+            if r.node_id is None:  # an external AS's router (Role.EXTERNAL) is not in the underlay
+                continue
             out.append(Invariant(
                 id=f"underlay/locator/{r.name}",
                 kind="sid_bound",

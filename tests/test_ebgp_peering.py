@@ -1,0 +1,160 @@
+"""Service class ``ebgp_peering`` (issue 18): external eBGP peering on a real lab.
+
+The external AS's router is a node of role ``external`` (FRR bgpd outside the underlay). The
+baseline's invariants hold (deploy verifies them); each kind of invariant fails when the state it
+guards is broken through the substrate (a prefix-list widened on the PE both ways, the neighbor
+shut down, the external router's bgpd killed by the daemon-crash fault) and passes again after a
+lab reset; A3-T applies the class's reference change (accept the prefix the peer announces that
+is not yet agreed, advertise one more) with active validation, and refuses a hijack."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
+from servers.a3_intent.inventory import expected_found
+from servers.a3_intent.planner import plan
+from servers.common.server import own_config_routers
+from substrate import Lab
+from substrate.faults import Fault, draw_schedule, inject
+from substrate.scenario import Scenario, build, load_manifest
+from substrate.scenario.deploy import reset
+from substrate.scenario.layers.ebgp_peering import nth48, PROVIDER_SPACE, pe_addr, router_addr
+from substrate.scenario.observer import observe
+from substrate.topology import Role
+from tests.a3t_support import back_to_baseline, deployed, server
+from tests.conftest import REPO
+from tests.servers_support import connect, data
+
+MANIFEST = REPO / "tests" / "data" / "small-ebgp.yaml"
+
+
+@pytest.fixture(scope="module")
+def sc() -> Scenario:
+    return build(load_manifest(MANIFEST))
+
+
+def test_the_external_router_is_outside_the_underlay_and_the_pe_runs_bgpd(sc: Scenario) -> None:
+    (x,) = sc.ebgp_peerings
+    xr, pe = sc.topology.node(x.router), sc.topology.node(x.pe)
+    assert xr.role is Role.EXTERNAL and xr.node_id is None and xr.self_configured and "bgpd" in xr.frr_daemons
+    assert "bgpd" in pe.frr_daemons and "isisd" in pe.frr_daemons
+    assert not any(x.router in (lk.a.node, lk.b.node) for lk in sc.topology.core_links())
+    assert not any(x.router in str(i.params) for i in sc.invariants if i.service == "underlay")
+    assert {i.id.rsplit("/", 1)[1] for i in sc.invariants if i.service == "ebgp_peering/peer1"} == {"session", "received", "advertised"}
+    # the peer announces more than the PE accepts: one own prefix not agreed, a default route, the tenant pool
+    assert set(x.accept) < set(x.announced) and {"::/0", sc.pools.prefix6} <= set(x.announced)
+    # a fault schedule's daemon crash on the external router kills the daemon it runs (bgpd)
+    crashes = [f for f in draw_schedule(1, 1.0, 400, sc.topology, kinds=["daemon_crash"]) if f.target["node"] == x.router]
+    assert crashes and {f.target["daemon"] for f in crashes} == {"bgpd"}
+
+
+def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scenario) -> None:
+    """Another AS's router is no lab-own-configuration router in a level's instructions (which
+    would say the lab was imported from Containerlab)."""
+    assert own_config_routers(sc.topology) is None
+
+
+@pytest.mark.parametrize(("spec", "path", "words"), [
+    ({"accept": ["::/0"]}, "ops[0].spec.accept", "a default route"),
+    ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the provider's fd10::/32"),
+    ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "overlaps 2001:db8:1000::/48"),
+])
+def test_a3t_refuses_a_hijack_or_a_leak(sc: Scenario, spec: dict[str, Any], path: str, words: str) -> None:
+    with pytest.raises(ChangeSetRejected) as e:
+        plan(sc, parse_ops([{"op": "modify", "service_class": "ebgp_peering", "id": "peer1", "spec": spec}]), expected_found(sc))
+    assert words in str(e.value) and e.value.problems[0].path == path
+
+
+def test_a3t_refuses_to_create_or_delete_a_peering(sc: Scenario) -> None:
+    for op in ({"op": "delete", "service_class": "ebgp_peering", "id": "peer1"},
+               {"op": "create", "service_class": "ebgp_peering", "spec": {"accept": [], "advertise": []}}):
+        with pytest.raises(ChangeSetRejected) as e:
+            plan(sc, parse_ops([op]), expected_found(sc))
+        assert "cabled by the provider" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def bf(sc: Scenario) -> Iterator[tuple[Lab, Scenario]]:
+    with deployed(sc, "t-ebgp") as lab:  # verifies every baseline invariant
+        yield lab, sc
+
+
+@pytest.fixture
+def lab(bf: tuple[Lab, Scenario]) -> Iterator[Lab]:
+    yield bf[0]
+    back_to_baseline(bf[0])
+
+
+def verdicts(lab: Lab, sc: Scenario) -> dict[str, bool]:
+    return {v.id.rsplit("/", 1)[1]: v.ok for v in observe(lab, [i for i in sc.invariants if i.service.startswith("ebgp_peering/")])}
+
+
+def vtysh(lab: Lab, node: str, *lines: str) -> None:
+    r = lab.exec(node, ["vtysh", "-c", "configure terminal", *[a for ln in lines for a in ("-c", ln)]], timeout_s=20)
+    assert r.ok and not r.stdout.strip(), r.stdout + r.stderr
+
+
+def holds(lab: Lab, node: str, neighbor: str, prefix: str, present: bool = True) -> None:
+    """Wait (bounded) until ``node`` holds (or no longer holds) ``prefix`` from ``neighbor``."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = lab.exec(node, ["vtysh", "-c", f"show bgp ipv6 unicast neighbors {neighbor} routes"], timeout_s=10)
+        if (prefix in r.stdout) == present:
+            return
+        assert time.monotonic() < deadline, f"{node} {'never got' if present else 'still holds'} {prefix} from {neighbor}: {r.stdout}"
+        time.sleep(0.2)
+
+
+@pytest.mark.lab
+def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Scenario) -> None:
+    (x,) = sc.ebgp_peerings
+    every = {"session": True, "received": True, "advertised": True}
+    assert verdicts(lab, sc) == every
+    # the PE's prefix-lists widened: the peer's default route leaks in, the internal prefix leaks out
+    vtysh(lab, x.pe, "ipv6 prefix-list PEER1-IN seq 900 permit ::/0", f"ipv6 prefix-list PEER1-OUT seq 900 permit {x.internal[0]}")
+    holds(lab, x.pe, router_addr(x), "::/0")
+    holds(lab, x.router, pe_addr(x), x.internal[0])
+    assert verdicts(lab, sc) == {"session": True, "received": False, "advertised": False}
+    reset(lab)
+    assert verdicts(lab, sc) == every
+
+    # the neighbor shut down on the PE: no session, nothing exchanged
+    vtysh(lab, x.pe, "router bgp 64500", f"neighbor {router_addr(x)} shutdown")
+    holds(lab, x.pe, router_addr(x), x.accept[0], present=False)
+    assert verdicts(lab, sc) == {"session": False, "received": False, "advertised": False}
+    reset(lab)
+    assert verdicts(lab, sc) == every
+
+    # the external AS's bgpd crashes (the fault injector's daemon crash): not silent, and reset revives it
+    inject(lab, Fault(id="f1", kind="daemon_crash", step=1, duration_steps=1, target={"node": x.router, "daemon": "bgpd"}))
+    holds(lab, x.pe, router_addr(x), x.accept[0], present=False)  # the PE saw the session drop
+    assert verdicts(lab, sc)["session"] is False
+    rep = reset(lab)
+    assert f"{x.router}:bgpd" in rep.restarted_daemons and rep.exact, rep
+    assert verdicts(lab, sc) == every
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a3t_accepts_and_advertises_one_more_prefix(lab: Lab, sc: Scenario) -> None:
+    """The reference change of the class: accept the prefix the peer announces that is not agreed yet, advertise one more."""
+    (x,) = sc.ebgp_peerings
+    new_in = next(p for p in x.announced if p not in x.accept and p.startswith("2001:db8:1"))
+    new_out = nth48(PROVIDER_SPACE, len(x.advertise))
+    async with connect(server(lab)) as c:
+        cat = data(await c.call_tool("list_service_classes", {}))
+        assert "ebgp_peering" in [k["name"] for k in cat["classes"]]
+        res: dict[str, Any] = data(await c.call_tool("apply_change_set", {"ops": [
+            {"op": "modify", "service_class": "ebgp_peering", "id": "peer1",
+             "spec": {"accept": [*x.accept, new_in], "advertise": [*x.advertise, new_out]}}]}))
+        assert res["status"] == "applied", res
+        assert "ebgp_peering/peer1" in res["validation"]["services"] and not res["validation"]["failed"], res
+        holds(lab, x.pe, router_addr(x), new_in)
+        holds(lab, x.router, pe_addr(x), new_out)
+        detail = data(await c.call_tool("get_service", {"id": "peer1"}))
+        assert detail["device_state"]["in_sync"] and x.pe in detail["devices"], detail["device_state"]
