@@ -115,10 +115,26 @@ def _function_of(sid: str) -> int:
 
 @dataclass
 class PeFacts:
-    """What an operator reads off a PE: its IPv6 rules and main-table routes (JSON)."""
+    """What an operator reads off a PE: its IPv6 rules and main-table routes, and its IPv4
+    rules (iproute2 JSON: ``ip -6 -j rule show``, ``ip -6 -d -j route show table main``,
+    ``ip -4 -j rule show``)."""
 
     rules6: list[dict[str, Any]]
     routes6: list[dict[str, Any]]
+    rules4: list[dict[str, Any]] = field(default_factory=list)
+
+    def other_lookups(self, table: int, own_ports: set[str]) -> set[int]:
+        """Address families (4, 6) in which something other than the tenant's own circuits
+        steers traffic into ``table`` on this PE: a rule looking the table up that is not an
+        ``iif <port>`` rule of one of ``own_ports`` (a floating IP's ``fwmark`` rule, another
+        service's port). Where such a rule exists, the table is still in use on the PE even
+        when the tenant has no site left there."""
+        out = set()
+        for fam, rules in ((6, self.rules6), (4, self.rules4)):
+            for r in rules:
+                if str(r.get("table", "")) == str(table) and r.get("iif") not in own_ports:
+                    out.add(fam)
+        return out
 
     def used_functions(self, pe: str) -> set[int]:
         loc = ipaddress.IPv6Network(f"fcbb:bb00:{node_id(pe)}::/48")
@@ -195,6 +211,7 @@ def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, T
         if pe not in after.dt6_functions:
             after.dt6_functions[pe] = alloc(pe)
     b_cfg, a_cfg = _render(before), _render(after)
+    _keep_table_in_use(r, table, before, after, facts, b_cfg, a_cfg)
     deltas = {}
     for pe in sorted(set(b_cfg) | set(a_cfg)):
         d = config_delta(pe, b_cfg.get(pe), a_cfg.get(pe))
@@ -206,6 +223,45 @@ def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, T
         if not d.empty():
             deltas[pe] = d
     return before, after, deltas
+
+
+def _keep_table_in_use(r: Request, table: int, before: Tenant, after: Tenant, facts: dict[str, PeFacts],
+                       b_cfg: dict[str, NodeConfig], a_cfg: dict[str, NodeConfig]) -> None:
+    """Where the tenant leaves a PE whose tenant table another service still steers traffic
+    into (:meth:`PeFacts.other_lookups`: a floating IP's fwmark rule on the border PE), keep the
+    table there instead of tearing it down with the tenant's circuits: the unreachable default
+    and the routes it already holds to sites that remain (moved ones updated), in the families
+    the other service uses. Only the tenant's own state goes (circuits, End.DT6 SID, routes of
+    removed sites). ``a_cfg`` is changed in place.
+
+    Rendering the VPN alone and removing what it no longer needs removed lines another service
+    shares (the floating IP's route to its site and the table's default on the border PE):
+    issue 19's false dangerous success of the A0 reference solution."""
+    ports_by_pe: dict[str, set[str]] = {}
+    for s in [*before.sites, *after.sites]:
+        ports_by_pe.setdefault(s.pe, set()).add(s.pe_if)
+    staying = {pe for pe in after.dt6_functions}
+    for pe in sorted(set(before.dt6_functions) - staying):
+        fams = facts[pe].other_lookups(table, ports_by_pe.get(pe, set())) if pe in facts else set()
+        if not fams:
+            continue
+        held = after.model_copy(deep=True)
+        held.dt6_functions[pe] = before.dt6_functions[pe]
+        cfg = _render(held)[pe]
+        kept = NodeConfig()
+        for fam in sorted(fams):
+            had = {_prefix_of(x) for x in getattr(b_cfg[pe], f"routes{fam}") if f" table {table} " in f" {x} "}
+            getattr(kept, f"routes{fam}").extend(
+                x for x in getattr(cfg, f"routes{fam}")
+                if "seg6local" not in x and f" table {table} " in f" {x} " and _prefix_of(x) in had
+            )
+        a_cfg[pe] = kept
+
+
+def _prefix_of(route: str) -> str:
+    """The destination of a route line (``unreachable 0.0.0.0/0 ...`` -> ``0.0.0.0/0``)."""
+    words = route.split()
+    return words[1] if words[0] in ("unreachable", "blackhole", "prohibit") else words[0]
 
 
 def _render(t: Tenant) -> dict[str, NodeConfig]:
@@ -392,21 +448,21 @@ class ScriptedAgent:
 
     async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
         facts: dict[str, PeFacts] = {}
-        cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main"]
+        cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main", "ip -4 -j rule show"]
         if a1:
             r = await tools.call_full("execute_validation", {"commands": {pe: cmds for pe in pes}})
             if not r.ok or r.data is None:
                 raise ValueError(f"reading the PEs failed: {r.text[:300]}")
             for pe in pes:
                 parts = _json_outputs(r.data["devices"][pe]["output"])
-                facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1])
+                facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1], rules4=parts[2])
         else:
             for pe in pes:
                 r = await tools.call_full("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
                 if not r.ok or r.data is None:
                     raise ValueError(f"reading {pe} failed: {r.text[:300]}")
-                a, _, b = r.data["stdout"].partition("@@")
-                facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b))
+                a, b, c = r.data["stdout"].split("@@")
+                facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b), rules4=json.loads(c))
         return facts
 
     async def _devices(self, tools: ToolSession, req: Request, mistakes: Mistakes, *, a1: bool) -> None:
@@ -442,8 +498,8 @@ class ScriptedAgent:
                     raise ValueError(f"reading {pe} failed: {r.text[:300]}")
                 text += r.data["xml"]["text"]
                 offset = r.data["xml"]["next_offset"]
-            rules6, routes6 = pe_facts(text)
-            facts[pe] = PeFacts(rules6=rules6, routes6=routes6)
+            rules6, routes6, rules4 = pe_facts(text)
+            facts[pe] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
         _before, after, deltas = plan_tenant_change(req, facts)
         for pe, delta in deltas.items():
             target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
