@@ -87,7 +87,7 @@ def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> Non
         assert not tested & damaged
         for inv in sc.invariants:  # a baseline fact is a test case or a damage check, or about a changed site
             about_changed = any(f"{c}->" in inv.id or f">{c}/" in inv.id or f"/{c}-x-" in inv.id
-                                or inv.id.endswith((f"-x-{c}", f"-x-{c}/4")) for c in changed)  # fmt: skip
+                                or inv.id.endswith((f"-x-{c}", f"-x-{c}/4", f"/pe_address/{c}")) for c in changed)  # fmt: skip
             assert inv.id in damaged or inv.id in tested or about_changed or inv.kind == "sid_bound", inv.id
         gone = [x for x in v.changes.remove]
         if gone:

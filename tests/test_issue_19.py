@@ -32,3 +32,112 @@ def test_reference_operator_keeps_a_tenant_table_a_floating_ip_still_uses(refere
     rec, verdicts = execute_run(lab, _spec(level, tmp_path), v)
     failed = [x.id for x in verdicts if not x.ok]
     assert rec.task_pass and rec.damage_free, failed
+
+
+# -- item 2: probes that do not lean on cached state; PE circuit addresses -----------------------------
+
+
+def _ok(lab, node: str, argv: list[str]) -> None:  # noqa: ANN001
+    r = lab.exec(node, argv)
+    assert r.returncode == 0, (node, argv, r.stderr)
+
+
+def _site_with_probes(sc):  # noqa: ANN001, ANN202
+    """An IPv6 site with reachability probes from its CE, on a PE with other sites."""
+    for t in sc.tenants:
+        for s in t.sites:
+            if any(i.kind == "reach" and i.params["src"] == s.ce for i in sc.invariants):
+                return s
+    raise AssertionError("no site with probes")
+
+
+@pytest.mark.lab
+def test_renumbered_pe_circuit_fails_even_with_the_old_neighbour_cached(reference_lab) -> None:
+    """Renumbering the PE end of an unchanged site's circuit (``::1/64`` -> ``::77/64``) was
+    scored clean: the CE's neighbour cache still held the old entry. Here the entry is pinned
+    (permanent), so without the observer's flush the probes pass for sure; with it they fail,
+    and the circuit's own address check fails too."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import ObserveContext, check_one, observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    s = _site_with_probes(sc)
+    pe6, old, new = ce_addr(s.prefix6, 1), f"{ce_addr(s.prefix6, 1)}/64", f"{ce_addr(s.prefix6, 0x77)}/64"
+    invs = [i for i in sc.invariants if (i.kind == "reach" and i.params["src"] == s.ce and i.params["family"] == 6)
+            or i.id == f"l3vpn/{s.tenant}/pe_address/{s.id}"]
+    assert len(invs) >= 2 and all(v.ok for v in observe(lab, invs))
+    mac = lab.exec(s.pe, ["cat", f"/sys/class/net/{s.pe_if}/address"]).stdout.strip()
+    try:
+        _ok(lab, s.ce, ["ip", "-6", "neigh", "replace", pe6, "lladdr", mac, "dev", s.ce_if, "nud", "permanent"])
+        _ok(lab, s.pe, ["ip", "-6", "addr", "del", old, "dev", s.pe_if])
+        _ok(lab, s.pe, ["ip", "-6", "addr", "add", new, "dev", s.pe_if, "nodad"])
+        reach = next(i for i in invs if i.kind == "reach")
+        assert check_one(ObserveContext(lab), reach).ok  # the cached entry hides the break ...
+        verdicts = {v.id: v for v in observe(lab, invs)}  # ... the observer's pass does not
+        assert not verdicts[reach.id].ok, verdicts[reach.id].detail
+        bound = verdicts[f"l3vpn/{s.tenant}/pe_address/{s.id}"]
+        assert not bound.ok and old in bound.detail, bound.detail
+    finally:
+        lab.exec(s.ce, ["ip", "-6", "neigh", "del", pe6, "dev", s.ce_if])
+        reset(lab)
+    assert all(v.ok for v in observe(lab, invs))
+
+
+# -- item 3: tenant tables hold exactly what is rendered; every pair of a changed site is probed ---------
+
+
+@pytest.mark.lab
+def test_tenant_table_state_catches_extra_typod_and_missing_routes(reference_lab) -> None:
+    """Forwarding that works by luck is not correct configuration: an extra route for a prefix
+    no site uses, a remote site's route pointing at another PE, and a removed unreachable
+    default each fail the table's invariant (sampled probes never saw any of them)."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    t = max(sc.tenants, key=lambda x: len(x.dt6_functions))
+    pe, other = sorted(t.dt6_functions)[:2]
+    inv = next(i for i in sc.invariants if i.id == f"l3vpn/{t.id}/table/{pe}/6")
+    remote = next(s for s in t.sites if s.pe != pe)
+    wrong_pe = next(p for p in sorted(t.dt6_functions) if p not in (pe, remote.pe))
+    from substrate.scenario.layers.l3vpn import segs
+
+    breaks = [
+        ["ip", "-6", "route", "add", "fd10:0:0:ffff::/64", "table", str(t.table), "metric", "1024", "dev", "sr0"],
+        ["ip", "-6", "route", "replace", remote.prefix6, "table", str(t.table), "metric", "1024", "encap", "seg6", "mode",
+         "encap.red", "segs", segs(sc, wrong_pe, t.dt6_functions[wrong_pe]), "dev", "sr0"],
+        ["ip", "-6", "route", "del", "unreachable", "::/0", "table", str(t.table), "metric", "4278198272"],
+    ]
+    try:
+        assert observe(lab, [inv])[0].ok, observe(lab, [inv])[0].detail
+        for argv in breaks:
+            _ok(lab, pe, argv)
+            v = observe(lab, [inv])[0]
+            assert not v.ok, (argv, v.detail)
+            reset(lab)
+    finally:
+        reset(lab)
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_every_pair_of_a_changed_site_is_probed(variant: int) -> None:
+    from harness.tasks import apply_changes, make_variant
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=7 + variant, density=2)
+    v = make_variant("change-set", sc, variant)
+    changed = {a.site for a in v.changes.add} | {m.site for m in v.changes.move}
+    after = apply_changes(sc, v.changes).tenant(v.changes.tenant).sites
+    probed = {(i.params["src"], i.params["dst"], i.params["family"]) for i in v.test_cases if i.kind == "reach"}
+    for x in after:
+        for y in after:
+            if x.id != y.id and (x.id in changed or y.id in changed):
+                assert (x.ce, ce_addr(y.prefix6, 2), 6) in probed, (x.id, y.id)
+                if x.prefix4 and y.prefix4:
+                    assert (x.ce, ce_addr(y.prefix4, 2), 4) in probed, (x.id, y.id)
+

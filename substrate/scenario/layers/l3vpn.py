@@ -206,6 +206,48 @@ def reach_invariants(sc: Scenario, t: Tenant, pairs: list[tuple[Site, Site]]) ->
     return out
 
 
+def circuit_invariants(t: Tenant) -> list[Invariant]:
+    """Per site: the PE's end of the attachment circuit holds the site's PE addresses (``::1``,
+    ``.1``). A CE's neighbour cache can hide their loss from probes for a while (issue 19), so
+    they are checked on the PE itself. ``ce`` names the site (task checks find changed sites by
+    their CE)."""
+    out = []
+    for s in t.sites:
+        addrs = [ce_iface(s.prefix6, 1)] + ([ce_iface(s.prefix4, 1)] if s.prefix4 else [])
+        out.append(Invariant(
+            id=f"l3vpn/{t.id}/pe_address/{s.id}", kind="address_bound", service=f"l3vpn/{t.id}",
+            params={"node": s.pe, "interface": s.pe_if, "addresses": addrs, "ce": s.ce},
+            description=f"{t.name}: {s.pe} {s.pe_if} holds site {s.id}'s PE address(es) {', '.join(addrs)}",
+        ))
+    return out
+
+
+def table_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
+    """Per PE of the tenant and family: its table holds exactly what the scenario renders there
+    -- every service's lines, so that steering, floating IPs or leaked shared services count --:
+    each site prefix routed to its own PE's SID (or out of its port) and nothing else, the
+    unreachable default present, no route for a prefix no site uses (issue 19: a typo'd
+    encap route, a remote PE still pointing at a moved site's old PE, an extra route and a
+    removed default were never caught by sampled probes). ``ces`` names the tenant's sites (task
+    checks find changed sites by their CE)."""
+    out = []
+    ces = sorted({s.ce for s in t.sites})
+    for pe in sorted(t.dt6_functions, key=natural_key):
+        cfg = sc.node_config.get(pe)
+        if cfg is None:
+            continue
+        for fam in (6, 4):
+            routes = [x for x in getattr(cfg, f"routes{fam}") if f" table {t.table} " in f" {x} " and "seg6local" not in x]
+            if not routes:
+                continue
+            out.append(Invariant(
+                id=f"l3vpn/{t.id}/table/{pe}/{fam}", kind="table_routes", service=f"l3vpn/{t.id}",
+                params={"node": pe, "table": t.table, "family": fam, "routes": routes, "ces": ces},
+                description=f"{t.name}: table {t.table} on {pe} holds exactly its {len(routes)} IPv{fam} routes",
+            ))
+    return out
+
+
 def isolation_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
     if not t.sites:
         return []
@@ -507,7 +549,8 @@ class TenantSiteIntent(Intent):
     def invariant_ids(self, sc: Scenario, x: Any) -> list[str]:
         iid = x.id
         return [i.id for i in sc.invariants if i.service == f"l3vpn/{x.tenant}" and (f"/{iid}->" in i.id or f"->{iid}/" in i.id
-                                                                                      or f"/{iid}-x-" in i.id)]  # fmt: skip
+                                                                                      or f"/{iid}-x-" in i.id
+                                                                                      or i.id.endswith(f"/pe_address/{iid}"))]  # fmt: skip
 
     def _checks(self, ctx: Any, i: int, s: Site, prev: Site | None) -> bool:
         """Checks of one site spec that do not depend on later operations; True when usable.
@@ -917,6 +960,8 @@ class L3vpn(Layer):
         for t in sc.tenants:
             out += reach_invariants(sc, t, site_pairs(sc, t))
             out += isolation_invariants(sc, t)
+            out += circuit_invariants(t)
+            out += table_invariants(sc, t)
         return out
 
     # -- inventory and pools ----------------------------------------------------------------------
