@@ -205,6 +205,35 @@ def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_d
     )
 
 
+def campaign_variant(spec: CampaignSpec, sc: Any, v: int) -> Any:
+    """Task variant ``v`` of the campaign in its scenario ``sc`` (scenario seed ``spec.seed + v``,
+    fault seed ``spec.seed * 1000 + v``).
+
+    Raises:
+        AnibenchError: the scenario cannot host the task.
+    """
+    return make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
+
+
+def planned_digests(spec: CampaignSpec, v: int) -> dict[str, str]:
+    """The input digests (:attr:`harness.store.RunRecord.input_digests`) every run of variant
+    ``v`` must record, computed from the specification alone -- no lab: the scenario file, the
+    fault schedule and the task variant. Equal on every machine for the same specification
+    (issue 19, determinism).
+
+    Raises:
+        AnibenchError: the scenario cannot host the task.
+    """
+    from harness.run import digests_of
+    from substrate.faults import draw_schedule
+    from substrate.scenario import build, load_manifest
+
+    sc = build(load_manifest(spec.manifest), seed=spec.seed + v, density=spec.density)
+    variant = campaign_variant(spec, sc, v)
+    schedule = draw_schedule(variant.fault_seed, spec.fault_rate, spec.budget_steps, sc.topology)
+    return digests_of(sc.to_json(), variant, schedule)
+
+
 def run_campaign(
     spec: CampaignSpec,
     store: CampaignStore,
@@ -253,7 +282,7 @@ def run_campaign(
                 continue
             sc = build(manifest, seed=spec.seed + v, density=spec.density)
             try:
-                variant = make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
+                variant = campaign_variant(spec, sc, v)
             except AnibenchError as e:
                 for s, k in todo:
                     store.mark_running(k)

@@ -302,6 +302,14 @@ def test_campaign_pairs_runs_and_reports(tmp_path) -> None:
         for v in (0, 1):
             pair = [r for r in recs if r.variant == v]
             assert len({(r.scenario_seed, r.fault_seed) for r in pair}) == 1
+        # determinism (issue 19): each record's input digests are those the specification alone
+        # gives (tests/test_issue_19.py: the same in another process with another hash seed)
+        from harness.campaign import planned_digests
+
+        for v in (0, 1):
+            want = planned_digests(spec, v)
+            assert set(want) == {"scenario", "fault_schedule", "task_variant"}
+            assert all(r.input_digests == want for r in recs if r.variant == v)
         from harness.report import build_report
 
         rep = build_report(store, spec.campaign_id)

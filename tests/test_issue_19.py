@@ -141,3 +141,41 @@ def test_every_pair_of_a_changed_site_is_probed(variant: int) -> None:
                 if x.prefix4 and y.prefix4:
                     assert (x.ce, ce_addr(y.prefix4, 2), 4) in probed, (x.id, y.id)
 
+
+# -- item 6: determinism ---------------------------------------------------------------------------------
+
+_DIGESTS = """
+import json, sys
+from harness.campaign import make_spec, planned_digests
+spec = make_spec(ani=["A0", "A3-T"], agent=["scripted"], model=[None], task=sys.argv[1], variants=2,
+                 manifest=sys.argv[2], seed=int(sys.argv[3]), density=1, fault_rate=0.3, budget_steps=40, wall_cap_s=120,
+                 agent_options={})
+print(json.dumps([planned_digests(spec, v) for v in range(2)]))
+"""
+
+
+@pytest.mark.parametrize("task", ["change-set", "onboarding"])
+def test_same_campaign_spec_gives_byte_identical_inputs_in_another_process(task: str) -> None:
+    """The scenario file, fault schedule and task variant of each variant hash the same in two
+    processes with different hash seeds (what differs between machines and runs of Python), and
+    differ for another seed. ``tests/test_harness.py::test_campaign_pairs_runs_and_reports``
+    checks that run records carry exactly these digests."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    manifest = str(REPO / "tests" / "data" / "small-campaign.yaml")
+
+    def digests(seed: int, hash_seed: str) -> list[dict[str, str]]:
+        r = subprocess.run([sys.executable, "-c", _DIGESTS, task, manifest, str(seed)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": hash_seed}, check=True)
+        return json.loads(r.stdout)
+
+    a, b = digests(7, "0"), digests(7, "12345")
+    assert a == b and all(set(d) == {"scenario", "fault_schedule", "task_variant"} for d in a)
+    assert a[0] != a[1]
+    c = digests(8, "0")
+    assert c[0]["scenario"] != a[0]["scenario"] and c[0]["task_variant"] != a[0]["task_variant"]
