@@ -98,3 +98,20 @@ def edit_payload(delta: ConfigDelta) -> str:
     if kernel:
         out += f'<kernel xmlns="{KERNEL_NS}">{"".join(kernel)}</kernel>'
     return out
+
+
+def table_routes(xml: str, table: int) -> list[dict[str, Any]]:
+    """The routes of kernel table ``table`` in a get-config answer, shaped like iproute2's JSON
+    (``dst``, ``encap`` ``seg6`` with ``segs``) -- what the operator's leak discovery reads."""
+    root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
+    out: list[dict[str, Any]] = []
+    for t in root.iter(f"{K}table"):
+        if t.findtext(f"{K}id") != str(table):
+            continue
+        for rt in t.iter(f"{K}route"):
+            d: dict[str, Any] = {"dst": rt.findtext(f"{K}destination")}
+            s6 = rt.find(f"{K}seg6")
+            if s6 is not None:
+                d.update(encap="seg6", segs=[x.text for x in s6.iter(f"{K}segment")])
+            out.append(d)
+    return out
