@@ -348,7 +348,7 @@ class _Marks:
     def touch(self, inv: Invariant) -> bool:
         """Whether ``inv`` is about a changed site (a test case, never a damage check)."""
         p = inv.params
-        values = [v for k, v in p.items() if k in ("src", "dst", "node", "sid", "ce") and isinstance(v, str)]
+        values = [v for k, v in p.items() if k in ("src", "dst", "node", "sid", "ce", "dst_node") and isinstance(v, str)]
         if any(v in self.names for v in values):
             return True
         if p.get("src") in self.own_ces and p.get("dst") in self.addresses:
@@ -452,8 +452,8 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
                     continue
                 tests.append(Invariant(
                     id=f"task/removed/{g.id}/from/{r.id}" + ("/v4" if fam == 4 else ""), kind="isolated", service=own,
-                    params={"src": r.ce, "dst": ce_addr(prefix, 2), "family": fam},
-                    description=f"removed site {g.id} is unreachable from {r.id} (IPv{fam})",
+                    params={"src": r.ce, "dst": ce_addr(prefix, 2), "family": fam, "dst_node": g.ce},
+                    description=f"removed site {g.id} is unreachable from {r.id} (IPv{fam}; nothing arrives at its CE)",
                 ))  # fmt: skip
     return tests, damage
 

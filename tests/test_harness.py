@@ -81,7 +81,11 @@ def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> Non
     for variant in range(2):
         v = make_variant(task_class, sc, variant)
         own = f"l3vpn/{v.changes.tenant}"
-        assert [t.id for t in v.test_cases if not t.id.startswith(("task/", own, f"firewall/{v.changes.tenant}/"))] == []
+        # ... or an isolation check between a changed site and another tenant (issue 19: both
+        # directions, so the other tenant's check that nothing of its site arrives at the new one)
+        changed_ces = {a.ce for a in v.changes.add} | {m.ce for m in v.changes.move}
+        assert [t.id for t in v.test_cases if not t.id.startswith(("task/", own, f"firewall/{v.changes.tenant}/"))
+                and not (t.kind == "isolated" and {t.params.get("dst_node"), t.params.get("src")} & changed_ces)] == []
         changed = set(v.changes.remove) | {m.site for m in v.changes.move} | {a.site for a in v.changes.add}
         tested, damaged = {t.id for t in v.test_cases}, {d.id for d in v.damage_checks}
         assert not tested & damaged

@@ -5,7 +5,8 @@ returns a verdict with evidence (command, exit code, output excerpt) for each.
 Check kinds (``Invariant.kind``):
 
 - ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
-- ``isolated`` {src, dst, family}: no ping from ``src`` gets an answer from ``dst``;
+- ``isolated`` {src, dst, family, dst_node}: no ping from ``src`` gets an answer from ``dst``,
+  and none arrives at host ``dst_node`` when given (counted there: a one-way leak fails);
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
   raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` and get replies (the
   SID is used by this flow only, so concurrent probes cannot fake it; retried like ``reach``);
@@ -98,6 +99,9 @@ class Verdict(BaseModel):
 #: Check kinds that send probes from a host (``src``): their hosts' neighbour caches are flushed
 #: first. Service classes' data-plane kinds name themselves in ``ServiceClass.probe_kinds``.
 PROBE_KINDS = frozenset({"reach", "isolated", "steered_path", "tcp_verdict"})
+#: Payload sizes of isolation probes start here (ping's default is 56; sizes stay under the
+#: 1280-byte IPv6 minimum MTU minus the SRv6 encapsulation for a few hundred probes).
+PROBE_SIZE_MIN, PROBE_SIZE_MAX = 100, 1100
 #: The flush: every neighbour entry of both families, whatever its state (iproute2 ip-neighbour).
 FLUSH_NEIGHBOURS = "ip -6 neigh flush all nud all; ip -4 neigh flush all nud all"
 
@@ -109,9 +113,20 @@ class ObserveContext:
         self.lab = lab
         #: Hosts whose neighbour cache could not be flushed -> the failed flush.
         self.unflushed: dict[str, ExecResult] = {}
+        self._sizes = iter(range(PROBE_SIZE_MIN, PROBE_SIZE_MAX))
         self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
         self._guard = threading.Lock()
+
+    def probe_size(self) -> int:
+        """A payload size (bytes) no other isolation probe of this pass uses.
+
+        Raises:
+            StopIteration: the pass has more isolation probes than sizes (the check then fails
+                with the reason, :func:`check_one`).
+        """
+        with self._guard:
+            return next(self._sizes)
 
     def run(self, node: str, argv: list[str], timeout_s: float = 10.0) -> ExecResult:
         return self.lab.exec(node, argv, timeout_s=timeout_s, max_output=1 << 20)
@@ -193,11 +208,50 @@ def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Ev
     return _spaced(attempt)
 
 
+def _arrival_rule(family: int, dst: str, length: int) -> str:
+    """The nft match of one isolation probe at its receiver: an echo request to ``dst`` whose
+    packet length (network header on) is ``length`` -- unique per probe in a pass."""
+    if family == 6:
+        return f"ip6 daddr {dst} icmpv6 type echo-request meta length {length}"
+    return f"ip daddr {dst} icmp type echo-request meta length {length}"
+
+
 def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """No reply comes back, and -- when the invariant names the receiving host (``dst_node``) --
+    no probe arrives there either: a counter in the receiver's namespace (nftables, prerouting,
+    ahead of any filter) counts the echo requests of this probe, told apart from every other
+    packet by a payload size unique in the pass. A one-way leak (requests delivered, replies
+    dropped or unroutable) fails it (issue 19)."""
     p = inv.params
-    r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 0.5)
-    got = _received(r.stdout)
-    return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+    fam = int(p.get("family", 6))
+    receiver = p.get("dst_node")
+    if not receiver:
+        r = _ping(ctx, p["src"], p["dst"], fam, 2, 0.5)
+        got = _received(r.stdout)
+        return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+    size = ctx.probe_size()
+    length = size + (48 if fam == 6 else 28)
+    table = f"anibench_probe_{size}"
+    text = (f"table inet {table} {{\n\tchain c {{\n\t\ttype filter hook prerouting priority -400; policy accept;\n"
+            f"\t\t{_arrival_rule(fam, p['dst'], length)} counter\n\t}}\n}}\n")
+    r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=5)
+    if r0.returncode != 0:
+        return False, f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
+    try:
+        argv = ["ping", f"-{fam}", "-n", "-q", "-c", "2", "-i", "0.2", "-W", "0.5", "-s", str(size), p["dst"]]
+        r = ctx.run(p["src"], argv, timeout_s=7)
+        got = _received(r.stdout)
+        r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=5)
+    finally:
+        ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=5)
+    m = re.search(r'"counter":\s*\{"packets":\s*(\d+)', r1.stdout)
+    if m is None:
+        return False, f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
+    arrived = int(m.group(1))
+    ok = got == 0 and arrived == 0
+    return ok, f"{p['src']} -> {p['dst']} ({receiver}): {arrived} probes arrived, {got} replies (expected none)", [
+        _ev(r), Evidence(node=receiver, command=f"nft -j list table inet {table}", exit_code=r1.returncode,
+                         output=f"echo requests of this probe counted at {receiver}: {arrived}")]
 
 
 def _sid_packets(ctx: ObserveContext, node: str, sid: str) -> tuple[int | None, ExecResult]:
@@ -473,13 +527,14 @@ def flush_neighbours(ctx: ObserveContext, pool: ThreadPoolExecutor) -> None:
     list(pool.map(one, hosts))
 
 
-def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS) -> list[Verdict]:
+def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS, flush: bool = True) -> list[Verdict]:
     """Check ``invariants`` in parallel; verdicts in input order. When any of them probes from a
-    host (:func:`probe_kinds`), every host's neighbour cache is flushed first (module docstring)."""
+    host (:func:`probe_kinds`), every host's neighbour cache is flushed first (module docstring;
+    ``flush=False`` skips it: for measuring its cost only, never for a verdict)."""
     invs = list(invariants)
     ctx = ObserveContext(lab)
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(invs) or 1)), thread_name_prefix="observe") as pool:
         kinds = probe_kinds()
-        if any(i.kind in kinds for i in invs):
+        if flush and any(i.kind in kinds for i in invs):
             flush_neighbours(ctx, pool)
         return list(pool.map(lambda i: check_one(ctx, i), invs))
