@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,6 +206,23 @@ def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_d
     )
 
 
+def order_seed(spec: CampaignSpec) -> str:
+    """The seed of the campaign's run order (recorded in every run: ``RunRecord.order_seed``)."""
+    return f"order/{spec.seed}"
+
+
+def settings_order(spec: CampaignSpec, v: int) -> list[str]:
+    """The order in which variant ``v`` runs the campaign's settings: the rows of a Latin square
+    (the settings rotated by ``v`` plus an offset drawn from :func:`order_seed`), so that over
+    any ``n`` consecutive variants every setting runs once in every position -- an effect of
+    running first (a warm cache, a lab that ages) falls on every setting alike, and the report
+    can test for it (issue 19)."""
+    settings = list(spec.settings)
+    n = len(settings)
+    k = (random.Random(order_seed(spec)).randrange(n) + v) % n if n else 0
+    return settings[k:] + settings[:k]
+
+
 def campaign_variant(spec: CampaignSpec, sc: Any, v: int) -> Any:
     """Task variant ``v`` of the campaign in its scenario ``sc`` (scenario seed ``spec.seed + v``,
     fault seed ``spec.seed * 1000 + v``).
@@ -277,7 +295,8 @@ def run_campaign(
     lab_name = f"camp-{os.getpid() % 100000}"
     with terminate_gracefully():
         for v in range(spec.variants):
-            todo = [(s, keys[(s, v)]) for s in spec.settings if keys[(s, v)] in pending]
+            order = settings_order(spec, v)
+            todo = [(s, keys[(s, v)]) for s in order if keys[(s, v)] in pending]
             if not todo:
                 continue
             sc = build(manifest, seed=spec.seed + v, density=spec.density)
@@ -302,6 +321,7 @@ def run_campaign(
                         rec, _verdicts = execute_run(lab, run_spec(spec, k, s, v, results_dir), variant)
                     except RunFailed as e:
                         rec = _failed(spec, k, s, v, str(e))
+                    rec = rec.model_copy(update={"run_position": order.index(s), "order_seed": order_seed(spec)})
                     store.save_result(rec)
                     done.append(rec)
                     if on_run:

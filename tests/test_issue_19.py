@@ -252,3 +252,44 @@ def test_isolation_covers_both_directions_and_every_tenant_pair_sharing_a_pe() -
         for b in sc.tenants:
             if a.id != b.id and {s.pe for s in a.sites} & {s.pe for s in b.sites}:
                 assert (a.id, b.id) in pairs and (b.id, a.id) in pairs, (a.id, b.id)
+
+
+# -- item 5: counterbalanced order with an order-effect test; faults met per paired run -----------------
+
+
+def test_settings_run_in_a_latin_square_order_drawn_from_a_recorded_seed() -> None:
+    from harness.campaign import make_spec, order_seed, settings_order
+
+    spec = make_spec(ani=["A0", "A1", "A3-T"], agent=["scripted"], model=[None], task="change-set", variants=6,
+                     manifest="manifests/srv6-brownfield.yaml", seed=7, density=1, fault_rate=0.0, budget_steps=40,
+                     wall_cap_s=120, agent_options={})
+    orders = [settings_order(spec, v) for v in range(6)]
+    assert all(sorted(o) == sorted(spec.settings) for o in orders)
+    for block in (orders[:3], orders[3:]):  # every setting once in every position per block of n variants
+        for pos in range(3):
+            assert sorted(o[pos] for o in block) == sorted(spec.settings)
+    assert orders == [settings_order(spec, v) for v in range(6)] and order_seed(spec) == "order/7"
+
+
+def test_report_tests_for_an_order_effect_and_shows_whether_paired_runs_met_the_same_faults(tmp_path) -> None:
+    from harness.report import build_report
+    from harness.store import CampaignStore
+    from tests.test_report import CID, save
+
+    fault = {"time": 1.0, "step": 2, "fault": "f1", "kind": "link_down", "action": "inject",
+             "target": {"node": "r1", "interface": "eth1"}}
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "ani", "settings": ["A0", "A1"], "variants": 8})
+        for v in range(8):
+            first, second = ("A0", "A1") if v % 2 == 0 else ("A1", "A0")
+            # whatever the setting, the second run of a variant fails: an order effect
+            save(s, first, v, run_position=0, order_seed="order/7", faults=[fault])
+            save(s, second, v, run_position=1, order_seed="order/7", task_pass=False, test_case_score=0.0,
+                 test_cases_passed=0, completion_mode="budget_hit", faults=[fault] if v else [])
+        rep = build_report(s, CID)
+    by = {t.outcome: t for t in rep.order_effect}
+    assert by["completion"].test.b == 8 and by["completion"].test.pvalue < 0.01
+    parity = {f.variant: f for f in rep.fault_parity}
+    assert not parity[0].same and all(parity[v].same for v in range(1, 8))
+    assert "link_down@2 interface=eth1,node=r1" in parity[1].met["A0"]
+    assert {t.key for t in rep.tables()} >= {"order", "faults"}
