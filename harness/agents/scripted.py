@@ -301,8 +301,7 @@ def _follow_leak(leak: Leak, table: int, before: Tenant, after: Tenant,
     service's table on ``leak.node`` a route back to each site prefix, toward the site's PE
     (``dev <port>`` when the site is on that node) -- as the shared-services layer builds it.
     ``b_cfg``/``a_cfg`` gain these lines, so the delta adds, moves and removes exactly them."""
-    def line_in_tenant(pe: str) -> str:
-        return f"{leak.prefix6} table {table} metric 1024 encap seg6 mode encap.red segs {leak.sid} dev sr0"
+    in_tenant = f"{leak.prefix6} table {table} metric 1024 encap seg6 mode encap.red segs {leak.sid} dev sr0"
 
     def back_routes(t: Tenant) -> list[str]:
         out = []
@@ -317,7 +316,7 @@ def _follow_leak(leak: Leak, table: int, before: Tenant, after: Tenant,
     for cfgs, t in ((b_cfg, before), (a_cfg, after)):
         for pe in t.dt6_functions:
             if pe != leak.node:
-                cfgs.setdefault(pe, NodeConfig()).routes6.append(line_in_tenant(pe))
+                cfgs.setdefault(pe, NodeConfig()).routes6.append(in_tenant)
         cfgs.setdefault(leak.node, NodeConfig()).routes6.extend(back_routes(t))
 
 
@@ -594,19 +593,9 @@ class ScriptedAgent:
         from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts, table_routes
 
         pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
-        facts: dict[str, PeFacts] = {}
-        for pe in pes:
-            text, offset = "", 0
-            while offset is not None:
-                r = await tools.call("get_config", {"device": pe, "filter": PE_FILTER, "offset": offset})
-                if not r.ok or r.data is None:
-                    raise ValueError(f"reading {pe} failed: {r.text[:300]}")
-                text += r.data["xml"]["text"]
-                offset = r.data["xml"]["next_offset"]
-            rules6, routes6, rules4 = pe_facts(text)
-            facts[pe] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
 
         async def get(device: str, flt: str) -> str:
+            """The whole get-config answer for ``flt`` (read page by page)."""
             text, offset = "", 0
             while offset is not None:
                 r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
@@ -615,6 +604,11 @@ class ScriptedAgent:
                 text += r.data["xml"]["text"]
                 offset = r.data["xml"]["next_offset"]
             return text
+
+        facts: dict[str, PeFacts] = {}
+        for pe in pes:
+            rules6, routes6, rules4 = pe_facts(await get(pe, PE_FILTER))
+            facts[pe] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
 
         async def read_table(pe: str, table: int) -> Any:
             xml = await get(pe, f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')

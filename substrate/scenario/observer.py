@@ -234,16 +234,16 @@ def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list
     table = f"anibench_probe_{size}"
     text = (f"table inet {table} {{\n\tchain c {{\n\t\ttype filter hook prerouting priority -400; policy accept;\n"
             f"\t\t{_arrival_rule(fam, p['dst'], length)} counter\n\t}}\n}}\n")
-    r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=5)
+    r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=10)
     if r0.returncode != 0:
         return False, f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
     try:
         argv = ["ping", f"-{fam}", "-n", "-q", "-c", "2", "-i", "0.2", "-W", "0.5", "-s", str(size), p["dst"]]
         r = ctx.run(p["src"], argv, timeout_s=7)
         got = _received(r.stdout)
-        r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=5)
+        r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=10)
     finally:
-        ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=5)
+        ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=10)
     m = re.search(r'"counter":\s*\{"packets":\s*(\d+)', r1.stdout)
     if m is None:
         return False, f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
