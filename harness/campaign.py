@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -205,6 +206,52 @@ def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_d
     )
 
 
+def order_seed(spec: CampaignSpec) -> str:
+    """The seed of the campaign's run order (recorded in every run: ``RunRecord.order_seed``)."""
+    return f"order/{spec.seed}"
+
+
+def settings_order(spec: CampaignSpec, v: int) -> list[str]:
+    """The order in which variant ``v`` runs the campaign's settings: the rows of a Latin square
+    (the settings rotated by ``v`` plus an offset drawn from :func:`order_seed`), so that over
+    any ``n`` consecutive variants every setting runs once in every position -- an effect of
+    running first (a warm cache, a lab that ages) falls on every setting alike, and the report
+    can test for it (issue 19)."""
+    settings = list(spec.settings)
+    n = len(settings)
+    k = (random.Random(order_seed(spec)).randrange(n) + v) % n if n else 0
+    return settings[k:] + settings[:k]
+
+
+def campaign_variant(spec: CampaignSpec, sc: Any, v: int) -> Any:
+    """Task variant ``v`` of the campaign in its scenario ``sc`` (scenario seed ``spec.seed + v``,
+    fault seed ``spec.seed * 1000 + v``).
+
+    Raises:
+        AnibenchError: the scenario cannot host the task.
+    """
+    return make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
+
+
+def planned_digests(spec: CampaignSpec, v: int) -> dict[str, str]:
+    """The input digests (:attr:`harness.store.RunRecord.input_digests`) every run of variant
+    ``v`` must record, computed from the specification alone -- no lab: the scenario file, the
+    fault schedule and the task variant. Equal on every machine for the same specification
+    (issue 19, determinism).
+
+    Raises:
+        AnibenchError: the scenario cannot host the task.
+    """
+    from harness.run import digests_of
+    from substrate.faults import draw_schedule
+    from substrate.scenario import build, load_manifest
+
+    sc = build(load_manifest(spec.manifest), seed=spec.seed + v, density=spec.density)
+    variant = campaign_variant(spec, sc, v)
+    schedule = draw_schedule(variant.fault_seed, spec.fault_rate, spec.budget_steps, sc.topology)
+    return digests_of(sc.to_json(), variant, schedule)
+
+
 def plan_campaign(spec: CampaignSpec, store: CampaignStore, *, resume: bool) -> tuple[dict[tuple[str, int], str], set[str]]:
     """Create (or find, with ``resume``) the campaign in the store and plan its runs; shared by
     every executor (local and :mod:`harness.cluster`).
@@ -234,7 +281,7 @@ def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results
     the generator ends or is closed.
 
     Args:
-        todo: (setting, run key) of the runs to do, in order.
+        todo: (setting, run key) of the runs to do, in the order to run them (:func:`settings_order`).
         results_dir: where each run's directory goes (``results_dir/CAMPAIGN/SETTING/vN``).
 
     Yields:
@@ -246,7 +293,7 @@ def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results
 
     sc = build(load_manifest(spec.manifest), seed=spec.seed + v, density=spec.density)
     try:
-        variant = make_variant(spec.task, sc, v, fault_seed=spec.seed * 1000 + v)
+        variant = campaign_variant(spec, sc, v)
     except AnibenchError as e:
         for s, k in todo:
             yield k, None
@@ -254,6 +301,7 @@ def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results
         return
     if on_stage:
         on_stage(f"variant {v}: deploying scenario seed {sc.seed} ({len(sc.topology.nodes)} nodes)")
+    order = settings_order(spec, v)
     with deploy_scenario(sc, lab_name) as lab:
         for s, k in todo:
             yield k, None
@@ -261,7 +309,7 @@ def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results
                 rec, _verdicts = execute_run(lab, run_spec(spec, k, s, v, results_dir), variant)
             except RunFailed as e:
                 rec = _failed(spec, k, s, v, str(e))
-            yield k, rec
+            yield k, rec.model_copy(update={"run_position": order.index(s), "order_seed": order_seed(spec)})
 
 
 def run_campaign(
@@ -296,7 +344,8 @@ def run_campaign(
     lab_name = f"camp-{os.getpid() % 100000}"
     with terminate_gracefully():
         for v in range(spec.variants):
-            todo = [(s, keys[(s, v)]) for s in spec.settings if keys[(s, v)] in pending]
+            order = settings_order(spec, v)
+            todo = [(s, keys[(s, v)]) for s in order if keys[(s, v)] in pending]
             if not todo:
                 continue
             for k, rec in run_variant(spec, v, todo, results_dir, lab_name, on_stage):

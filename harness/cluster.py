@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.campaign import CampaignSpec, _failed, plan_campaign, run_spec, run_variant
+from harness.campaign import CampaignSpec, _failed, plan_campaign, run_spec, run_variant, settings_order
 from harness.errors import AnibenchError
 from harness.store import CampaignStore, RunRecord
 
@@ -304,7 +304,7 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
     st = _State()
     work: queue.Queue[tuple[int, list[tuple[str, str]]] | None] = queue.Queue()
     for v in range(spec.variants):
-        todo = [(s, keys[(s, v)]) for s in spec.settings if keys[(s, v)] in pending]
+        todo = [(s, keys[(s, v)]) for s in settings_order(spec, v) if keys[(s, v)] in pending]
         if todo:
             st.todo[v] = {k: s for s, k in todo}
             work.put((v, todo))

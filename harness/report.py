@@ -139,6 +139,53 @@ class PairedTest:
 
 
 @dataclass(frozen=True)
+class FaultParity:
+    """The faults each run of one variant met: ``KIND@STEP TARGET`` per injection, in order."""
+
+    variant: int
+    same: bool
+    """Every done run of the variant met the same faults (kind, target and step)."""
+    met: dict[str, list[str]]
+    """Setting -> the faults its run met."""
+
+
+def _fault_list(r: RunRecord) -> list[str]:
+    out = []
+    for f in r.faults:
+        if f.get("action") == "inject":
+            target = ",".join(f"{k}={v}" for k, v in sorted((f.get("target") or {}).items()))
+            out.append(f"{f.get('kind')}@{f.get('step')}" + (f" {target}" if target else ""))
+    return out
+
+
+def _fault_parity(done: dict[str, dict[int, RunRecord]]) -> list[FaultParity]:
+    variants = sorted({v for runs in done.values() for v in runs})
+    out = []
+    for v in variants:
+        met = {s: _fault_list(runs[v]) for s, runs in done.items() if v in runs}
+        if len(met) > 1:
+            out.append(FaultParity(v, len({tuple(x) for x in met.values()}) == 1, met))
+    return out
+
+
+def _order_effect(records: list[RunRecord]) -> list[PairedTest]:
+    """First vs second run of each variant (by ``run_position``), per outcome."""
+    by_variant: dict[int, dict[int, RunRecord]] = {}
+    for r in records:
+        if r.status is RunStatus.done and r.run_position is not None:
+            by_variant.setdefault(r.variant, {})[r.run_position] = r
+    common = sorted(v for v, runs in by_variant.items() if 0 in runs and 1 in runs)
+    if not common:
+        return []
+    excluded = len(by_variant) - len(common)
+    tests = []
+    for outcome, attr in (("completion", "task_pass"), ("damage_free", "damage_free")):
+        pairs = [(bool(getattr(by_variant[v][0], attr)), bool(getattr(by_variant[v][1], attr))) for v in common]
+        tests.append(PairedTest("first run", "second run", outcome, mcnemar_exact(pairs), excluded))
+    return tests
+
+
+@dataclass(frozen=True)
 class FailedRun:
     """A run the harness could not complete (reported apart, not an agent failure)."""
 
@@ -229,6 +276,13 @@ class Report:
     """Every finished run (done and failed), in planned order."""
     fixed: dict[str, str] = field(default_factory=dict)
     """The factors held fixed (draft 4.2), name -> value, from the campaign spec."""
+    order_effect: list[PairedTest] = field(default_factory=list)
+    """Order effect (issue 19): exact McNemar test between the first and the second run of each
+    variant (whatever their settings; the order is counterbalanced), per outcome. Empty when the
+    records do not say their position."""
+    fault_parity: list[FaultParity] = field(default_factory=list)
+    """Per variant: whether its runs met the same faults (faults are drawn per agent step, so
+    runs of different lengths meet different ones)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The report as plain data (JSON-ready: no NaN, tuples as lists)."""
@@ -279,6 +333,16 @@ class Report:
         out = [_outcome_table(self.cells), _label_table(self.cells), _cost_table(self.cells)]
         if self.paired:
             out.append(_paired_table(self.paired))
+        if self.order_effect:
+            t = _paired_table(self.order_effect)
+            out.append(TableData("order", "Order effect: exact McNemar test, first vs second run of each variant "
+                                 "(settings in counterbalanced order)", t.columns, t.rows))
+        if any(x for f in self.fault_parity for x in f.met.values()):  # shown once any run met a fault
+            out.append(TableData("faults", "Faults met by the paired runs of each variant (kind@step target)",
+                                 [Column("variant"), Column("same faults", "left"), Column("faults met per setting", "left")],
+                                 [[str(f.variant), "yes" if f.same else "NO",
+                                   "; ".join(f"{s}: {', '.join(x) or 'none'}" for s, x in f.met.items())]
+                                  for f in self.fault_parity]))
         if self.failed_runs:
             out.append(TableData("failed", "Failed runs (harness could not complete them; not agent failures)",
                                  [Column("run", "left"), Column("setting", "left"), Column("variant"),
@@ -446,7 +510,7 @@ def build_report(store: CampaignStore, campaign_id: str) -> Report:
         notes.append(AGENT_ERROR_NOTE)
     return Report(campaign_id, spec, factors[0] if factors else spec.get("factor"), cells,
                   _paired(settings, done), failed, unfinished, notes, runs=[RunSummary.of(r) for r in records],
-                  fixed=fixed_factors(spec))
+                  fixed=fixed_factors(spec), order_effect=_order_effect(records), fault_parity=_fault_parity(done))
 
 
 #: The report's note when some runs ended with an agent error (README "Campaigns").

@@ -14,6 +14,7 @@ itself cannot complete the run (:class:`RunFailed`), which campaigns record as a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -29,7 +30,7 @@ from harness.agents.base import AgentContext, AgentOutcome, make_agent
 from harness.errors import AnibenchError
 from harness.store import RunRecord, RunStatus, completion_mode
 from harness.tasks import TaskVariant
-from substrate.faults import FaultInjector, draw_schedule
+from substrate.faults import Fault, FaultInjector, draw_schedule
 from substrate.lab import Lab
 from substrate.errors import SubstrateError
 from substrate.scenario.deploy import kill_strays, reset
@@ -125,6 +126,31 @@ class _TrajectoryFollower(threading.Thread):
                 self.injector.on_step(n + 1)
 
 
+def _sha256(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def input_digests(lab: Lab, variant: TaskVariant, schedule: list[Fault]) -> dict[str, str]:
+    """SHA-256 of a run's inputs (:attr:`RunRecord.input_digests`): the scenario file deployed on
+    ``lab`` (``Scenario.to_json``: byte-stable), the fault schedule and the task variant as
+    canonical JSON (sorted keys). A lab not deployed from a scenario has no ``scenario`` digest."""
+    from substrate.scenario.deploy import SCENARIO_FILE
+
+    path = lab.dir / SCENARIO_FILE
+    return digests_of(path.read_bytes() if path.exists() else None, variant, schedule)
+
+
+def digests_of(scenario_file: str | bytes | None, variant: TaskVariant, schedule: list[Fault]) -> dict[str, str]:
+    """The digests of :func:`input_digests` from the inputs themselves (``scenario_file``: the
+    scenario's canonical JSON, ``Scenario.to_json``; None: no scenario digest)."""
+    out = {}
+    if scenario_file is not None:
+        out["scenario"] = _sha256(scenario_file)
+    out["fault_schedule"] = _sha256(json.dumps([f.model_dump(mode="json") for f in schedule], sort_keys=True))
+    out["task_variant"] = _sha256(json.dumps(variant.model_dump(mode="json"), sort_keys=True))
+    return out
+
+
 def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecord, list[Verdict]]:
     """Run ``variant`` on ``lab`` with ``spec``; see module docstring.
 
@@ -163,6 +189,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     reset_s = time.monotonic() - t0
 
     schedule = draw_schedule(variant.fault_seed, spec.fault_rate, spec.budget_steps, lab.topology)
+    digests = input_digests(lab, variant, schedule)
     injector = FaultInjector(lab, schedule)
     agent = make_agent(spec.agent, {**spec.agent_options, **({"mode": spec.mode} if spec.mode else {})})
     external = spec.agent == "command"
@@ -271,7 +298,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
-        faults=[e.model_dump() for e in injector.events], budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
+        faults=[e.model_dump() for e in injector.events], input_digests=digests, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
         agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,
         agent_log=outcome.log or str(run_dir / AGENT_FILE), trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),

@@ -251,6 +251,18 @@ class RunRecord(BaseModel):
     """Identical consecutive configuration/validation actions over all of them."""
     faults: list[dict[str, Any]] = Field(default_factory=list)
     """Faults injected during the run, as recorded by the fault injector."""
+    run_position: int | None = Field(default=None, ge=0)
+    """Where this run came among its variant's runs (0: first). The order of a variant's settings
+    is counterbalanced (a Latin square, :func:`harness.campaign.settings_order`), rotated by
+    ``order_seed``; None in records written before (settings then always ran in order)."""
+    order_seed: str | None = None
+    """The seed the order of the variant's settings was drawn from (``order/<campaign seed>``)."""
+    input_digests: dict[str, str] = Field(default_factory=dict)
+    """SHA-256 (hex) of what the run was given, by name: ``scenario`` (the deployed scenario file,
+    canonical JSON), ``fault_schedule`` (the drawn schedule, canonical JSON), ``task_variant`` (the
+    variant with its request, setup and hidden checks, canonical JSON). The same campaign
+    specification gives the same digests on any machine (issue 19, determinism); empty in records
+    written before them."""
     budget_exhausted: Literal["steps", "tokens"] | None = None
     """Which budget the run reached, if any: the server's step budget or the adapter's token budget."""
     agent_stop: str | None = None

@@ -348,10 +348,14 @@ class _Marks:
     def touch(self, inv: Invariant) -> bool:
         """Whether ``inv`` is about a changed site (a test case, never a damage check)."""
         p = inv.params
-        values = [v for k, v in p.items() if k in ("src", "dst", "node", "sid") and isinstance(v, str)]
+        values = [v for k, v in p.items() if k in ("src", "dst", "node", "sid", "ce", "dst_node") and isinstance(v, str)]
         if any(v in self.names for v in values):
             return True
         if p.get("src") in self.own_ces and p.get("dst") in self.addresses:
+            return True
+        # a fact about the tenant's sites as a whole (its tables: ``ces`` lists every site's CE)
+        # changes with any of them
+        if isinstance(p.get("ces"), list) and set(p["ces"]) & self.own_ces:
             return True
         # free-text lists (nft_rule contains, fib_has prefixes): whole tokens, names only
         words = {w for v in p.values() if isinstance(v, list) for item in v for w in str(item).split()}
@@ -411,6 +415,18 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     # bookkeeping: which free SID function an operator picks is theirs, so a new SID binding is
     # not a test case (its reachability is).
     tests = [i for i in after.invariants if i.kind != "sid_bound" and marks.touch(i)]
+    # every ordered pair that involves an added or moved site, both ways and both families (the
+    # baseline samples the pairs of large tenants; a typo'd encap route toward a changed site
+    # broke exactly the pairs nobody probed: issue 19)
+    from substrate.scenario.layers.l3vpn import reach_invariants
+
+    changed = {a.site for a in ch.add} | {m.site for m in ch.move}
+    ta_sites = after.tenant(ch.tenant).sites
+    pairs = [(x, y) for x in ta_sites for y in ta_sites if x.id != y.id and (x.id in changed or y.id in changed)]
+    have = {(i.kind, i.params.get("src"), i.params.get("dst"), i.params.get("family")) for i in tests}
+    for i in reach_invariants(after, after.tenant(ch.tenant), pairs):
+        if (i.kind, i.params["src"], i.params["dst"], i.params["family"]) not in have:
+            tests.append(i.model_copy(update={"id": "task/pair/" + i.id.split("/reach/", 1)[1]}))
     damage = [i for i in before.invariants if not marks.touch(i)]
     damage += [i for i in after.invariants if key(i) not in before_keys and not marks.touch(i)
                and i.kind != "sid_bound"]
@@ -436,8 +452,8 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
                     continue
                 tests.append(Invariant(
                     id=f"task/removed/{g.id}/from/{r.id}" + ("/v4" if fam == 4 else ""), kind="isolated", service=own,
-                    params={"src": r.ce, "dst": ce_addr(prefix, 2), "family": fam},
-                    description=f"removed site {g.id} is unreachable from {r.id} (IPv{fam})",
+                    params={"src": r.ce, "dst": ce_addr(prefix, 2), "family": fam, "dst_node": g.ce},
+                    description=f"removed site {g.id} is unreachable from {r.id} (IPv{fam}; nothing arrives at its CE)",
                 ))  # fmt: skip
     return tests, damage
 

@@ -104,6 +104,7 @@ class FaultEvent(BaseModel):
     kind: str
     action: Literal["inject", "clear", "error"]
     detail: str = ""
+    target: dict[str, Any] = Field(default_factory=dict, description="The fault's target (node, interface, daemon, ...).")
 
 
 def draw_schedule(seed: int, lam: float, max_steps: int, topology: Topology,
@@ -200,7 +201,8 @@ class FaultInjector:
     # -- per kind --------------------------------------------------------------------------------
 
     def _event(self, f: Fault, action: str, detail: str = "") -> FaultEvent:
-        return FaultEvent(time=time.time(), step=self._step, fault=f.id, kind=f.kind, action=action, detail=detail)  # type: ignore[arg-type]
+        return FaultEvent(time=time.time(), step=self._step, fault=f.id, kind=f.kind, action=action, detail=detail,  # type: ignore[arg-type]
+                          target=dict(f.target))
 
     def _inject(self, f: Fault) -> FaultEvent:
         try:

@@ -77,6 +77,19 @@ def campaign_lab() -> Iterator:
         yield lab, sc
 
 
+@pytest.fixture(scope="session")
+def reference_lab() -> Iterator:
+    """The reference brownfield (manifests/srv6-brownfield.yaml, seed 9, density 2: variant 2 of
+    ``harness demo`` and ``harness task validate``), deployed once for the modules that need its
+    size (25 routers, floating IPs, firewalls, steering). Yields (lab, scenario)."""
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=9, density=2)
+    with deploy_scenario(sc, unique_name("t-ref")) as lab:
+        yield lab, sc
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

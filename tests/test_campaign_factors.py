@@ -94,6 +94,7 @@ def test_blocklist_ablation_runs_as_its_own_paired_setting(tmp_path) -> None:
     spec = make_spec(ani=["A1", "A1+blocklist"], **KW)
     with CampaignStore(tmp_path / "db.sqlite") as store:
         recs = run_campaign(spec, store, results_dir=tmp_path / "runs")
+        recs.sort(key=lambda r: spec.settings.index(r.setting))  # they ran in counterbalanced order
         assert [(r.setting, r.level, r.ablations) for r in recs] == [("A1", "A1", []), ("A1+blocklist", "A1", ["blocklist"])]
         assert all(r.status is RunStatus.done and r.task_pass for r in recs), [r.error for r in recs]
         assert len({(r.scenario_seed, r.fault_seed, r.variant) for r in recs}) == 1  # paired
@@ -111,7 +112,8 @@ def test_mode_campaign_from_the_command_line(tmp_path) -> None:
     """``harness campaign --mode react,single-turn-norecovery --budget-tokens N``: one run per mode
     on the same variant, the mode and the token budget in each run record and in the report."""
     db = tmp_path / "db.sqlite"
-    # the runs are sequential: the stand-in endpoint serves react's reply, then single-turn's
+    # the runs are sequential: the stand-in endpoint serves the first run's reply (two steps), then
+    # the second's (one step), whichever setting the counterbalanced order runs first
     with FakeOpenAI([[("list_devices", {}), ("submit", {})], [("submit", {})]]) as fake:
         r = subprocess.run([sys.executable, "-m", "harness.cli", "campaign", "--ani", "A0", "--task", "onboarding",
                             "--variants", "1", "--manifest", str(MANIFEST), "--density", "1", "--agent", "openai",
@@ -125,4 +127,5 @@ def test_mode_campaign_from_the_command_line(tmp_path) -> None:
         recs = store.runs("modes")
     assert [(x.factor, x.setting, x.mode, x.budget_tokens) for x in recs] == [
         ("mode", "react", "react", 100000), ("mode", "single-turn-norecovery", "single-turn-norecovery", 100000)]
-    assert [x.steps for x in recs] == [2, 1] and all(x.agent_stop == "submitted" for x in recs)
+    assert [x.steps for x in sorted(recs, key=lambda x: x.run_position)] == [2, 1]
+    assert all(x.agent_stop == "submitted" for x in recs)

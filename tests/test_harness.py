@@ -81,13 +81,17 @@ def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> Non
     for variant in range(2):
         v = make_variant(task_class, sc, variant)
         own = f"l3vpn/{v.changes.tenant}"
-        assert [t.id for t in v.test_cases if not t.id.startswith(("task/", own, f"firewall/{v.changes.tenant}/"))] == []
+        # ... or an isolation check between a changed site and another tenant (issue 19: both
+        # directions, so the other tenant's check that nothing of its site arrives at the new one)
+        changed_ces = {a.ce for a in v.changes.add} | {m.ce for m in v.changes.move}
+        assert [t.id for t in v.test_cases if not t.id.startswith(("task/", own, f"firewall/{v.changes.tenant}/"))
+                and not (t.kind == "isolated" and {t.params.get("dst_node"), t.params.get("src")} & changed_ces)] == []
         changed = set(v.changes.remove) | {m.site for m in v.changes.move} | {a.site for a in v.changes.add}
         tested, damaged = {t.id for t in v.test_cases}, {d.id for d in v.damage_checks}
         assert not tested & damaged
         for inv in sc.invariants:  # a baseline fact is a test case or a damage check, or about a changed site
             about_changed = any(f"{c}->" in inv.id or f">{c}/" in inv.id or f"/{c}-x-" in inv.id
-                                or inv.id.endswith((f"-x-{c}", f"-x-{c}/4")) for c in changed)  # fmt: skip
+                                or inv.id.endswith((f"-x-{c}", f"-x-{c}/4", f"/pe_address/{c}")) for c in changed)  # fmt: skip
             assert inv.id in damaged or inv.id in tested or about_changed or inv.kind == "sid_bound", inv.id
         gone = [x for x in v.changes.remove]
         if gone:
@@ -302,6 +306,14 @@ def test_campaign_pairs_runs_and_reports(tmp_path) -> None:
         for v in (0, 1):
             pair = [r for r in recs if r.variant == v]
             assert len({(r.scenario_seed, r.fault_seed) for r in pair}) == 1
+        # determinism (issue 19): each record's input digests are those the specification alone
+        # gives (tests/test_issue_19.py: the same in another process with another hash seed)
+        from harness.campaign import planned_digests
+
+        for v in (0, 1):
+            want = planned_digests(spec, v)
+            assert set(want) == {"scenario", "fault_schedule", "task_variant"}
+            assert all(r.input_digests == want for r in recs if r.variant == v)
         from harness.report import build_report
 
         rep = build_report(store, spec.campaign_id)

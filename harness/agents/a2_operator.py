@@ -25,23 +25,26 @@ K = f"{{{KERNEL_NS}}}"
 PE_FILTER = f'<kernel xmlns="{KERNEL_NS}"><rule/><table><id>254</id></table></kernel>'
 
 
-def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """IPv6 rules and main-table routes of a get-config answer, shaped like iproute2's JSON
-    (``priority``, ``dst``, ``iif``, ``table`` / ``dst``, ``encap``, ``action``, ``table``,
-    ``nh4``), which is what the operator's planning reads."""
+def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """IPv6 rules, main-table routes and IPv4 rules of a get-config answer, shaped like
+    iproute2's JSON (``priority``, ``dst``, ``iif``, ``fwmark``, ``table`` / ``dst``, ``encap``,
+    ``action``, ``table``, ``nh4``), which is what the operator's planning reads."""
     root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
-    rules, routes = [], []
+    rules, routes, rules4 = [], [], []
     for r in root.iter(f"{K}rule"):
-        if r.findtext(f"{K}family") != "ipv6":
+        fam = r.findtext(f"{K}family")
+        if fam not in ("ipv6", "ipv4"):
             continue
         d: dict[str, Any] = {"priority": int(r.findtext(f"{K}priority") or 0)}
         for tag, key in (("to", "dst"), ("from", "src"), ("iif", "iif")):
             v = r.findtext(f"{K}{tag}")
             if v and v != "all":
                 d[key] = v
+        if r.findtext(f"{K}fwmark"):
+            d["fwmark"] = r.findtext(f"{K}fwmark")
         if r.findtext(f"{K}table"):
             d["table"] = r.findtext(f"{K}table")
-        rules.append(d)
+        (rules if fam == "ipv6" else rules4).append(d)
     for t in root.iter(f"{K}table"):
         if t.findtext(f"{K}id") != "254":
             continue
@@ -55,7 +58,7 @@ def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                     if sl.findtext(f"{K}{k}"):
                         d[k] = sl.findtext(f"{K}{k}")
             routes.append(d)
-    return rules, routes
+    return rules, routes, rules4
 
 
 def edit_payload(delta: ConfigDelta) -> str:
@@ -94,4 +97,21 @@ def edit_payload(delta: ConfigDelta) -> str:
     out = "".join(lib)
     if kernel:
         out += f'<kernel xmlns="{KERNEL_NS}">{"".join(kernel)}</kernel>'
+    return out
+
+
+def table_routes(xml: str, table: int) -> list[dict[str, Any]]:
+    """The routes of kernel table ``table`` in a get-config answer, shaped like iproute2's JSON
+    (``dst``, ``encap`` ``seg6`` with ``segs``) -- what the operator's leak discovery reads."""
+    root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
+    out: list[dict[str, Any]] = []
+    for t in root.iter(f"{K}table"):
+        if t.findtext(f"{K}id") != str(table):
+            continue
+        for rt in t.iter(f"{K}route"):
+            d: dict[str, Any] = {"dst": rt.findtext(f"{K}destination")}
+            s6 = rt.find(f"{K}seg6")
+            if s6 is not None:
+                d.update(encap="seg6", segs=[x.text for x in s6.iter(f"{K}segment")])
+            out.append(d)
     return out

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from harness.agents.base import AgentContext, AgentOutcome, Reply, ToolSession
+from substrate import addressing
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.l3vpn import render_tenant
 from substrate.scenario.model import NodeConfig, Scenario, Site, Tenant
@@ -115,10 +116,26 @@ def _function_of(sid: str) -> int:
 
 @dataclass
 class PeFacts:
-    """What an operator reads off a PE: its IPv6 rules and main-table routes (JSON)."""
+    """What an operator reads off a PE: its IPv6 rules and main-table routes, and its IPv4
+    rules (iproute2 JSON: ``ip -6 -j rule show``, ``ip -6 -d -j route show table main``,
+    ``ip -4 -j rule show``)."""
 
     rules6: list[dict[str, Any]]
     routes6: list[dict[str, Any]]
+    rules4: list[dict[str, Any]] = field(default_factory=list)
+
+    def other_lookups(self, table: int, own_ports: set[str]) -> set[int]:
+        """Address families (4, 6) in which something other than the tenant's own circuits
+        steers traffic into ``table`` on this PE: a rule looking the table up that is not an
+        ``iif <port>`` rule of one of ``own_ports`` (a floating IP's ``fwmark`` rule, another
+        service's port). Where such a rule exists, the table is still in use on the PE even
+        when the tenant has no site left there."""
+        out = set()
+        for fam, rules in ((6, self.rules6), (4, self.rules4)):
+            for r in rules:
+                if str(r.get("table", "")) == str(table) and r.get("iif") not in own_ports:
+                    out.add(fam)
+        return out
 
     def used_functions(self, pe: str) -> set[int]:
         loc = ipaddress.IPv6Network(f"fcbb:bb00:{node_id(pe)}::/48")
@@ -146,7 +163,40 @@ class PeFacts:
         return None
 
 
-def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, Tenant, dict[str, ConfigDelta]]:
+@dataclass
+class Leak:
+    """A service another table offers into the tenant's table (a leaked shared service), as an
+    operator finds it on the devices: the route ``prefix6`` in the tenant table of every PE of
+    the tenant, toward ``sid`` (an End.DT6 SID of ``node`` into its table ``table``), whose table
+    routes the tenant's site prefixes back."""
+
+    prefix6: str
+    sid: str
+    node: str
+    table: int
+
+
+def sid_node(sid: str) -> tuple[str, int]:
+    """The router and local function of a uSID ``fcbb:bb00:<N>:<F>::`` (design.md: N's decimal
+    digits written as hex)."""
+    groups = ipaddress.IPv6Address(sid.split("/")[0]).exploded.split(":")
+    return f"r{int(groups[2], 16):x}", int(groups[3], 16)
+
+
+def foreign_routes(table_routes: list[dict[str, Any]], site_prefixes: set[str]) -> list[tuple[str, str]]:
+    """(prefix, SID) of the SRv6 routes of a tenant table (``ip -6 -d -j route show table T``)
+    that are no site's: what other services put there."""
+    out = []
+    for rt in table_routes:
+        dst = rt.get("dst", "")
+        if rt.get("encap") == "seg6" and dst not in site_prefixes and rt.get("segs"):
+            segs = rt["segs"]
+            out.append((dst, segs[0] if isinstance(segs, list) else str(segs).split(",")[0]))
+    return out
+
+
+def plan_tenant_change(r: Request, facts: dict[str, PeFacts],
+                       leaks: list[Leak] | None = None) -> tuple[Tenant, Tenant, dict[str, ConfigDelta]]:
     """Rebuild the tenant from what the PEs show, apply the request, and derive per-PE changes.
 
     Raises:
@@ -195,6 +245,9 @@ def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, T
         if pe not in after.dt6_functions:
             after.dt6_functions[pe] = alloc(pe)
     b_cfg, a_cfg = _render(before), _render(after)
+    _keep_table_in_use(r, table, before, after, facts, b_cfg, a_cfg)
+    for leak in leaks or []:
+        _follow_leak(leak, table, before, after, b_cfg, a_cfg)
     deltas = {}
     for pe in sorted(set(b_cfg) | set(a_cfg)):
         d = config_delta(pe, b_cfg.get(pe), a_cfg.get(pe))
@@ -206,6 +259,71 @@ def plan_tenant_change(r: Request, facts: dict[str, PeFacts]) -> tuple[Tenant, T
         if not d.empty():
             deltas[pe] = d
     return before, after, deltas
+
+
+def _keep_table_in_use(r: Request, table: int, before: Tenant, after: Tenant, facts: dict[str, PeFacts],
+                       b_cfg: dict[str, NodeConfig], a_cfg: dict[str, NodeConfig]) -> None:
+    """Where the tenant leaves a PE whose tenant table another service still steers traffic
+    into (:meth:`PeFacts.other_lookups`: a floating IP's fwmark rule on the border PE), keep the
+    table there instead of tearing it down with the tenant's circuits: the unreachable default
+    and the routes it already holds to sites that remain (moved ones updated), in the families
+    the other service uses. Only the tenant's own state goes (circuits, End.DT6 SID, routes of
+    removed sites). ``a_cfg`` is changed in place.
+
+    Rendering the VPN alone and removing what it no longer needs removed lines another service
+    shares (the floating IP's route to its site and the table's default on the border PE):
+    issue 19's false dangerous success of the A0 reference solution."""
+    ports_by_pe: dict[str, set[str]] = {}
+    for s in [*before.sites, *after.sites]:
+        ports_by_pe.setdefault(s.pe, set()).add(s.pe_if)
+    staying = {pe for pe in after.dt6_functions}
+    for pe in sorted(set(before.dt6_functions) - staying):
+        fams = facts[pe].other_lookups(table, ports_by_pe.get(pe, set())) if pe in facts else set()
+        if not fams:
+            continue
+        held = after.model_copy(deep=True)
+        held.dt6_functions[pe] = before.dt6_functions[pe]
+        cfg = _render(held)[pe]
+        kept = NodeConfig()
+        for fam in sorted(fams):
+            had = {_prefix_of(x) for x in getattr(b_cfg[pe], f"routes{fam}") if f" table {table} " in f" {x} "}
+            getattr(kept, f"routes{fam}").extend(
+                x for x in getattr(cfg, f"routes{fam}")
+                if "seg6local" not in x and f" table {table} " in f" {x} " and _prefix_of(x) in had
+            )
+        a_cfg[pe] = kept
+
+
+def _follow_leak(leak: Leak, table: int, before: Tenant, after: Tenant,
+                 b_cfg: dict[str, NodeConfig], a_cfg: dict[str, NodeConfig]) -> None:
+    """Carry a leaked service along with the tenant's change: its route in the tenant table on
+    every PE the tenant has after the change (and no longer on PEs it left), and in the
+    service's table on ``leak.node`` a route back to each site prefix, toward the site's PE
+    (``dev <port>`` when the site is on that node) -- as the shared-services layer builds it.
+    ``b_cfg``/``a_cfg`` gain these lines, so the delta adds, moves and removes exactly them."""
+    in_tenant = f"{leak.prefix6} table {table} metric 1024 encap seg6 mode encap.red segs {leak.sid} dev sr0"
+
+    def back_routes(t: Tenant) -> list[str]:
+        out = []
+        for s in t.sites:
+            if s.pe == leak.node:
+                out.append(f"{s.prefix6} table {leak.table} metric 1024 dev {s.pe_if}")
+            else:
+                sid = addressing.usid_container([addressing.usid_value(node_id(s.pe)), t.dt6_functions[s.pe]])
+                out.append(f"{s.prefix6} table {leak.table} metric 1024 encap seg6 mode encap.red segs {sid} dev sr0")
+        return out
+
+    for cfgs, t in ((b_cfg, before), (a_cfg, after)):
+        for pe in t.dt6_functions:
+            if pe != leak.node:
+                cfgs.setdefault(pe, NodeConfig()).routes6.append(in_tenant)
+        cfgs.setdefault(leak.node, NodeConfig()).routes6.extend(back_routes(t))
+
+
+def _prefix_of(route: str) -> str:
+    """The destination of a route line (``unreachable 0.0.0.0/0 ...`` -> ``0.0.0.0/0``)."""
+    words = route.split()
+    return words[1] if words[0] in ("unreachable", "blackhole", "prohibit") else words[0]
 
 
 def _render(t: Tenant) -> dict[str, NodeConfig]:
@@ -431,27 +549,69 @@ class ScriptedAgent:
 
     async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
         facts: dict[str, PeFacts] = {}
-        cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main"]
+        cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main", "ip -4 -j rule show"]
         if a1:
             r = await tools.call_full("execute_validation", {"commands": {pe: cmds for pe in pes}})
             if not r.ok or r.data is None:
                 raise ValueError(f"reading the PEs failed: {r.text[:300]}")
             for pe in pes:
                 parts = _json_outputs(r.data["devices"][pe]["output"])
-                facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1])
+                facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1], rules4=parts[2])
         else:
             for pe in pes:
                 r = await tools.call_full("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
                 if not r.ok or r.data is None:
                     raise ValueError(f"reading {pe} failed: {r.text[:300]}")
-                a, _, b = r.data["stdout"].partition("@@")
-                facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b))
+                a, b, c = r.data["stdout"].split("@@")
+                facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b), rules4=json.loads(c))
         return facts
+
+    async def _read(self, tools: ToolSession, device: str, command: str, *, level: str) -> Any:
+        """One read-only command's JSON output on ``device`` (A0 run_shell, A1 execute_validation)."""
+        if level == "A1":
+            r = await tools.call_full("execute_validation", {"commands": {device: [command]}})
+            if not r.ok or r.data is None:
+                raise ValueError(f"reading {device} failed: {r.text[:300]}")
+            return _json_outputs(r.data["devices"][device]["output"])[0]
+        r = await tools.call_full("run_shell", {"device": device, "command": command})
+        if not r.ok or r.data is None:
+            raise ValueError(f"reading {device} failed: {r.text[:300]}")
+        return json.loads(r.data["stdout"] or "[]")
+
+    async def _find_leaks(self, req: Request, facts: dict[str, PeFacts], read_table: Any, read_sids: Any) -> list[Leak]:
+        """The services leaked into the tenant's table (:class:`Leak`): the SRv6 routes of the
+        table on one of the tenant's PEs that are no site's, each resolved to the End.DT6 SID
+        and table of the node it points to. ``read_table(pe, table)`` and ``read_sids(node)``
+        read the devices at the agent's level."""
+        first = req.sites[0] if req.sites else None
+        table = facts[first["pe"]].table_of_port(first["pe_port"]) if first else None
+        if table is None:
+            return []
+        prefixes = {s["prefix6"] for s in req.sites} | {a["prefix6"] for a in req.add}
+        out = []
+        for prefix, sid in foreign_routes(await read_table(first["pe"], table), prefixes):
+            node, fn = sid_node(sid)
+            sids = facts[node] if node in facts else PeFacts(rules6=[], routes6=await read_sids(node))
+            facts.setdefault(node, sids)
+            dt6 = next((rt for rt in sids.routes6 if rt.get("encap") == "seg6local" and rt.get("action") == "End.DT6"
+                        and _function_of(rt.get("dst", "::/64")) == fn), None)
+            if dt6 is not None and str(dt6.get("table", "")).isdigit():
+                out.append(Leak(prefix6=prefix, sid=sid, node=node, table=int(dt6["table"])))
+        return out
 
     async def _devices(self, tools: ToolSession, req: Request, mistakes: Mistakes, *, a1: bool) -> None:
         pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
         facts = await self._read_pes(tools, pes, a1)
-        _before, after, deltas = plan_tenant_change(req, facts)
+        level = "A1" if a1 else "A0"
+
+        async def read_table(pe: str, table: int) -> Any:
+            return await self._read(tools, pe, f"ip -6 -d -j route show table {table}", level=level)
+
+        async def read_sids(node: str) -> Any:
+            return await self._read(tools, node, "ip -6 -d -j route show table main", level=level)
+
+        leaks = await self._find_leaks(req, facts, read_table, read_sids)
+        _before, after, deltas = plan_tenant_change(req, facts, leaks)
         for pe, delta in deltas.items():
             target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
             if a1:
@@ -469,21 +629,35 @@ class ScriptedAgent:
     async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A2: read each PE's rules and SIDs through the models (get-config with a subtree
         filter), plan as at A0/A1, then per PE: edit the candidate and commit it."""
-        from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts
+        from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts, table_routes
 
         pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
-        facts: dict[str, PeFacts] = {}
-        for pe in pes:
+
+        async def get(device: str, flt: str) -> str:
+            """The whole get-config answer for ``flt`` (read page by page)."""
             text, offset = "", 0
             while offset is not None:
-                r = await tools.call("get_config", {"device": pe, "filter": PE_FILTER, "offset": offset})
+                r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
                 if not r.ok or r.data is None:
-                    raise ValueError(f"reading {pe} failed: {r.text[:300]}")
+                    raise ValueError(f"reading {device} failed: {r.text[:300]}")
                 text += r.data["xml"]["text"]
                 offset = r.data["xml"]["next_offset"]
-            rules6, routes6 = pe_facts(text)
-            facts[pe] = PeFacts(rules6=rules6, routes6=routes6)
-        _before, after, deltas = plan_tenant_change(req, facts)
+            return text
+
+        facts: dict[str, PeFacts] = {}
+        for pe in pes:
+            rules6, routes6, rules4 = pe_facts(await get(pe, PE_FILTER))
+            facts[pe] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
+
+        async def read_table(pe: str, table: int) -> Any:
+            xml = await get(pe, f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
+            return table_routes(xml, table)
+
+        async def read_sids(node: str) -> Any:
+            return pe_facts(await get(node, PE_FILTER))[1]
+
+        leaks = await self._find_leaks(req, facts, read_table, read_sids)
+        _before, after, deltas = plan_tenant_change(req, facts, leaks)
         for pe, delta in deltas.items():
             target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
             r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})

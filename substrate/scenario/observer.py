@@ -5,7 +5,8 @@ returns a verdict with evidence (command, exit code, output excerpt) for each.
 Check kinds (``Invariant.kind``):
 
 - ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
-- ``isolated`` {src, dst, family}: no ping from ``src`` gets an answer from ``dst``;
+- ``isolated`` {src, dst, family, dst_node}: no ping from ``src`` gets an answer from ``dst``,
+  and none arrives at host ``dst_node`` when given (counted there: a one-way leak fails);
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
   raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` and get replies (the
   SID is used by this flow only, so concurrent probes cannot fake it; retried like ``reach``);
@@ -19,7 +20,21 @@ Check kinds (``Invariant.kind``):
 - ``nft_rule`` {node, table, contains}: one line of the nftables table contains every string;
 - ``route_absent`` {node, table, prefixes, rules_iif}: no route in routing table ``table`` of the
   node for any of ``prefixes`` (IPv6 or IPv4), and no policy rule matching input interface
-  ``rules_iif`` leads to that table (what a decommissioned site must leave behind: nothing).
+  ``rules_iif`` leads to that table (what a decommissioned site must leave behind: nothing);
+- ``table_routes`` {node, table, family, routes}: routing table ``table`` of the node holds
+  exactly ``routes`` (rendered ``ip route`` arguments), compared by type, destination and
+  forwarding (SRv6 segments, or output device): a route missing, pointing elsewhere, or one no
+  service rendered (a typo'd prefix, a leftover of a site that left) fails it -- forwarding that
+  works by luck is not scored as correct configuration (issue 19);
+- ``address_bound`` {node, interface, addresses}: the interface holds every address
+  (``ADDR/LEN``), e.g. a PE's end of an attachment circuit -- which a CE's neighbour cache can
+  hide the loss of (issue 19).
+
+Probes see the network as a new packet would: every pass with data-plane checks first flushes
+the neighbour caches (IPv6 and IPv4, every state) of every host node, so a CE cannot keep
+reaching a PE address that is gone through a cached entry (issue 19: a PE circuit renumbered
+from ``fd10::1/64`` to ``fd10::77/64`` was scored clean). A host whose cache cannot be flushed
+fails every check probing from it, with the reason.
 
 Service classes add kinds of their own (``ServiceClass.checks``, :func:`class_checks`).
 
@@ -81,14 +96,37 @@ class Verdict(BaseModel):
     duration_s: float = 0.0
 
 
+#: Check kinds that send probes from a host (``src``): their hosts' neighbour caches are flushed
+#: first. Service classes' data-plane kinds name themselves in ``ServiceClass.probe_kinds``.
+PROBE_KINDS = frozenset({"reach", "isolated", "steered_path", "tcp_verdict"})
+#: Payload sizes of isolation probes start here (ping's default is 56; sizes stay under the
+#: 1280-byte IPv6 minimum MTU minus the SRv6 encapsulation for a few hundred probes).
+PROBE_SIZE_MIN, PROBE_SIZE_MAX = 100, 1100
+#: The flush: every neighbour entry of both families, whatever its state (iproute2 ip-neighbour).
+FLUSH_NEIGHBOURS = "ip -6 neigh flush all nud all; ip -4 neigh flush all nud all"
+
+
 class ObserveContext:
     """One observation pass: the lab plus a cache of shared read-only command outputs."""
 
     def __init__(self, lab: Lab):
         self.lab = lab
+        #: Hosts whose neighbour cache could not be flushed -> the failed flush.
+        self.unflushed: dict[str, ExecResult] = {}
+        self._sizes = iter(range(PROBE_SIZE_MIN, PROBE_SIZE_MAX))
         self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
         self._guard = threading.Lock()
+
+    def probe_size(self) -> int:
+        """A payload size (bytes) no other isolation probe of this pass uses.
+
+        Raises:
+            StopIteration: the pass has more isolation probes than sizes (the check then fails
+                with the reason, :func:`check_one`).
+        """
+        with self._guard:
+            return next(self._sizes)
 
     def run(self, node: str, argv: list[str], timeout_s: float = 10.0) -> ExecResult:
         return self.lab.exec(node, argv, timeout_s=timeout_s, max_output=1 << 20)
@@ -170,11 +208,50 @@ def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Ev
     return _spaced(attempt)
 
 
+def _arrival_rule(family: int, dst: str, length: int) -> str:
+    """The nft match of one isolation probe at its receiver: an echo request to ``dst`` whose
+    packet length (network header on) is ``length`` -- unique per probe in a pass."""
+    if family == 6:
+        return f"ip6 daddr {dst} icmpv6 type echo-request meta length {length}"
+    return f"ip daddr {dst} icmp type echo-request meta length {length}"
+
+
 def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """No reply comes back, and -- when the invariant names the receiving host (``dst_node``) --
+    no probe arrives there either: a counter in the receiver's namespace (nftables, prerouting,
+    ahead of any filter) counts the echo requests of this probe, told apart from every other
+    packet by a payload size unique in the pass. A one-way leak (requests delivered, replies
+    dropped or unroutable) fails it (issue 19)."""
     p = inv.params
-    r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 0.5)
-    got = _received(r.stdout)
-    return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+    fam = int(p.get("family", 6))
+    receiver = p.get("dst_node")
+    if not receiver:
+        r = _ping(ctx, p["src"], p["dst"], fam, 2, 0.5)
+        got = _received(r.stdout)
+        return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+    size = ctx.probe_size()
+    length = size + (48 if fam == 6 else 28)
+    table = f"anibench_probe_{size}"
+    text = (f"table inet {table} {{\n\tchain c {{\n\t\ttype filter hook prerouting priority -400; policy accept;\n"
+            f"\t\t{_arrival_rule(fam, p['dst'], length)} counter\n\t}}\n}}\n")
+    r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=10)
+    if r0.returncode != 0:
+        return False, f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
+    try:
+        argv = ["ping", f"-{fam}", "-n", "-q", "-c", "2", "-i", "0.2", "-W", "0.5", "-s", str(size), p["dst"]]
+        r = ctx.run(p["src"], argv, timeout_s=7)
+        got = _received(r.stdout)
+        r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=10)
+    finally:
+        ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=10)
+    m = re.search(r'"counter":\s*\{"packets":\s*(\d+)', r1.stdout)
+    if m is None:
+        return False, f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
+    arrived = int(m.group(1))
+    ok = got == 0 and arrived == 0
+    return ok, f"{p['src']} -> {p['dst']} ({receiver}): {arrived} probes arrived, {got} replies (expected none)", [
+        _ev(r), Evidence(node=receiver, command=f"nft -j list table inet {table}", exit_code=r1.returncode,
+                         output=f"echo requests of this probe counted at {receiver}: {arrived}")]
 
 
 def _sid_packets(ctx: ObserveContext, node: str, sid: str) -> tuple[int | None, ExecResult]:
@@ -287,6 +364,74 @@ def check_route_absent(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     return not found, detail, evidence
 
 
+def _route_shape(family: int, rtype: str, dst: str, segs: str | None, dev: str | None) -> str:
+    """A route as ``TYPE DST -> FORWARDING``, comparable between rendered arguments and the
+    kernel's JSON (metrics and counters left out: they do not say where packets go)."""
+    if dst == "default":
+        dst = "::/0" if family == 6 else "0.0.0.0/0"
+    elif "/" not in dst:
+        dst += "/128" if family == 6 else "/32"
+    fwd = f"seg6 {segs}" if segs else f"dev {dev}" if dev else "-"
+    return f"{rtype} {dst} -> {fwd}"
+
+
+def rendered_route_shape(family: int, args: str) -> str:
+    """:func:`_route_shape` of rendered ``ip route`` arguments."""
+    w = args.split()
+    rtype = w.pop(0) if w[0] in ("unreachable", "blackhole", "prohibit", "throw") else "unicast"
+    segs = w[w.index("segs") + 1] if "segs" in w else None
+    dev = w[w.index("dev") + 1] if "dev" in w and rtype == "unicast" else None
+    return _route_shape(family, rtype, w[0], segs, dev)
+
+
+def kernel_route_shape(family: int, route: dict[str, Any]) -> str:
+    """:func:`_route_shape` of one route of ``ip -d -j route show``."""
+    rtype = route.get("type", "unicast")
+    segs = route.get("segs")
+    if isinstance(segs, list):
+        segs = ",".join(segs)
+    seg6 = route.get("encap") == "seg6"
+    return _route_shape(family, rtype, route.get("dst", ""), segs if seg6 else None,
+                        route.get("dev") if rtype == "unicast" and not seg6 else None)
+
+
+def check_table_routes(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    fam, table = int(p["family"]), str(p["table"])
+    r = ctx.shared(p["node"], ["ip", f"-{fam}", "-d", "-j", "route", "show", "table", "all"])
+    try:
+        routes = json.loads(r.stdout or "[]")
+    except ValueError:
+        return False, f"{p['node']}: ip -{fam} -d -j route show table all did not answer JSON", [_ev(r)]
+    have = {kernel_route_shape(fam, e) for e in routes if str(e.get("table")) == table}
+    want = {rendered_route_shape(fam, x) for x in p["routes"]}
+    missing, extra = sorted(want - have), sorted(have - want)
+    cmd = f"ip -{fam} -d -j route show table {table}"
+    ev = [Evidence(node=p["node"], command=cmd, exit_code=r.returncode,
+                   output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{len(have)} routes as rendered")[:EXCERPT])]
+    if missing or extra:
+        parts = ([f"lacks {', '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {', '.join(extra[:3])}"] if extra else [])
+        return False, f"{p['node']} table {table} (IPv{fam}): " + "; ".join(parts), ev
+    return True, f"{p['node']} table {table} (IPv{fam}): {len(have)} routes, as rendered", ev
+
+
+def check_address_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    r = ctx.shared(p["node"], ["ip", "-j", "addr", "show"])
+    try:
+        links = json.loads(r.stdout or "[]")
+    except ValueError:
+        return False, f"{p['node']}: ip -j addr show did not answer JSON", [_ev(r)]
+    have = {f"{a.get('local')}/{a.get('prefixlen')}" for ln in links if ln.get("ifname") == p["interface"]
+            for a in ln.get("addr_info", [])}
+    missing = [x for x in p["addresses"] if x not in have]
+    ev = [Evidence(node=p["node"], command=f"ip -j addr show # {p['interface']}", exit_code=r.returncode,
+                   output=f"{p['interface']} has {sorted(have)}"[:EXCERPT])]
+    if missing:
+        return False, f"{p['node']} {p['interface']} lacks {', '.join(missing)} (has {', '.join(sorted(have)) or 'none'})", ev
+    return True, f"{p['node']} {p['interface']} holds {', '.join(p['addresses'])}", ev
+
+
 def check_isis_adjacency(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     from substrate.frr import ISIS_NEIGHBOR_JSON, parse_isis_neighbors
 
@@ -325,6 +470,8 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "isis_adjacency": check_isis_adjacency,
     "nft_rule": check_nft_rule,
     "route_absent": check_route_absent,
+    "address_bound": check_address_bound,
+    "table_routes": check_table_routes,
 }
 
 
@@ -341,6 +488,10 @@ def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
     fn = CHECKS.get(inv.kind) or class_checks().get(inv.kind)
     if fn is None:
         return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=False, detail=f"unknown check kind {inv.kind!r}")
+    bad = ctx.unflushed.get(str(inv.params.get("src")))
+    if bad is not None:
+        return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=False, evidence=[_ev(bad, FLUSH_NEIGHBOURS)],
+                       detail=f"check could not run: the neighbour cache of {bad.node} could not be flushed")
     try:
         ok, detail, ev = fn(ctx, inv)
     except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with evidence
@@ -349,9 +500,41 @@ def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
                    duration_s=time.monotonic() - t0)
 
 
-def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS) -> list[Verdict]:
-    """Check ``invariants`` in parallel; verdicts in input order."""
+def probe_kinds() -> frozenset[str]:
+    """Every check kind that probes from a host: the built-in ones and the service classes'."""
+    from substrate.scenario.layers.base import registry
+
+    return PROBE_KINDS | {k for c in registry() for k in c.probe_kinds}
+
+
+def flush_neighbours(ctx: ObserveContext, pool: ThreadPoolExecutor) -> None:
+    """Flush the neighbour caches of every host node of the lab (both families, every state), in
+    parallel; hosts where it fails go to ``ctx.unflushed``."""
+    from substrate.topology import Role
+
+    hosts = [n.name for n in ctx.lab.topology.nodes if n.role is Role.HOST]
+
+    def one(h: str) -> None:
+        try:
+            r = ctx.run(h, ["sh", "-c", FLUSH_NEIGHBOURS], timeout_s=5)
+        except Exception as e:  # noqa: BLE001 - a host that cannot be reached fails its probes, with the reason
+            from substrate.process import ExecResult
+
+            r = ExecResult(node=h, argv=["sh", "-c", FLUSH_NEIGHBOURS], returncode=-1, stdout="", stderr=str(e), duration_s=0.0)
+        if r.returncode != 0:
+            ctx.unflushed[h] = r
+
+    list(pool.map(one, hosts))
+
+
+def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS, flush: bool = True) -> list[Verdict]:
+    """Check ``invariants`` in parallel; verdicts in input order. When any of them probes from a
+    host (:func:`probe_kinds`), every host's neighbour cache is flushed first (module docstring;
+    ``flush=False`` skips it: for measuring its cost only, never for a verdict)."""
     invs = list(invariants)
     ctx = ObserveContext(lab)
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(invs) or 1)), thread_name_prefix="observe") as pool:
+        kinds = probe_kinds()
+        if flush and any(i.kind in kinds for i in invs):
+            flush_neighbours(ctx, pool)
         return list(pool.map(lambda i: check_one(ctx, i), invs))

@@ -93,6 +93,9 @@ class ServiceClass:
     derived: ClassVar[tuple[str, ...]] = ()
     intents: ClassVar[tuple[Intent, ...]] = ()
     checks: ClassVar[dict[str, Callable[..., Any]]] = {}
+    #: Those of ``checks`` that send probes from a host named by the invariant's ``src``: the
+    #: observer flushes host neighbour caches before a pass that has any (issue 19).
+    probe_kinds: ClassVar[frozenset[str]] = frozenset()
     #: First words of generation-error fields that name this class's parameters (``pools`` for
     #: ``addressing``: its pools run dry as ``pools.prefix6``), for the manifest's line numbers.
     error_fields: ClassVar[tuple[str, ...]] = ()

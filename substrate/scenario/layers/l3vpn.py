@@ -206,29 +206,94 @@ def reach_invariants(sc: Scenario, t: Tenant, pairs: list[tuple[Site, Site]]) ->
     return out
 
 
+def circuit_invariants(t: Tenant) -> list[Invariant]:
+    """Per site: the PE's end of the attachment circuit holds the site's PE addresses (``::1``,
+    ``.1``). A CE's neighbour cache can hide their loss from probes for a while (issue 19), so
+    they are checked on the PE itself. ``ce`` names the site (task checks find changed sites by
+    their CE)."""
+    out = []
+    for s in t.sites:
+        addrs = [ce_iface(s.prefix6, 1)] + ([ce_iface(s.prefix4, 1)] if s.prefix4 else [])
+        out.append(Invariant(
+            id=f"l3vpn/{t.id}/pe_address/{s.id}", kind="address_bound", service=f"l3vpn/{t.id}",
+            params={"node": s.pe, "interface": s.pe_if, "addresses": addrs, "ce": s.ce},
+            description=f"{t.name}: {s.pe} {s.pe_if} holds site {s.id}'s PE address(es) {', '.join(addrs)}",
+        ))
+    return out
+
+
+def table_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
+    """Per PE of the tenant and family: its table holds exactly what the scenario renders there
+    -- every service's lines, so that steering, floating IPs or leaked shared services count --:
+    each site prefix routed to its own PE's SID (or out of its port) and nothing else, the
+    unreachable default present, no route for a prefix no site uses (issue 19: a typo'd
+    encap route, a remote PE still pointing at a moved site's old PE, an extra route and a
+    removed default were never caught by sampled probes). ``ces`` names the tenant's sites (task
+    checks find changed sites by their CE)."""
+    out = []
+    ces = sorted({s.ce for s in t.sites})
+    for pe in sorted(t.dt6_functions, key=natural_key):
+        cfg = sc.node_config.get(pe)
+        if cfg is None:
+            continue
+        for fam in (6, 4):
+            routes = [x for x in getattr(cfg, f"routes{fam}") if f" table {t.table} " in f" {x} " and "seg6local" not in x]
+            if not routes:
+                continue
+            out.append(Invariant(
+                id=f"l3vpn/{t.id}/table/{pe}/{fam}", kind="table_routes", service=f"l3vpn/{t.id}",
+                params={"node": pe, "table": t.table, "family": fam, "routes": routes, "ces": ces},
+                description=f"{t.name}: table {t.table} on {pe} holds exactly its {len(routes)} IPv{fam} routes",
+            ))
+    return out
+
+
 def isolation_invariants(sc: Scenario, t: Tenant) -> list[Invariant]:
+    """Isolation of the tenant from other tenants' sites, in both directions and counted where
+    the probe would arrive (``dst_node``: a one-way leak fails): two other tenants' sites drawn
+    from the seed, plus, for every other tenant sharing a PE with it, a site of each on that PE
+    (where a leak between their tables is likeliest). A pair is left out in a family where one
+    tenant reuses the other's prefix (the address is then its own site, reachable by design)."""
     if not t.sites:
         return []
     own6 = {s.prefix6 for s in t.sites}
     others = [s for o in sc.tenants if o.id != t.id for s in o.sites if s.prefix6 not in own6]
     rng = random.Random(f"{sc.seed}/isolation/{t.id}")
-    out = []
-    own4 = [ipaddress.ip_network(s.prefix4) for s in t.sites if s.prefix4]
+    pairs: list[tuple[Site, Site]] = []
     for other in rng.sample(others, min(2, len(others))):
-        src = rng.choice(t.sites)
-        out.append(Invariant(
-            id=f"l3vpn/{t.id}/isolated/{src.id}-x-{other.id}", kind="isolated", service=f"l3vpn/{t.id}",
-            params={"src": src.ce, "dst": ce_addr(other.prefix6, 2), "family": 6},
-            description=f"{t.name}: site {src.id} cannot reach {other.tenant}'s site {other.id}",
-        ))
-        # the same pair over IPv4, unless the other tenant reuses the tenant's own IPv4 space
-        # there (then the address is the tenant's own site, reachable by design)
-        if src.prefix4 and other.prefix4 and not any(ipaddress.ip_network(other.prefix4).overlaps(n) for n in own4):
-            out.append(Invariant(
-                id=f"l3vpn/{t.id}/isolated/{src.id}-x-{other.id}/4", kind="isolated", service=f"l3vpn/{t.id}",
-                params={"src": src.ce, "dst": ce_addr(other.prefix4, 2), "family": 4},
-                description=f"{t.name}: site {src.id} cannot reach {other.tenant}'s site {other.id} over IPv4",
-            ))  # fmt: skip
+        pairs.append((rng.choice(t.sites), other))
+    for o in sc.tenants:
+        if o.id == t.id or o.id < t.id:  # one tenant of each pair adds the shared-PE pair (both ways)
+            continue
+        shared = sorted({s.pe for s in t.sites} & {s.pe for s in o.sites}, key=natural_key)
+        for pe in shared[:1]:
+            a_site = next(s for s in t.sites if s.pe == pe)
+            b_site = next((s for s in o.sites if s.pe == pe and s.prefix6 not in own6), None)
+            if b_site is not None and all(x[1].id != b_site.id for x in pairs):
+                pairs.append((a_site, b_site))
+    tenants = {x.id: x for x in sc.tenants}
+    out: list[Invariant] = []
+    seen: set[str] = set()
+    for src, other in pairs:
+        for x, y in ((src, other), (other, src)):
+            tx = tenants[x.tenant]
+            if y.prefix6 in {s.prefix6 for s in tx.sites}:
+                continue
+            own4 = [ipaddress.ip_network(s.prefix4) for s in tx.sites if s.prefix4]
+            fams = [(6, y.prefix6, "")]
+            if x.prefix4 and y.prefix4 and not any(ipaddress.ip_network(y.prefix4).overlaps(n) for n in own4):
+                fams.append((4, y.prefix4, "/4"))
+            for fam, prefix, suffix in fams:
+                iid = f"l3vpn/{t.id}/isolated/{x.id}-x-{y.id}{suffix}"
+                if iid in seen:
+                    continue
+                seen.add(iid)
+                out.append(Invariant(
+                    id=iid, kind="isolated", service=f"l3vpn/{t.id}",
+                    params={"src": x.ce, "dst": ce_addr(prefix, 2), "family": fam, "dst_node": y.ce},
+                    description=f"{tx.name}: site {x.id} cannot reach {y.tenant}'s site {y.id}"
+                                + (" over IPv4" if fam == 4 else "") + " (nothing arrives there)",
+                ))  # fmt: skip
     return out
 
 
@@ -507,7 +572,8 @@ class TenantSiteIntent(Intent):
     def invariant_ids(self, sc: Scenario, x: Any) -> list[str]:
         iid = x.id
         return [i.id for i in sc.invariants if i.service == f"l3vpn/{x.tenant}" and (f"/{iid}->" in i.id or f"->{iid}/" in i.id
-                                                                                      or f"/{iid}-x-" in i.id)]  # fmt: skip
+                                                                                      or f"/{iid}-x-" in i.id
+                                                                                      or i.id.endswith(f"/pe_address/{iid}"))]  # fmt: skip
 
     def _checks(self, ctx: Any, i: int, s: Site, prev: Site | None) -> bool:
         """Checks of one site spec that do not depend on later operations; True when usable.
@@ -917,6 +983,8 @@ class L3vpn(Layer):
         for t in sc.tenants:
             out += reach_invariants(sc, t, site_pairs(sc, t))
             out += isolation_invariants(sc, t)
+            out += circuit_invariants(t)
+            out += table_invariants(sc, t)
         return out
 
     # -- inventory and pools ----------------------------------------------------------------------

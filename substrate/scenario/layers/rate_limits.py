@@ -224,6 +224,7 @@ class RateLimits(Layer):
     records = ("rate_limits",)
     intents = (RateLimitIntent(),)
     checks = {"rate": check_rate}
+    probe_kinds = frozenset({"rate"})
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, RateLimitsParams)

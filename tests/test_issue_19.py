@@ -1,0 +1,295 @@
+"""Issue 19: benchmark validity -- the oracle's blind spots, and a false dangerous success of
+the competent reference operator."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.run import RunSpec, execute_run
+from harness.tasks import make_variant
+
+
+def _spec(level: str, tmp_path, k: str = "0") -> RunSpec:  # noqa: ANN001
+    return RunSpec(campaign_id="i19", run_key=f"i19/{level}/{k}", factor="ani", setting=level, level=level,
+                   agent="scripted", density=2, run_dir=tmp_path)
+
+
+# -- item 1: the A0/A1 reference solution keeps what another service shares ------------------------
+
+
+@pytest.mark.lab
+def test_reference_operator_keeps_a_tenant_table_a_floating_ip_still_uses(reference_lab, tmp_path) -> None:
+    """``harness task validate change-set --variants 3 --ani A0`` (seed 7, density 2): in variant
+    2 (scenario seed 9) site t1s6 leaves the border PE r1, where floating IP fip2 (198.51.100.11 -> t1s8 on r4)
+    still steers traffic into t1's table by fwmark. The device-level operator tore the table
+    down with the tenant's circuits (the route to t1s8 and the table's default), and fip2 stopped
+    answering: a dangerous success of the reference solution."""
+    lab, sc = reference_lab
+    v = make_variant("change-set", sc, 2)
+    assert any(f.id == "fip2" for f in sc.floating_ips) and sc.external and sc.external.border_pe == "r1"
+    assert any(m.site == "t1s6" for m in v.changes.move) and sc.site("t1s6").pe == "r1"
+    rec, verdicts = execute_run(lab, _spec("A1", tmp_path), v)  # A0, A1 and A2 share the planner
+    failed = [x.id for x in verdicts if not x.ok]
+    assert rec.task_pass and rec.damage_free, failed
+
+
+@pytest.fixture(scope="module")
+def reference_lab_seed8():  # noqa: ANN201
+    """The reference brownfield at scenario seed 8 (``harness task validate`` variant 1)."""
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+    from tests.conftest import REPO, unique_name
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=8, density=2)
+    with deploy_scenario(sc, unique_name("t-ref8")) as lab:
+        yield lab, sc
+
+
+@pytest.mark.lab
+def test_reference_operator_carries_a_leaked_shared_service_to_new_pes(reference_lab_seed8, tmp_path) -> None:
+    """Variant 1 of the reference validation (scenario seed 8): t1 gains PEs r6, r11 and r22
+    (two additions, one move). Its table leaks the shared service (fd5e::/64 behind r16's
+    End.DT6 into table 106). The device-level operator built the new PEs' tables from the VPN's
+    design alone: no route to the shared service there, and none back in table 106 -- which the
+    tenant-table invariants caught (A3-T, which renders every service, did it). The operator now
+    finds the leak on the devices and carries it along (A1 shares the same planner)."""
+    lab, sc = reference_lab_seed8
+    v = make_variant("change-set", sc, 1)
+    assert sc.shared_services is not None and any(x.tenant == v.changes.tenant for x in sc.route_leaks)
+    rec, verdicts = execute_run(lab, _spec("A0", tmp_path, "seed8"), v)
+    failed = [x.id for x in verdicts if not x.ok]
+    assert rec.task_pass and rec.damage_free, failed
+
+
+# -- item 2: probes that do not lean on cached state; PE circuit addresses -----------------------------
+
+
+def _ok(lab, node: str, argv: list[str]) -> None:  # noqa: ANN001
+    r = lab.exec(node, argv)
+    assert r.returncode == 0, (node, argv, r.stderr)
+
+
+def _site_with_probes(sc):  # noqa: ANN001, ANN202
+    """An IPv6 site with reachability probes from its CE, on a PE with other sites."""
+    for t in sc.tenants:
+        for s in t.sites:
+            if any(i.kind == "reach" and i.params["src"] == s.ce for i in sc.invariants):
+                return s
+    raise AssertionError("no site with probes")
+
+
+@pytest.mark.lab
+def test_renumbered_pe_circuit_fails_even_with_the_old_neighbour_cached(reference_lab) -> None:
+    """Renumbering the PE end of an unchanged site's circuit (``::1/64`` -> ``::77/64``) was
+    scored clean: the CE's neighbour cache still held the old entry. Here the entry is pinned
+    (permanent), so without the observer's flush the probes pass for sure; with it they fail,
+    and the circuit's own address check fails too."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import ObserveContext, check_one, observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    s = _site_with_probes(sc)
+    pe6, old, new = ce_addr(s.prefix6, 1), f"{ce_addr(s.prefix6, 1)}/64", f"{ce_addr(s.prefix6, 0x77)}/64"
+    invs = [i for i in sc.invariants if (i.kind == "reach" and i.params["src"] == s.ce and i.params["family"] == 6)
+            or i.id == f"l3vpn/{s.tenant}/pe_address/{s.id}"]
+    assert len(invs) >= 2 and all(v.ok for v in observe(lab, invs))
+    mac = lab.exec(s.pe, ["cat", f"/sys/class/net/{s.pe_if}/address"]).stdout.strip()
+    try:
+        _ok(lab, s.ce, ["ip", "-6", "neigh", "replace", pe6, "lladdr", mac, "dev", s.ce_if, "nud", "permanent"])
+        _ok(lab, s.pe, ["ip", "-6", "addr", "del", old, "dev", s.pe_if])
+        _ok(lab, s.pe, ["ip", "-6", "addr", "add", new, "dev", s.pe_if, "nodad"])
+        reach = next(i for i in invs if i.kind == "reach")
+        assert check_one(ObserveContext(lab), reach).ok  # the cached entry hides the break ...
+        verdicts = {v.id: v for v in observe(lab, invs)}  # ... the observer's pass does not
+        assert not verdicts[reach.id].ok, verdicts[reach.id].detail
+        bound = verdicts[f"l3vpn/{s.tenant}/pe_address/{s.id}"]
+        assert not bound.ok and old in bound.detail, bound.detail
+    finally:
+        lab.exec(s.ce, ["ip", "-6", "neigh", "del", pe6, "dev", s.ce_if])
+        reset(lab)
+    assert all(v.ok for v in observe(lab, invs))
+
+
+# -- item 3: tenant tables hold exactly what is rendered; every pair of a changed site is probed ---------
+
+
+@pytest.mark.lab
+def test_tenant_table_state_catches_extra_typod_and_missing_routes(reference_lab) -> None:
+    """Forwarding that works by luck is not correct configuration: an extra route for a prefix
+    no site uses, a remote site's route pointing at another PE, and a removed unreachable
+    default each fail the table's invariant (sampled probes never saw any of them)."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    t = max(sc.tenants, key=lambda x: len(x.dt6_functions))
+    pe, other = sorted(t.dt6_functions)[:2]
+    inv = next(i for i in sc.invariants if i.id == f"l3vpn/{t.id}/table/{pe}/6")
+    remote = next(s for s in t.sites if s.pe != pe)
+    wrong_pe = next(p for p in sorted(t.dt6_functions) if p not in (pe, remote.pe))
+    from substrate.scenario.layers.l3vpn import segs
+
+    breaks = [
+        ["ip", "-6", "route", "add", "fd10:0:0:ffff::/64", "table", str(t.table), "metric", "1024", "dev", "sr0"],
+        ["ip", "-6", "route", "replace", remote.prefix6, "table", str(t.table), "metric", "1024", "encap", "seg6", "mode",
+         "encap.red", "segs", segs(sc, wrong_pe, t.dt6_functions[wrong_pe]), "dev", "sr0"],
+        ["ip", "-6", "route", "del", "unreachable", "::/0", "table", str(t.table), "metric", "4278198272"],
+    ]
+    try:
+        assert observe(lab, [inv])[0].ok, observe(lab, [inv])[0].detail
+        for argv in breaks:
+            _ok(lab, pe, argv)
+            v = observe(lab, [inv])[0]
+            assert not v.ok, (argv, v.detail)
+            reset(lab)
+    finally:
+        reset(lab)
+
+
+@pytest.mark.parametrize("variant", [0, 1, 2])
+def test_every_pair_of_a_changed_site_is_probed(variant: int) -> None:
+    from harness.tasks import apply_changes, make_variant
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=7 + variant, density=2)
+    v = make_variant("change-set", sc, variant)
+    changed = {a.site for a in v.changes.add} | {m.site for m in v.changes.move}
+    after = apply_changes(sc, v.changes).tenant(v.changes.tenant).sites
+    probed = {(i.params["src"], i.params["dst"], i.params["family"]) for i in v.test_cases if i.kind == "reach"}
+    for x in after:
+        for y in after:
+            if x.id != y.id and (x.id in changed or y.id in changed):
+                assert (x.ce, ce_addr(y.prefix6, 2), 6) in probed, (x.id, y.id)
+                if x.prefix4 and y.prefix4:
+                    assert (x.ce, ce_addr(y.prefix4, 2), 4) in probed, (x.id, y.id)
+
+
+# -- item 6: determinism ---------------------------------------------------------------------------------
+
+_DIGESTS = """
+import json, sys
+from harness.campaign import make_spec, planned_digests
+spec = make_spec(ani=["A0", "A3-T"], agent=["scripted"], model=[None], task=sys.argv[1], variants=2,
+                 manifest=sys.argv[2], seed=int(sys.argv[3]), density=1, fault_rate=0.3, budget_steps=40, wall_cap_s=120,
+                 agent_options={})
+print(json.dumps([planned_digests(spec, v) for v in range(2)]))
+"""
+
+
+def test_same_campaign_spec_gives_byte_identical_inputs_in_another_process() -> None:
+    """The scenario file, fault schedule and task variant of each variant hash the same in two
+    processes with different hash seeds (what differs between machines and runs of Python), and
+    differ for another seed. ``tests/test_harness.py::test_campaign_pairs_runs_and_reports``
+    checks that run records carry exactly these digests."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    manifest = str(REPO / "tests" / "data" / "small-campaign.yaml")
+
+    def digests(seed: int, hash_seed: str) -> list[dict[str, str]]:
+        r = subprocess.run([sys.executable, "-c", _DIGESTS, "change-set", manifest, str(seed)], cwd=REPO, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONHASHSEED": hash_seed}, check=True)
+        return json.loads(r.stdout)
+
+    a, b = digests(7, "0"), digests(7, "12345")
+    assert a == b and all(set(d) == {"scenario", "fault_schedule", "task_variant"} for d in a)
+    assert a[0] != a[1]
+    c = digests(8, "0")
+    assert c[0]["scenario"] != a[0]["scenario"] and c[0]["task_variant"] != a[0]["task_variant"]
+
+
+# -- item 4: isolation by arrival, both ways, every tenant pair sharing a PE ----------------------------
+
+
+@pytest.mark.lab
+def test_one_way_leak_fails_isolation_counted_at_the_receiver(reference_lab) -> None:
+    """A route in tenant A's table on A's PE toward B's End.DT6 SID delivers A's packets to B's
+    site, whose replies die in B's table (no route back): no reply ever comes, so a check that
+    counts replies passes; the counter in B's CE sees the probes arrive."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import segs
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    by_ce = {s.ce: s for s in sc.all_sites()}
+    inv = next(i for i in sc.invariants if i.kind == "isolated" and i.params.get("dst_node") and i.params["family"] == 6
+               and by_ce[i.params["src"]].prefix6 not in {s.prefix6 for s in sc.tenant(by_ce[i.params["dst_node"]].tenant).sites}
+               and by_ce[i.params["src"]].pe != by_ce[i.params["dst_node"]].pe)
+    x, y = by_ce[inv.params["src"]], by_ce[inv.params["dst_node"]]
+    tx, ty = sc.tenant(x.tenant), sc.tenant(y.tenant)
+    replies_only = inv.model_copy(update={"params": {k: v for k, v in inv.params.items() if k != "dst_node"}})
+    try:
+        assert all(v.ok for v in observe(lab, [inv, replies_only]))
+        _ok(lab, x.pe, ["ip", "-6", "route", "replace", y.prefix6, "table", str(tx.table), "metric", "1024", "encap", "seg6",
+                        "mode", "encap.red", "segs", segs(sc, y.pe, ty.dt6_functions[y.pe]), "dev", "sr0"])
+        counted, replies = observe(lab, [inv, replies_only])
+        assert replies.ok, replies.detail  # the leak is one-way: no reply comes back ...
+        assert not counted.ok and "0 replies" in counted.detail and " 0 probes arrived" not in counted.detail, counted.detail
+    finally:
+        reset(lab)
+
+
+def test_isolation_covers_both_directions_and_every_tenant_pair_sharing_a_pe() -> None:
+    from substrate.scenario import build, load_manifest
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=9, density=2)
+    by_ce = {s.ce: s for s in sc.all_sites()}
+    iso = [i for i in sc.invariants if i.kind == "isolated" and i.id.startswith("l3vpn/")]
+    assert all(i.params.get("dst_node") for i in iso)
+    pairs = {(by_ce[i.params["src"]].tenant, by_ce[i.params["dst_node"]].tenant) for i in iso}
+    for a in sc.tenants:
+        for b in sc.tenants:
+            if a.id != b.id and {s.pe for s in a.sites} & {s.pe for s in b.sites}:
+                assert (a.id, b.id) in pairs and (b.id, a.id) in pairs, (a.id, b.id)
+
+
+# -- item 5: counterbalanced order with an order-effect test; faults met per paired run -----------------
+
+
+def test_settings_run_in_a_latin_square_order_drawn_from_a_recorded_seed() -> None:
+    from harness.campaign import make_spec, order_seed, settings_order
+
+    spec = make_spec(ani=["A0", "A1", "A3-T"], agent=["scripted"], model=[None], task="change-set", variants=6,
+                     manifest="manifests/srv6-brownfield.yaml", seed=7, density=1, fault_rate=0.0, budget_steps=40,
+                     wall_cap_s=120, agent_options={})
+    orders = [settings_order(spec, v) for v in range(6)]
+    assert all(sorted(o) == sorted(spec.settings) for o in orders)
+    for block in (orders[:3], orders[3:]):  # every setting once in every position per block of n variants
+        for pos in range(3):
+            assert sorted(o[pos] for o in block) == sorted(spec.settings)
+    assert orders == [settings_order(spec, v) for v in range(6)] and order_seed(spec) == "order/7"
+
+
+def test_report_tests_for_an_order_effect_and_shows_whether_paired_runs_met_the_same_faults(tmp_path) -> None:
+    from harness.report import build_report
+    from harness.store import CampaignStore
+    from tests.test_report import CID, save
+
+    fault = {"time": 1.0, "step": 2, "fault": "f1", "kind": "link_down", "action": "inject",
+             "target": {"node": "r1", "interface": "eth1"}}
+    with CampaignStore(tmp_path / "db.sqlite") as s:
+        s.create_campaign(CID, {"factor": "ani", "settings": ["A0", "A1"], "variants": 8})
+        for v in range(8):
+            first, second = ("A0", "A1") if v % 2 == 0 else ("A1", "A0")
+            # whatever the setting, the second run of a variant fails: an order effect
+            save(s, first, v, run_position=0, order_seed="order/7", faults=[fault])
+            save(s, second, v, run_position=1, order_seed="order/7", task_pass=False, test_case_score=0.0,
+                 test_cases_passed=0, completion_mode="budget_hit", faults=[fault] if v else [])
+        rep = build_report(s, CID)
+    by = {t.outcome: t for t in rep.order_effect}
+    assert by["completion"].test.b == 8 and by["completion"].test.pvalue < 0.01
+    parity = {f.variant: f for f in rep.fault_parity}
+    assert not parity[0].same and all(parity[v].same for v in range(1, 8))
+    assert "link_down@2 interface=eth1,node=r1" in parity[1].met["A0"]
+    assert {t.key for t in rep.tables()} >= {"order", "faults"}
