@@ -399,7 +399,7 @@ def test_episode_texts_name_the_trajectory_file_to_the_operator_only(tmp_path, c
 
 
 def test_registry() -> None:
-    assert levels() == ["A0", "A1", "A2", "A3-T", "A3-R"]
+    assert levels() == ["A0", "A1", "A2", "A3-T", "A3-R", "A4"]
     assert normalize_level("a1") == "A1"
     with pytest.raises(KeyError, match="registered: A0, A1"):
         normalize_level("A7")
