@@ -22,6 +22,9 @@ LEVELS: dict[str, str] = {
     "A4": "servers.a4_reconciled_intent.server:build_server",
 }
 
+#: Levels with a source of truth and its reconciler (their runs count reconciles and drift events).
+RECONCILED_LEVELS: frozenset[str] = frozenset({"A3-R", "A4"})
+
 #: Levels that have a blocklist of destructive commands (ServerConfig.blocklist); the others refuse it.
 BLOCKLIST_LEVELS: frozenset[str] = frozenset({"A1"})
 

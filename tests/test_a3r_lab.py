@@ -265,6 +265,8 @@ async def test_a4_apply_is_a_commit_and_applied(lab: Lab, tmp_path: Path) -> Non
             assert st["applied_commit"] == st["head"] == res["commit"], st
             inv, _ = Engine(lab).inventory()
             assert POLICY not in {x.id for x in inv.steering}
+            # what a run record counts (harness.run): this epoch's reconciles, the apply's among them
+            assert rc.counts(lab)[0] >= 1 and rc.counts(lab)[0] == status(lab).reconciles
             again = data(await c.call_tool("apply_change_set", {"ops": ops}))
             assert again["status"] == "no_change" and again["commit"] is None, again["message"]
             assert data(await c.call_tool("history", {}))["total"] == n0 + 1

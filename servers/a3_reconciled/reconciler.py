@@ -119,6 +119,14 @@ def read_status(lab: Lab, epoch: str) -> ReconcileStatus:
     return st if st.epoch == epoch else ReconcileStatus(epoch=epoch)
 
 
+def counts(lab: Lab) -> tuple[int, int]:
+    """``(reconciles, drift events)`` since the lab was last put at its baseline (the current epoch)."""
+    from substrate.scenario.deploy import baseline_epoch
+
+    st = read_status(lab, baseline_epoch(lab))
+    return st.reconciles, st.drift_events
+
+
 def read_log(lab: Lab, epoch: str, limit: int = 20) -> list[ReconcileRecord]:
     """The last ``limit`` reconcile records of this epoch, newest first."""
     try:
