@@ -126,7 +126,8 @@ def _same(desired: dict[str, Any], applied: dict[str, Any]) -> bool:
 
 def ops_toward(desired: Desired, applied: Desired) -> tuple[list[dict[str, Any]], list[str]]:
     """The A3-T change set turning the ``applied`` records into ``desired`` (create for a new id,
-    modify with the fields that differ, delete for a gone one): deletes first, in reverse registry
+    modify stating the desired record's fields (and null for a field it dropped) where it differs,
+    delete for a gone one): deletes first, in reverse registry
     order (dependents before what they depend on), then creates and modifies in registry order.
 
     Returns:
@@ -145,7 +146,9 @@ def ops_toward(desired: Desired, applied: Desired) -> tuple[list[dict[str, Any]]
             if iid not in have:
                 ops.append({"op": "create", "service_class": name, "id": iid, "spec": spec})
             elif not _same(spec, have[iid]):
-                patch = {k: v for k, v in spec.items() if v != cat.AUTO and have[iid].get(k) != v}
+                # the whole record, not only the fields that differ: fields that go together (a move's
+                # pe and pe_interface, where the port name stays the same) are stated together
+                patch = {k: v for k, v in spec.items() if v != cat.AUTO and (v is not None or have[iid].get(k) is not None)}
                 patch |= {k: None for k in have[iid] if k not in spec and have[iid][k] is not None}
                 ops.append({"op": "modify", "service_class": name, "id": iid, "spec": patch})
             else:
