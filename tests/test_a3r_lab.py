@@ -21,7 +21,7 @@ from substrate import Lab, controllers
 from substrate.record import pid_alive
 from substrate.scenario import Scenario
 from substrate.scenario.observer import observe
-from tests.a3t_support import SLOW_MACHINE, bf, everything, lab, sc  # noqa: F401 - fixtures
+from tests.a3t_support import SLOW_MACHINE, bf, damage_other_tenant, everything, lab, sc  # noqa: F401 - fixtures
 from tests.servers_support import connect, data, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
@@ -289,20 +289,7 @@ async def test_a4_failed_validation_is_reverted_in_history_and_on_devices(lab: L
     """A change set whose (deliberately wrong) rendering removes another tenant's route fails active
     validation: it is rolled back on the devices, and the history keeps the change's commit and its
     revert; HEAD's records are the previous ones and every device equals its previous state."""
-    from servers.a3_intent import planner as planner_mod
-
-    victim = sc.tenant("t1").sites[1]
-    t1 = sc.tenant("t1")
-    bad_route = f"{victim.prefix6} table {t1.table} metric 1024 dev {victim.pe_if}"
-    real = planner_mod.render_scenario
-
-    def buggy(s: Scenario):  # noqa: ANN202
-        out = real(s)
-        if any(x.id == "t3s3" for x in s.all_sites()):
-            out[victim.pe].routes6 = [r for r in out[victim.pe].routes6 if r != bad_route]
-        return out
-
-    monkeypatch.setattr(planner_mod, "render_scenario", buggy)
+    key = damage_other_tenant(monkeypatch, sc)
     before = everything(lab)
     srv = a4(lab, tmp_path, reconciler=False)
     repo = Repo(lab)
@@ -314,7 +301,6 @@ async def test_a4_failed_validation_is_reverted_in_history_and_on_devices(lab: L
             res = data(await c.call_tool("apply_change_set", {"ops": ops}))
             assert res["status"] == "rolled_back", res["message"]
             assert res["commit"] and res["revert_commit"] and f"reverted by commit {res['revert_commit'][:12]}" in res["message"]
-            key = f"l3vpn/t1/reach/{t1.sites[0].id}->{victim.id}/6"
             assert key in {f["id"] for f in res["validation"]["failed"]}
             log = data(await c.call_tool("history", {"limit": 3}))["commits"]
             assert [x["commit"] for x in log] == [res["revert_commit"], res["commit"], base]

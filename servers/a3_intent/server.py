@@ -32,14 +32,14 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, natural_key, parse_ops
 from servers.a3_intent.inventory import expected_found, scanned_nodes
 from servers.a3_intent.planner import drift, underlay_frr
 from servers.a3_intent.transaction import ChangeResult, Engine, EngineOptions, PlanResult, TransactionError
-from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options, note_rejected, pid_holder
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
 from substrate.scenario.generator import render_scenario
@@ -186,12 +186,7 @@ def build_server(  # noqa: C901
     Raises:
         ServerSetupError: bad options, lab missing, down or not deployed from a scenario, trajectory unwritable.
     """
-    try:
-        opts = options_model.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad {level} options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(options_model.model_fields)}") from None  # fmt: skip
+    opts = level_options(options_model, config, level)
     server = AniServer(config, level=level, instructions=instructions, lab=lab)
     lab_ = server.lab
     engine = Engine(lab_, EngineOptions(lock_timeout_s=opts.lock_timeout_s, capture_timeout_s=opts.capture_timeout_s,

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key, parse_ops
@@ -37,7 +37,7 @@ from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import (
     RecordRejected, Repo, SourceError, blame, check_id, desired_of, normalize, ops_toward, record_path, writable_classes,
 )  # fmt: skip
-from servers.common import AniServer, ServerConfig, ServerSetupError
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
 from substrate.errors import SubstrateError
 
 log = logging.getLogger("anibench.servers.a3r")
@@ -202,12 +202,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     Raises:
         ServerSetupError: bad options, lab missing or not deployed from a scenario, reconciler not starting.
     """
-    try:
-        opts = A3ROptions.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad A3-R options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(A3ROptions.model_fields)}") from None  # fmt: skip
+    opts = level_options(A3ROptions, config, LEVEL)
     server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
     lab_ = server.lab
     eopts = EngineOptions(lock_timeout_s=opts.lock_timeout_s, capture_timeout_s=opts.capture_timeout_s,

@@ -32,7 +32,14 @@ from pydantic import Field
 from servers.a3_intent import server as a3t
 from servers.a3_intent.transaction import ChangeResult, Engine
 from servers.a3_reconciled import reconciler as rc
-from servers.a3_reconciled.server import A3ROptions, HistoryResult, StatusResult, history_of, start_reconciler, status_of
+from servers.a3_reconciled.server import (
+    A3ROptions,
+    HistoryResult,
+    StatusResult,
+    history_of,
+    start_reconciler,
+    status_of,
+)
 from servers.a3_reconciled.source import SYSTEM_AUTHOR, Repo, SourceError, desired_of
 from servers.common import AniServer, ServerConfig, ServerSetupError
 from substrate.errors import SubstrateError
@@ -126,7 +133,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
     """
     state: dict[str, Any] = {}
 
-    def attach(server: AniServer, engine: Engine, opts: A3ROptions):  # noqa: ANN202
+    def attach(server: AniServer, engine: Engine, opts: A3ROptions):
         rec = rc.Reconciler(server.lab, mode=opts.mode, options=engine.opts,
                             devices=None if server.config.devices == "all" else set(server.device_names))
         try:
