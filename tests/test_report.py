@@ -311,19 +311,12 @@ def test_a_report_never_shows_the_secrets_of_the_campaign_spec(tmp_path: Path) -
 def test_reconciles_and_drift_events_are_reported_for_reconciled_levels(tmp_path) -> None:
     """A3-R/A4 runs carry their reconcile attempts and drift events; the cost table shows their
     means per setting, and '–' for a level without a source of truth (issue 13)."""
-    from harness.report import build_report
-    from harness.store import CampaignStore
+    from tests.test_issue_11 import _campaign_of
     from tests.test_store import make_record
 
     recs = [make_record("t", "A4", 0, reconciles=3, drift_events=1), make_record("t", "A4", 1, reconciles=5, drift_events=0),
             make_record("t", "A1", 0), make_record("t", "A1", 1)]
-    store = CampaignStore(tmp_path / "db.sqlite")
-    store.create_campaign("t", {"factor": "ani"})
-    store.plan("t", [r.run_key for r in recs])
-    for r in recs:
-        store.mark_running(r.run_key)
-        store.save_result(r)
-    rep = build_report(store, "t")
+    store, rep = _campaign_of(tmp_path, recs)
     cells = {c.setting: c for c in rep.cells}
     assert cells["A4"].cost["reconciles"] == {"mean": 4.0, "median": 4.0}
     assert cells["A4"].cost["drift_events"] == {"mean": 0.5, "median": 0.5}
