@@ -54,6 +54,9 @@ COST_METRICS: dict[str, Any] = {
     "steps": lambda r: r.steps,
     "tokens": tokens_of,
     "wall_s": lambda r: r.wall_s,
+    # A3-R, A4: the source of truth's reconcile attempts and drift events (None at the other levels)
+    "reconciles": lambda r: r.reconciles,
+    "drift_events": lambda r: r.drift_events,
 }
 
 
@@ -586,11 +589,11 @@ def _cost_table(cells: list[Cell]) -> TableData:
     rows: list[list[str | Link]] = []
     for c in cells:
         mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
-        mm = [NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else v for v in mm]
+        mm = [NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else "–" if v == "– / –" else v for v in mm]
         rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
                      _f(c.mean_repeat_action_rate)])
     return TableData("cost", "Cost and process metrics per run (mean / median)",
-                     _cols("setting", "steps", "tokens", "wall s", "test-case score", "error-action",
+                     _cols("setting", "steps", "tokens", "wall s", "reconciles", "drift events", "test-case score", "error-action",
                            "repeat-action"), rows)
 
 

@@ -283,6 +283,13 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     exhausted = "steps" if steps_hit else "tokens" if outcome.token_budget_hit else None
     ended = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                             budget_hit=exhausted is not None, task_pass=task_pass)
+    reconciles = drift_events = None
+    from servers.registry import RECONCILED_LEVELS
+
+    if spec.level in RECONCILED_LEVELS:
+        from servers.a3_reconciled.reconciler import counts
+
+        reconciles, drift_events = counts(lab)
     (run_dir / VERDICTS_FILE).write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
     (run_dir / AGENT_FILE).write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
                                                  indent=1))
@@ -298,7 +305,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
-        faults=[e.model_dump() for e in injector.events], input_digests=digests, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
+        faults=[e.model_dump() for e in injector.events], input_digests=digests, reconciles=reconciles,
+        drift_events=drift_events, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
         agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,
         agent_log=outcome.log or str(run_dir / AGENT_FILE), trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),

@@ -249,6 +249,12 @@ class RunRecord(BaseModel):
     """Rejected configuration/validation actions over all of them (:mod:`harness.metrics`)."""
     repeat_action_rate: float | None = Field(default=None, ge=0, le=1)
     """Identical consecutive configuration/validation actions over all of them."""
+    reconciles: int | None = Field(default=None, ge=0)
+    """Reconcile attempts of the lab's source of truth during the run (A3-R, A4: the reconciler
+    process's and the A4 server's); None at levels without one."""
+    drift_events: int | None = Field(default=None, ge=0)
+    """Reconciles that found the devices differing from the source of truth (drift: an out-of-band
+    change, a fault); None at levels without a source of truth."""
     faults: list[dict[str, Any]] = Field(default_factory=list)
     """Faults injected during the run, as recorded by the fault injector."""
     run_position: int | None = Field(default=None, ge=0)

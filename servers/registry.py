@@ -19,7 +19,11 @@ LEVELS: dict[str, str] = {
     "A2": "servers.a2_netconf.server:build_server",
     "A3-T": "servers.a3_intent.server:build_server",
     "A3-R": "servers.a3_reconciled.server:build_server",
+    "A4": "servers.a4_reconciled_intent.server:build_server",
 }
+
+#: Levels with a source of truth and its reconciler (their runs count reconciles and drift events).
+RECONCILED_LEVELS: frozenset[str] = frozenset({"A3-R", "A4"})
 
 #: Levels that have a blocklist of destructive commands (ServerConfig.blocklist); the others refuse it.
 BLOCKLIST_LEVELS: frozenset[str] = frozenset({"A1"})

@@ -88,6 +88,27 @@ def on_validation(monkeypatch: pytest.MonkeyPatch, act: Callable[[], Any]) -> No
     monkeypatch.setattr(txn_mod, "observe", hooked)
 
 
+def damage_other_tenant(monkeypatch: pytest.MonkeyPatch, sc: Scenario, new_site: str = "t3s3") -> str:
+    """Make the planner's rendering (deliberately) wrong: once the inventory has ``new_site``, it
+    drops the tenant route of t1's second site on its PE. Returns the id of t1's invariant that
+    active validation then finds broken."""
+    from servers.a3_intent import planner as planner_mod
+
+    t1 = sc.tenant("t1")
+    victim = t1.sites[1]
+    bad_route = f"{victim.prefix6} table {t1.table} metric 1024 dev {victim.pe_if}"
+    real = planner_mod.render_scenario
+
+    def buggy(s: Scenario):  # noqa: ANN202
+        out = real(s)
+        if any(x.id == new_site for x in s.all_sites()):
+            out[victim.pe].routes6 = [r for r in out[victim.pe].routes6 if r != bad_route]
+        return out
+
+    monkeypatch.setattr(planner_mod, "render_scenario", buggy)
+    return f"l3vpn/t1/reach/{t1.sites[0].id}->{victim.id}/6"
+
+
 def everything(lab: Lab) -> dict[str, DeviceState]:
     """Every node's full state (kernel and FRR), with a deadline fit for a loaded machine."""
     names = lab.node_names()

@@ -21,7 +21,7 @@ from substrate import Lab, controllers
 from substrate.record import pid_alive
 from substrate.scenario import Scenario
 from substrate.scenario.observer import observe
-from tests.a3t_support import SLOW_MACHINE, bf, everything, lab, sc  # noqa: F401 - fixtures
+from tests.a3t_support import SLOW_MACHINE, bf, damage_other_tenant, everything, lab, sc  # noqa: F401 - fixtures
 from tests.servers_support import connect, data, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
@@ -233,3 +233,85 @@ async def test_fuzz_a3r(lab: Lab, tmp_path: Path) -> None:
         assert Repo(lab).count() == 1
     finally:
         rc.stop(lab)
+
+
+# -- A4: typed intent recorded in the source of truth (same lab) ------------------------------------
+
+
+def a4(lab: Lab, tmp_path: Path, **options: Any):  # noqa: ANN201
+    from servers.a4_reconciled_intent.server import build_server
+
+    opts = {**SLOW_MACHINE, "interval_s": 1.0, **options}
+    return build_server(ServerConfig(lab=lab.name, trajectory=tmp_path / "t4.jsonl", devices="all", options=opts), lab=lab)
+
+
+async def test_a4_apply_is_a_commit_and_applied(lab: Lab, tmp_path: Path) -> None:
+    """An A4 apply_change_set is one commit (its message names the operations) that the network
+    carries once the call returns; the same change set again changes nothing and commits nothing.
+    The lab's reconciler runs beside it (the reconcile lock keeps them apart)."""
+    srv = a4(lab, tmp_path)
+    try:
+        async with connect(srv) as c:
+            n0 = data(await c.call_tool("history", {}))["total"]
+            ops = [{"op": "delete", "service_class": "steering_policy", "id": POLICY}]
+            res = data(await c.call_tool("apply_change_set", {"ops": ops}))
+            assert res["status"] == "applied" and res["commit"] and res["revert_commit"] is None, res["message"]
+            log = data(await c.call_tool("history", {}))
+            assert log["total"] == n0 + 1
+            assert log["commits"][0]["commit"] == res["commit"]
+            assert log["commits"][0]["message"] == f"apply_change_set: delete steering_policy {POLICY}"
+            assert log["commits"][0]["files"] == [f"D records/steering_policy/{POLICY}.yaml"]
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["applied_commit"] == st["head"] == res["commit"], st
+            inv, _ = Engine(lab).inventory()
+            assert POLICY not in {x.id for x in inv.steering}
+            # what a run record counts (harness.run): this epoch's reconciles, the apply's among them
+            assert rc.counts(lab)[0] >= 1 and rc.counts(lab)[0] == status(lab).reconciles
+            again = data(await c.call_tool("apply_change_set", {"ops": ops}))
+            assert again["status"] == "no_change" and again["commit"] is None, again["message"]
+            assert data(await c.call_tool("history", {}))["total"] == n0 + 1
+            # malformed input: MCP errors, nothing committed
+            for bad in ([{"op": "create", "service_class": "tenant_site", "spec": {"tenant": "t3", "prefix6": "nope"}}],
+                        [{"op": "explode", "service_class": "tenant", "id": "t1"}], "not a list", [5],
+                        [{"op": "delete", "service_class": "tenant_site", "id": "t9s9"}]):
+                r = await c.call_tool("apply_change_set", {"ops": bad})
+                assert r.is_error, (bad, text(r))
+            r = await c.call_tool("apply_change_set", {"ops": [{"op": "create", "service_class": "tenant_site", "id": "t3s9",
+                                                                "spec": {"tenant": "t3", "pe": "r2", "pe_interface": "eth5", "prefix6": "nope"}}]})
+            assert r.is_error and "ops[0].spec.prefix6" in text(r), text(r)
+            assert data(await c.call_tool("history", {}))["total"] == n0 + 1
+    finally:
+        srv.close()
+
+
+async def test_a4_failed_validation_is_reverted_in_history_and_on_devices(lab: Lab, sc: Scenario, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A change set whose (deliberately wrong) rendering removes another tenant's route fails active
+    validation: it is rolled back on the devices, and the history keeps the change's commit and its
+    revert; HEAD's records are the previous ones and every device equals its previous state."""
+    key = damage_other_tenant(monkeypatch, sc)
+    before = everything(lab)
+    srv = a4(lab, tmp_path, reconciler=False)
+    repo = Repo(lab)
+    try:
+        async with connect(srv) as c:
+            base = data(await c.call_tool("history", {}))["commits"][0]["commit"]
+            ops = [{"op": "create", "service_class": "tenant_site", "id": "t3s3",
+                    "spec": {"tenant": "t3", "pe": "r6", "pe_interface": "eth4", "prefix6": "auto"}}]
+            res = data(await c.call_tool("apply_change_set", {"ops": ops}))
+            assert res["status"] == "rolled_back", res["message"]
+            assert res["commit"] and res["revert_commit"] and f"reverted by commit {res['revert_commit'][:12]}" in res["message"]
+            assert key in {f["id"] for f in res["validation"]["failed"]}
+            log = data(await c.call_tool("history", {"limit": 3}))["commits"]
+            assert [x["commit"] for x in log] == [res["revert_commit"], res["commit"], base]
+            assert log[1]["message"] == "apply_change_set: create tenant_site t3s3"
+            assert log[0]["message"].startswith(f"revert {res['commit'][:12]}: not applied")
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["applied_commit"] == st["head"] == res["revert_commit"], st
+        assert repo.desired_at("HEAD") == repo.desired_at(base)
+        assert "t3s3" in repo.desired_at(res["commit"])["tenant_site"]
+    finally:
+        srv.close()
+    after = everything(lab)
+    changed = {n: before[n].diff(after[n]) for n in before if not before[n].same_as(after[n])}
+    assert not changed, changed

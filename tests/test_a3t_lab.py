@@ -14,7 +14,6 @@ from typing import Any
 import anyio
 import pytest
 
-from servers.a3_intent import planner as planner_mod
 from servers.a3_intent import transaction as txn_mod
 from servers.a3_intent.inventory import Records
 from substrate import Lab
@@ -24,7 +23,7 @@ from substrate.journal import Journal
 from substrate.scenario import Scenario
 from substrate.scenario.deploy import load_baseline, reset
 from substrate.scenario.observer import observe
-from tests.a3t_support import bf, everything, lab, on_validation, sc, server  # noqa: F401 - fixtures
+from tests.a3t_support import bf, damage_other_tenant, everything, lab, on_validation, sc, server  # noqa: F401 - fixtures
 from tests.servers_support import MODES, connect, data, records, stdio, text
 
 pytestmark = [pytest.mark.lab, pytest.mark.anyio]
@@ -222,24 +221,12 @@ async def test_invalid_change_sets_change_nothing(lab: Lab) -> None:
 async def test_damage_to_another_tenant_is_rolled_back_with_evidence(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     """A (deliberately) wrong rendering that removes another tenant's route: validation catches the
     other tenant's broken invariant, everything is rolled back, the result names it with evidence."""
-    victim = sc.tenant("t1").sites[1]
-    t1 = sc.tenant("t1")
-    bad_route = f"{victim.prefix6} table {t1.table} metric 1024 dev {victim.pe_if}"
-    real = planner_mod.render_scenario
-
-    def buggy(s: Scenario):  # noqa: ANN202
-        out = real(s)
-        if any(x.id == "t3s3" for x in s.all_sites()):
-            out[victim.pe].routes6 = [r for r in out[victim.pe].routes6 if r != bad_route]
-        return out
-
-    monkeypatch.setattr(planner_mod, "render_scenario", buggy)
+    key = damage_other_tenant(monkeypatch, sc)
     before = everything(lab)
     async with connect(server(lab)) as c:
         res = await apply(c, [site_op("create", "t3s3", tenant="t3", pe="r6", pe_interface="eth4")])
     assert res["status"] == "rolled_back", res["message"]
     failed = {f["id"]: f for f in res["validation"]["failed"]}
-    key = f"l3vpn/t1/reach/{t1.sites[0].id}->{victim.id}/6"
     assert key in failed and failed[key]["service"] == "l3vpn/t1" and failed[key]["after_rollback"] == "passes"
     assert failed[key]["evidence"][0]["command"].startswith("ping") and "0 received" in failed[key]["evidence"][0]["output"]
     assert res["rollback"]["complete"] and key in res["message"] and "this change set broke them" in res["message"]

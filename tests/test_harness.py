@@ -382,7 +382,7 @@ def test_task_validate_and_campaign_refuse_the_same_bad_levels(tmp_path) -> None
     validate = [*HARNESS, "task", "validate", "onboarding", "--manifest", str(MANIFEST), "--variants", "1"]
     camp = [*HARNESS, "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants", "1",
             "--db", str(tmp_path / "d.sqlite"), "--results", str(tmp_path / "runs")]
-    for ani, needle in (("A5", "unknown ANI level 'A5'; registered: A0, A1, A2, A3-T, A3-R"), ("", "--ani needs at least one value"),
+    for ani, needle in (("A5", "unknown ANI level 'A5'; registered: A0, A1, A2, A3-T, A3-R, A4"), ("", "--ani needs at least one value"),
                         ("A0,A0", "--ani lists a value twice"), ("a0, A0", "--ani lists a value twice")):
         for base in (validate, camp):
             r = subprocess.run([*base, "--ani", ani], cwd=REPO, capture_output=True, text=True, timeout=60)

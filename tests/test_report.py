@@ -306,3 +306,25 @@ def test_a_report_never_shows_the_secrets_of_the_campaign_spec(tmp_path: Path) -
         assert s.campaign_spec(CID)["agent_options"]["api_key"] == "sk-SECRET1"  # the store keeps what was given
     for text in (to_html(rep), rep.to_json()):
         assert "SECRET" not in text and "(redacted)" in text and "llm.example" in text
+
+
+def test_reconciles_and_drift_events_are_reported_for_reconciled_levels(tmp_path) -> None:
+    """A3-R/A4 runs carry their reconcile attempts and drift events; the cost table shows their
+    means per setting, and '–' for a level without a source of truth (issue 13)."""
+    from tests.test_issue_11 import _campaign_of
+    from tests.test_store import make_record
+
+    recs = [make_record("t", "A4", 0, reconciles=3, drift_events=1), make_record("t", "A4", 1, reconciles=5, drift_events=0),
+            make_record("t", "A1", 0), make_record("t", "A1", 1)]
+    store, rep = _campaign_of(tmp_path, recs)
+    cells = {c.setting: c for c in rep.cells}
+    assert cells["A4"].cost["reconciles"] == {"mean": 4.0, "median": 4.0}
+    assert cells["A4"].cost["drift_events"] == {"mean": 0.5, "median": 0.5}
+    assert cells["A1"].cost["reconciles"] == {"mean": None, "median": None}
+    cost = next(t for t in rep.tables() if t.key == "cost")
+    heads = [c.name for c in cost.columns]
+    i = next(k for k, h in enumerate(heads) if "reconciles" in h)
+    rows = {row[0]: row for row in cost.rows}
+    assert rows["A4"][i] == "4.0 / 4.0" and rows["A4"][i + 1] == "0.5 / 0.5" and rows["A1"][i] == "–"
+    assert cells["A4"].flat()["reconciles_mean"] == 4.0
+    store.close()

@@ -399,7 +399,7 @@ def test_episode_texts_name_the_trajectory_file_to_the_operator_only(tmp_path, c
 
 
 def test_registry() -> None:
-    assert levels() == ["A0", "A1", "A2", "A3-T", "A3-R"]
+    assert levels() == ["A0", "A1", "A2", "A3-T", "A3-R", "A4"]
     assert normalize_level("a1") == "A1"
     with pytest.raises(KeyError, match="registered: A0, A1"):
         normalize_level("A7")
@@ -581,3 +581,18 @@ def test_a1_routes_compare_by_attributes_not_words() -> None:
     assert not same("fd99:5::/64 dev eth1", "fd99:5::/64 metric 1 dev eth1")
     assert not same("fd99:5::/64 dev eth1", "fd99:5::/64 table 7 metric 1024 dev eth1")
     assert u("fd99:5::/64 nexthop via fe80::1 dev eth1".split(), 6) is None
+
+
+def test_a3r_modify_states_the_whole_record() -> None:
+    """A record moved to another PE on a port of the same name becomes a modify stating pe AND
+    pe_interface (the planner refuses a move without the port): the reconciler's change set states
+    the desired record, not only the fields that differ (found by the change-set task at A4)."""
+    from servers.a3_reconciled.source import ops_toward
+
+    site = {"tenant": "t1", "pe": "r2", "pe_interface": "eth5", "prefix6": "fd10::/64", "prefix4": None}
+    moved = {**site, "pe": "r11"}
+    ops, where = ops_toward({"tenant_site": {"t1s7": moved}}, {"tenant_site": {"t1s7": site}})
+    assert ops == [{"op": "modify", "service_class": "tenant_site", "id": "t1s7",
+                    "spec": {"tenant": "t1", "pe": "r11", "pe_interface": "eth5", "prefix6": "fd10::/64"}}]
+    assert where == ["records/tenant_site/t1s7.yaml"]
+    assert ops_toward({"tenant_site": {"t1s7": site}}, {"tenant_site": {"t1s7": site}}) == ([], [])

@@ -23,7 +23,7 @@ from harness.cli.common import err, fail, friendly_errors
 #: lab needs nsenter, setpriv, ip, nft, vtysh.
 SERVER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-AniOpt = Annotated[str, typer.Option("--ani", "-a", help="ANI level: A0 (raw shell), A1 (bounded wrapper), A2 (NETCONF/YANG), A3-T (typed transactional intent), A3-R (reconciled source of truth).")]
+AniOpt = Annotated[str, typer.Option("--ani", "-a", help="ANI level: A0 (raw shell), A1 (bounded wrapper), A2 (NETCONF/YANG), A3-T (typed transactional intent), A3-R (reconciled source of truth), A4 (typed intent in a reconciled source of truth).")]
 LabOpt = Annotated[str, typer.Option("--lab", "-l", envvar="ANIBENCH_LAB", help="Name of the deployed lab.")]
 TransportOpt = Annotated[str, typer.Option("--transport", help="stdio or http (streamable HTTP).")]
 HostOpt = Annotated[str, typer.Option(help="HTTP: address to bind (loopback by default).")]

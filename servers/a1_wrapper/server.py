@@ -38,13 +38,13 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from servers.a1_wrapper.apply import DeviceApply, DeviceRun, Rejection, config_lines
 from servers.a1_wrapper.grammar import Command, Grammar, GrammarError, Problem, apply_filter
 from servers.a1_wrapper.kernel import ruleset_commands
 from servers.a1_wrapper.vtysh import run_lines
-from servers.common import AniServer, ServerConfig, ServerSetupError, attach_lab, note_rejected, own_config_routers, pid_holder
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options, attach_lab, note_rejected, own_config_routers, pid_holder
 from servers.common.server import cancel_event, note_cancelled
 from substrate import addressing as addr
 from substrate.devstate import SYSCTLS, DeviceState, capture, restore
@@ -307,12 +307,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     Raises:
         ServerSetupError: bad options or data files, lab missing or down, trajectory unwritable.
     """
-    try:
-        opts = A1Options.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad A1 options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(A1Options.model_fields)}") from None  # fmt: skip
+    opts = level_options(A1Options, config, LEVEL)
     try:
         block: bool | str = (opts.blocklist_path or True) if config.blocklist else False
         grammar = Grammar.load(blocklist=block, allowlist=opts.allowlist_path)

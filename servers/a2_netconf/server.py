@@ -24,9 +24,9 @@ from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from servers.common import AniServer, ServerConfig, ServerSetupError
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
 from substrate.errors import SubstrateError
 
 LEVEL = "A2"
@@ -319,12 +319,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     Raises:
         ServerSetupError: bad options, lab missing or down, trajectory unwritable.
     """
-    try:
-        opts = A2Options.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad A2 options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(A2Options.model_fields)}") from None
+    opts = level_options(A2Options, config, LEVEL)
     server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
     lab_ = server.lab
     routers = set(lab_.routers())

@@ -27,18 +27,19 @@ layers' own renderings); no agent text reaches a shell.
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, natural_key, parse_ops
 from servers.a3_intent.inventory import expected_found, scanned_nodes
 from servers.a3_intent.planner import drift, underlay_frr
 from servers.a3_intent.transaction import ChangeResult, Engine, EngineOptions, PlanResult, TransactionError
-from servers.common import AniServer, ServerConfig, ServerSetupError, note_rejected, pid_holder
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options, note_rejected, pid_holder
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
 from substrate.scenario.generator import render_scenario
@@ -164,30 +165,44 @@ def _owned(full: dict[str, NodeConfig], reduced: dict[str, NodeConfig]) -> dict[
 # -- the server ---------------------------------------------------------------------------------------------
 
 
-def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # noqa: C901
+#: How apply_change_set carries out a parsed change set: ``(ops, submitted, allowed, cancel) -> ChangeResult``
+#: (raises as :meth:`Engine.apply`). A3-T's is the engine's; A4 records it in the source of truth first.
+ApplyFn = Callable[[list[Any], list[dict[str, Any]], set[str], threading.Event], ChangeResult]
+
+
+def build_server(  # noqa: C901
+    config: ServerConfig, *, lab: object = None, level: str = LEVEL, instructions: str = INSTRUCTIONS,
+    options_model: type[A3Options] | type[BaseModel] = A3Options, result_model: type[ChangeResult] = ChangeResult,
+    apply_with: Callable[[AniServer, Engine, Any], tuple[ApplyFn, str]] | None = None,
+) -> AniServer:  # fmt: skip
     """The A3-T server over ``config.lab`` (a lab deployed from a scenario).
+
+    The other arguments make it another level's server with the same typed tools (A4,
+    :mod:`servers.a4_reconciled_intent`): its name and instructions, its options model (with
+    A3Options' engine deadlines), and ``apply_with(server, engine, options) -> (apply, note)``,
+    called once the engine is ready: ``apply`` replaces :meth:`Engine.apply` in apply_change_set,
+    whose result is a ``result_model`` and whose description gets ``note`` appended.
 
     Raises:
         ServerSetupError: bad options, lab missing, down or not deployed from a scenario, trajectory unwritable.
     """
-    try:
-        opts = A3Options.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad A3-T options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(A3Options.model_fields)}") from None  # fmt: skip
-    server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
+    opts = level_options(options_model, config, level)
+    server = AniServer(config, level=level, instructions=instructions, lab=lab)
     lab_ = server.lab
     engine = Engine(lab_, EngineOptions(lock_timeout_s=opts.lock_timeout_s, capture_timeout_s=opts.capture_timeout_s,
-                                        device_timeout_s=opts.device_timeout_s, holder=pid_holder(LEVEL)))  # fmt: skip
+                                        device_timeout_s=opts.device_timeout_s, holder=pid_holder(level)))  # fmt: skip
     try:
         engine.records.base_scenario()
     except SubstrateError as e:
-        raise ServerSetupError(f"A3-T needs a lab deployed from a scenario: {e}") from None
+        raise ServerSetupError(f"{level} needs a lab deployed from a scenario: {e}") from None
     # a transaction whose server died is finished now (completed if committed, else undone)
     for note in engine.recover_at_start():
-        log.warning("A3-T on %s: %s", lab_.name, note)
+        log.warning("%s on %s: %s", level, lab_.name, note)
     allowed = set(server.device_names)
+    run_apply: ApplyFn = lambda ops, submitted, allowed, cancel: engine.apply(ops, submitted=submitted, allowed=allowed, cancel=cancel)  # noqa: E731
+    apply_note = ""
+    if apply_with is not None:
+        run_apply, apply_note = apply_with(server, engine, opts)
 
     def inventory() -> tuple[Scenario, int]:
         sc, st = engine.inventory()
@@ -316,7 +331,6 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         except ChangeSetRejected as e:
             raise _rejected(e, engine.unreadable()) from None
 
-    @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Apply a change set")
     async def apply_change_set(ops: OpsArg) -> ChangeResult:
         """Apply a change set as ONE transaction across devices: validate (as plan_change_set; an invalid change set
         is an error listing each problem with its field path, and nothing is changed), lock every device it touches,
@@ -340,7 +354,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         try:
             # abandoned when the call is cancelled, but waited for before the process exits (a client that
             # cancels and goes away must not cut the transaction: it ends undone or committed, as described)
-            work = server.unabandoned(functools.partial(engine.apply, parsed, submitted=raw, allowed=allowed, cancel=cancel))
+            work = server.unabandoned(functools.partial(run_apply, parsed, raw, allowed, cancel))
             res = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except ChangeSetRejected as e:
             raise _rejected(e, engine.unreadable()) from None
@@ -354,6 +368,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         if res.status in ("rolled_back", "rollback_incomplete"):
             note_rejected(res.message)
         return res
+
+    apply_change_set.__annotations__["return"] = result_model
+    apply_change_set.__doc__ = (apply_change_set.__doc__ or "") + apply_note
+    server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Apply a change set")(apply_change_set)
 
     for name in ("plan_change_set", "apply_change_set"):
         server.set_argument_schema(name, "ops", ops_schema, ops_defs)

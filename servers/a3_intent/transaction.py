@@ -312,6 +312,15 @@ class Engine:
     def _already(self, st: A3State, digest: str) -> str | None:
         return next((ch.change_id for ch in reversed(st.applied) if ch.digest == digest), None)
 
+    def planned(self, ops: list[Any], allowed: set[str] | None = None) -> Plan:
+        """The plan of ``ops`` against the live inventory (``Plan.new`` is the inventory it would
+        make); nothing is changed.
+
+        Raises:
+            ChangeSetRejected: the change set is invalid (every problem with its field path).
+        """
+        return self._plan(ops, Timings(), allowed)[0]
+
     def plan(self, ops: list[Any], allowed: set[str] | None = None) -> PlanResult:
         """Dry run (no lock, nothing changed).
 

@@ -47,7 +47,7 @@ from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
 from servers.a3_intent.planner import drift, repair_delta, underlay_frr
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
-from servers.a3_reconciled.source import STATE_DIR, Desired, Repo, SourceError, desired_of, ops_toward
+from servers.a3_reconciled.source import STATE_DIR, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
@@ -62,6 +62,8 @@ log = logging.getLogger("anibench.servers.a3r")
 CONTROLLER = "a3r-reconciler"
 STATUS_FILE = "status.json"
 LOG_FILE = "reconciles.jsonl"
+#: Held through each reconcile, so that reconciles of one lab (the controller's, an A4 server's) never interleave.
+RECONCILE_LOCK = "reconcile.lock"
 #: Default reconcile period (seconds) and retry pause after a held lock or a transient failure.
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_RETRY_S = 1.0
@@ -117,6 +119,14 @@ def read_status(lab: Lab, epoch: str) -> ReconcileStatus:
     return st if st.epoch == epoch else ReconcileStatus(epoch=epoch)
 
 
+def counts(lab: Lab) -> tuple[int, int]:
+    """``(reconciles, drift events)`` since the lab was last put at its baseline (the current epoch)."""
+    from substrate.scenario.deploy import baseline_epoch
+
+    st = read_status(lab, baseline_epoch(lab))
+    return st.reconciles, st.drift_events
+
+
 def read_log(lab: Lab, epoch: str, limit: int = 20) -> list[ReconcileRecord]:
     """The last ``limit`` reconcile records of this epoch, newest first."""
     try:
@@ -143,6 +153,8 @@ class Reconciler:
         self.allowed = devices
         self.engine = Engine(lab, options or EngineOptions(holder=f"A3-R reconciler (pid {os.getpid()})"))
         self.repo = Repo(lab)
+        #: held through each reconcile (re-entrant: an A4 server holds it from its commit to its reconcile)
+        self.lock = FileLock(state_dir(lab) / RECONCILE_LOCK)
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -177,7 +189,11 @@ class Reconciler:
 
     def reconcile_once(self, trigger: str = "period") -> ReconcileRecord:
         """One reconcile (see module docstring). Never raises for a device or lock problem: the
-        record says it (result ``retry`` or ``failed``)."""
+        record says it (result ``retry`` or ``failed``). Holds :attr:`lock` (waits for another reconcile of the lab)."""
+        with self.lock.held():
+            return self._reconcile_locked(trigger)
+
+    def _reconcile_locked(self, trigger: str) -> ReconcileRecord:
         t0 = time.monotonic()
         epoch = self.ensure_repo()
         st = read_status(self.lab, epoch)

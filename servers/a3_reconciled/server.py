@@ -28,7 +28,7 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from servers.a3_intent import catalog as cat
 from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key, parse_ops
@@ -37,7 +37,7 @@ from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import (
     RecordRejected, Repo, SourceError, blame, check_id, desired_of, normalize, ops_toward, record_path, writable_classes,
 )  # fmt: skip
-from servers.common import AniServer, ServerConfig, ServerSetupError
+from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
 from substrate.errors import SubstrateError
 
 log = logging.getLogger("anibench.servers.a3r")
@@ -149,18 +149,60 @@ def _problems(e: RecordRejected | ChangeSetRejected, what: str) -> ToolError:
     return ToolError(f"{what}:\n" + "\n".join(lines))
 
 
+def start_reconciler(server: AniServer, opts: A3ROptions) -> None:
+    """Start the lab's reconciler process (unless ``opts.reconciler`` is false) over the server's
+    devices, stopped when the server closes (A3-R and A4).
+
+    Raises:
+        ServerSetupError: it did not start.
+    """
+    if not opts.reconciler:
+        return
+    lab_ = server.lab
+    try:
+        rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
+                 devices=None if server.config.devices == "all" else sorted(server.device_names),
+                 options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
+                          "device_timeout_s": opts.device_timeout_s})  # fmt: skip
+    except SubstrateError as e:
+        raise ServerSetupError(str(e)) from None
+    server.on_close.append(lambda: rc.stop(lab_))
+
+
+def status_of(engine: Engine, repo: Repo) -> StatusResult:
+    """Where the lab's network stands against its source of truth (reconcile_status of A3-R and A4)."""
+    lab_ = repo.lab
+    epoch = engine.records.epoch()
+    st = rc.read_status(lab_, epoch)
+    head = repo.head()
+    recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
+    last = st.last
+    in_sync = head is not None and st.applied_commit == head and last is not None and (
+        not last.drift or last.result == "drift_reverted") and last.result != "retry"
+    return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
+                        failed_message=st.failed_message, reconciler_running=rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None,
+                        mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent)  # fmt: skip
+
+
+def history_of(repo: Repo, limit: int, skip: int) -> HistoryResult:
+    """The source of truth's commits, newest first (history of A3-R and A4).
+
+    Raises:
+        ToolError: git failed.
+    """
+    try:
+        return HistoryResult(commits=repo.log(limit, skip), total=repo.count())
+    except SourceError as e:
+        raise ToolError(str(e)) from None
+
+
 def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # noqa: C901
     """The A3-R server over ``config.lab`` (a lab deployed from a scenario); starts the lab's reconciler.
 
     Raises:
         ServerSetupError: bad options, lab missing or not deployed from a scenario, reconciler not starting.
     """
-    try:
-        opts = A3ROptions.model_validate(config.options)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise ServerSetupError(f"bad A3-R options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
-                               f"known options: {', '.join(A3ROptions.model_fields)}") from None  # fmt: skip
+    opts = level_options(A3ROptions, config, LEVEL)
     server = AniServer(config, level=LEVEL, instructions=INSTRUCTIONS, lab=lab)
     lab_ = server.lab
     eopts = EngineOptions(lock_timeout_s=opts.lock_timeout_s, capture_timeout_s=opts.capture_timeout_s,
@@ -183,15 +225,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         ensure()
     except SourceError as e:
         raise ServerSetupError(f"A3-R: cannot make the source-of-truth repository: {e}") from None
-    if opts.reconciler:
-        try:
-            rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
-                     devices=None if config.devices == "all" else sorted(allowed),
-                     options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
-                              "device_timeout_s": opts.device_timeout_s})  # fmt: skip
-        except SubstrateError as e:
-            raise ServerSetupError(str(e)) from None
-        server.on_close.append(lambda: rc.stop(lab_))
+    start_reconciler(server, opts)
     classes = writable_classes(engine.records.base_scenario())
 
     def known_class(name: str) -> str:
@@ -378,16 +412,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     # -- status, history, revert, wait ----------------------------------------------------------------------
 
     def _status() -> StatusResult:
-        epoch = engine.records.epoch()
-        st = rc.read_status(lab_, epoch)
-        head = repo.head()
-        recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
-        last = st.last
-        in_sync = head is not None and st.applied_commit == head and last is not None and (
-            not last.drift or last.result == "drift_reverted") and last.result != "retry"
-        return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
-                            failed_message=st.failed_message, reconciler_running=rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None,
-                            mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent)  # fmt: skip
+        return status_of(engine, repo)
 
     @server.ani_tool(kind="read", read_only=True, idempotent=True, title="Reconcile status")
     def reconcile_status() -> StatusResult:
@@ -401,10 +426,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         skip: Annotated[int, Field(ge=0, le=100_000, description="Newest commits to skip.")] = 0,
     ) -> HistoryResult:
         """The commits (newest first): id, author, time, message, files changed."""
-        try:
-            return HistoryResult(commits=repo.log(limit, skip), total=repo.count())
-        except SourceError as e:
-            raise ToolError(str(e)) from None
+        return history_of(repo, limit, skip)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, title="Revert to a commit")
     def revert(

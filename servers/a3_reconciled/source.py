@@ -126,7 +126,8 @@ def _same(desired: dict[str, Any], applied: dict[str, Any]) -> bool:
 
 def ops_toward(desired: Desired, applied: Desired) -> tuple[list[dict[str, Any]], list[str]]:
     """The A3-T change set turning the ``applied`` records into ``desired`` (create for a new id,
-    modify with the fields that differ, delete for a gone one): deletes first, in reverse registry
+    modify stating the desired record's fields (and null for a field it dropped) where it differs,
+    delete for a gone one): deletes first, in reverse registry
     order (dependents before what they depend on), then creates and modifies in registry order.
 
     Returns:
@@ -145,7 +146,9 @@ def ops_toward(desired: Desired, applied: Desired) -> tuple[list[dict[str, Any]]
             if iid not in have:
                 ops.append({"op": "create", "service_class": name, "id": iid, "spec": spec})
             elif not _same(spec, have[iid]):
-                patch = {k: v for k, v in spec.items() if v != cat.AUTO and have[iid].get(k) != v}
+                # the whole record, not only the fields that differ: fields that go together (a move's
+                # pe and pe_interface, where the port name stays the same) are stated together
+                patch = {k: v for k, v in spec.items() if v != cat.AUTO and (v is not None or have[iid].get(k) is not None)}
                 patch |= {k: None for k in have[iid] if k not in spec and have[iid][k] is not None}
                 ops.append({"op": "modify", "service_class": name, "id": iid, "spec": patch})
             else:
@@ -168,6 +171,36 @@ def blame(problems: list[Problem], where: list[str]) -> list[Problem]:
     return out
 
 
+class FileLock:
+    """An exclusive lock across processes (``flock`` on ``path``) and threads, re-entrant in the
+    thread holding it (a process's second ``flock`` on a new descriptor would wait for itself)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._held = threading.local()
+        self._thread_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Hold the lock for the ``with`` block (waits for other holders, unbounded)."""
+        if getattr(self._held, "depth", 0):
+            self._held.depth += 1
+            try:
+                yield
+            finally:
+                self._held.depth -= 1
+            return
+        with self._thread_lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "w") as lk:
+                fcntl.flock(lk, fcntl.LOCK_EX)
+                self._held.depth = 1
+                try:
+                    yield
+                finally:
+                    self._held.depth = 0
+
+
 class Repo:
     """The lab's source-of-truth repository (see module docstring). Thread- and process-safe for
     writers through :meth:`locked`."""
@@ -176,8 +209,7 @@ class Repo:
         self.lab = lab
         self.state_dir = Path(lab.dir) / STATE_DIR
         self.dir = self.state_dir / REPO_DIR
-        self._held = threading.local()
-        self._thread_lock = threading.Lock()
+        self._lock = FileLock(self.state_dir / "repo.lock")
 
     # -- git --------------------------------------------------------------------------------------
 
@@ -201,26 +233,9 @@ class Repo:
             raise SourceError(f"git {args[0]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
         return r.stdout
 
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Serialize writers of the repository across processes (flock) and threads; re-entrant
-        in the thread holding it."""
-        if getattr(self._held, "depth", 0):
-            self._held.depth += 1
-            try:
-                yield
-            finally:
-                self._held.depth -= 1
-            return
-        with self._thread_lock:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.state_dir / "repo.lock", "w") as lk:
-                fcntl.flock(lk, fcntl.LOCK_EX)
-                self._held.depth = 1
-                try:
-                    yield
-                finally:
-                    self._held.depth = 0
+    def locked(self) -> contextlib.AbstractContextManager[None]:
+        """Serialize writers of the repository across processes and threads (:class:`FileLock`)."""
+        return self._lock.held()
 
     # -- set-up -----------------------------------------------------------------------------------
 
@@ -242,11 +257,7 @@ class Repo:
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.git("init", "-q", "-b", "main")
-        for name, recs in desired_of(inventory).items():
-            (self.dir / RECORDS / name).mkdir(parents=True, exist_ok=True)
-            (self.dir / RECORDS / name / ".keep").write_text("")
-            for iid, spec in recs.items():
-                self._write(record_path(name, iid), spec)
+        self.set_records(desired_of(inventory))
         (self.dir / "README.md").write_text(
             "# Desired state of this lab (anibench A3-R)\n\nOne YAML file per service record: "
             "records/<service_class>/<id>.yaml holds the instance's spec (the A3-T catalog's create spec).\n"
@@ -357,6 +368,18 @@ class Repo:
         path = self.dir / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump(spec, sort_keys=False, default_flow_style=False))
+
+    def set_records(self, desired: Desired) -> None:
+        """Make the working tree's records exactly ``desired`` (validated specs): files of records
+        not in it are removed, every class keeps its directory."""
+        for path in (self.dir / RECORDS).glob("*/*.yaml"):
+            if path.stem not in desired.get(path.parent.name, {}):
+                path.unlink()
+        for name, recs in desired.items():
+            (self.dir / RECORDS / name).mkdir(parents=True, exist_ok=True)
+            (self.dir / RECORDS / name / ".keep").write_text("")
+            for iid, spec in recs.items():
+                self._write(record_path(name, iid), spec)
 
     def write(self, service_class: str, iid: str, spec: dict[str, Any]) -> str:
         """Write a validated record into the working tree; returns its path."""

@@ -67,6 +67,7 @@ log = logging.getLogger("anibench.servers")
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
+_M = TypeVar("_M", bound=BaseModel)
 #: A call's kind: fixed, or computed from its arguments (A0 classifies shell commands).
 KindSpec = Kind | Callable[[dict[str, Any]], Kind]
 
@@ -840,6 +841,20 @@ def _client_of(context: Any) -> tuple[ClientInfo | None, str | None]:
     if info is None:
         return None, proto
     return ClientInfo(name=getattr(info, "name", None), version=getattr(info, "version", None)), proto
+
+
+def level_options(model: type[_M], config: ServerConfig, level: str) -> _M:
+    """``config.options`` validated by a level's options model.
+
+    Raises:
+        ServerSetupError: the first problem, with its field path and the options that exist.
+    """
+    try:
+        return model.model_validate(config.options)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ServerSetupError(f"bad {level} options: {'.'.join(map(str, err['loc']))}: {err['msg']}; "
+                               f"known options: {', '.join(model.model_fields)}") from None  # fmt: skip
 
 
 def pid_holder(level: str) -> str:
