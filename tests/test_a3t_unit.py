@@ -498,3 +498,10 @@ def test_drift_compares_normalized_forms_both_ways(sc: Scenario) -> None:
     assert drift("r1", r1, st1.model_copy(update={"routes6": list(r1.routes6), "rules6": list(r1.rules6)}), frr=lost,
                  underlay=underlay) == ["FRR line missing: interface eth6 / ip address 10.0.3.1/24",
                                         "FRR line extra: interface eth6 / ip address 10.0.9.1/24"]  # fmt: skip
+
+
+def test_a_prefix_with_a_zone_index_is_refused() -> None:
+    """Python's ipaddress reads 'fd10:0:0:7::%eth0/64' as a network; FRR and iproute2 refuse it."""
+    with pytest.raises(ChangeSetRejected) as e:
+        parse_ops([site_op("create", "t3s9", tenant="t3", pe="r2", pe_interface="eth5", prefix6="fd10:0:0:7::%eth0/64")])
+    assert [str(p) for p in e.value.problems] == ["ops[0].spec.prefix6: 'fd10:0:0:7::%eth0/64' has a zone index ('%...'); a routed prefix has none"]

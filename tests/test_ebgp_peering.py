@@ -62,12 +62,25 @@ def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scen
 @pytest.mark.parametrize(("spec", "path", "words"), [
     ({"accept": ["::/0"]}, "ops[0].spec.accept", "a default route"),
     ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the provider's fd10::/32"),
-    ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "overlaps 2001:db8:1000::/48"),
+    ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
+    # the provider's infrastructure: loopbacks, the peering link, the internal prefix (never advertised)
+    ({"accept": ["fd00::/64"]}, "ops[0].spec.accept", "the provider's fd00::/64"),
+    ({"accept": ["2001:db8:fe00::/64"]}, "ops[0].spec.accept", "the provider's 2001:db8:fe00::1"),
+    ({"advertise": ["2001:db8:2fff::/48"]}, "ops[0].spec.advertise", "would announce 2001:db8:2fff::/48"),
+    ({"advertise": ["2001:db8:1000::/40"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
+    # a default route advertised is blamed on advertise (not on every accepted prefix it covers)
+    ({"advertise": ["::/0"]}, "ops[0].spec.advertise", "a default route"),
+    # not global unicast, a zone index, an entry twice: refused by the schema, before any device is touched
+    ({"advertise": ["ff0e::/16"]}, "ops[0].spec.advertise[0]", "multicast space"),
+    ({"advertise": ["fe80::/64"]}, "ops[0].spec.advertise[0]", "link-local space"),
+    ({"accept": ["::ffff:0:0/96"]}, "ops[0].spec.accept[0]", "IPv4-mapped space"),
+    ({"accept": ["2001:db8:1000::%eth1/48"]}, "ops[0].spec.accept[0]", "zone index"),
+    ({"accept": ["2001:db8:1000::/48", "2001:db8:1000::/48"]}, "ops[0].spec.accept", "listed twice"),
 ])
 def test_a3t_refuses_a_hijack_or_a_leak(sc: Scenario, spec: dict[str, Any], path: str, words: str) -> None:
     with pytest.raises(ChangeSetRejected) as e:
         plan(sc, parse_ops([{"op": "modify", "service_class": "ebgp_peering", "id": "peer1", "spec": spec}]), expected_found(sc))
-    assert words in str(e.value) and e.value.problems[0].path == path
+    assert words in str(e.value) and e.value.problems[0].path == path and len(e.value.problems) == 1, e.value.problems
 
 
 def test_a3t_refuses_to_create_or_delete_a_peering(sc: Scenario) -> None:
@@ -158,3 +171,19 @@ async def test_a3t_accepts_and_advertises_one_more_prefix(lab: Lab, sc: Scenario
         holds(lab, x.router, pe_addr(x), new_out)
         detail = data(await c.call_tool("get_service", {"id": "peer1"}))
         assert detail["device_state"]["in_sync"] and x.pe in detail["devices"], detail["device_state"]
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a3t_refuses_leaking_the_internal_prefix_before_touching_the_pe(lab: Lab, sc: Scenario) -> None:
+    """Advertising the provider's internal prefix was applied (the new 'advertised' invariant
+    expected the leak, so validation passed); a duplicate entry was applied as a second
+    prefix-list line, and a multicast prefix rolled back only after the BGP checks' wait."""
+    (x,) = sc.ebgp_peerings
+    async with connect(server(lab)) as c:
+        for spec in ({"advertise": [*x.advertise, x.internal[0]]}, {"advertise": [*x.advertise, x.advertise[0]]},
+                     {"advertise": [*x.advertise, "ff0e::/16"]}):  # fmt: skip
+            r = await c.call_tool("apply_change_set", {"ops": [{"op": "modify", "service_class": "ebgp_peering", "id": "peer1", "spec": spec}]})
+            res = r.structured_content or {}
+            assert res.get("status") != "applied" and not res.get("devices"), (spec, res or r.content)
+    holds(lab, x.router, pe_addr(x), x.internal[0], present=False)
