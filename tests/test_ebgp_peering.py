@@ -53,6 +53,27 @@ def test_the_external_router_is_outside_the_underlay_and_the_pe_runs_bgpd(sc: Sc
     assert crashes and {f.target["daemon"] for f in crashes} == {"bgpd"}
 
 
+@pytest.mark.parametrize(("layer", "words"), [
+    ("ebgp_peering: {link6: 'fd00::/64'}", "link6: fd00::/64 overlaps the loopback net fd00::/64"),
+    ("ebgp_peering: {link6: 'fcbb:bb00:1::/64'}", "overlaps the SID block fcbb:bb00::/32"),
+    ("ebgp_peering: {link6: '2001:db8:1000::/64'}", "overlaps 2001:db8:1000::/40"),
+    ("ebgp_peering: {link6: 'fd5e::/64'}", "overlaps fd5e::2 (r"),  # the shared services' link
+    ("shared_services: {prefix6: 'fd00:1:3::/64'}", "overlaps the base-host net fd00:1::/32"),
+    # A3-T's lists hold 100 prefixes: a generated peering it could not modify is refused
+    ("ebgp_peering: {peer_prefixes_per_density: 50}", "A3-T's lists hold at most 100"),
+])
+def test_a_manifest_whose_peering_does_not_fit_the_address_plan_is_refused(layer: str, words: str) -> None:
+    """Each /64 a manifest gives a layer stays out of the address plan (a PE address on the
+    loopback net, say, would make two interfaces answer for one address)."""
+    from substrate.scenario.manifest import ManifestError, parse_manifest
+
+    extra = "  - shared_services\n" if layer.startswith("ebgp") else ""
+    text = f"name: m\ntopology: grid:2x2\ndensity: 3\nlayers:\n  - underlay\n  - addressing\n  - l3vpn\n{extra}  - {layer}\n"
+    with pytest.raises(ManifestError) as e:
+        build(parse_manifest(text))
+    assert words in str(e.value), e.value
+
+
 def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scenario) -> None:
     """Another AS's router is no lab-own-configuration router in a level's instructions (which
     would say the lab was imported from Containerlab)."""
@@ -61,12 +82,12 @@ def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scen
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
     ({"accept": ["::/0"]}, "ops[0].spec.accept", "a default route"),
-    ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the provider's fd10::/32"),
+    ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the tenant pool fd10::/32"),
     ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
     # the provider's infrastructure: loopbacks, the peering link, the internal prefix (never advertised)
-    ({"accept": ["fd00::/64"]}, "ops[0].spec.accept", "the provider's fd00::/64"),
-    ({"accept": ["2001:db8:fe00::/64"]}, "ops[0].spec.accept", "the provider's 2001:db8:fe00::1"),
-    ({"advertise": ["2001:db8:2fff::/48"]}, "ops[0].spec.advertise", "would announce 2001:db8:2fff::/48"),
+    ({"accept": ["fd00::/64"]}, "ops[0].spec.accept", "the loopback net fd00::/64"),
+    ({"accept": ["2001:db8:fe00::/64"]}, "ops[0].spec.accept", "2001:db8:fe00::1 (r3)"),
+    ({"advertise": ["2001:db8:2fff::/48"]}, "ops[0].spec.advertise", "would announce the provider's internal prefix 2001:db8:2fff::/48"),
     ({"advertise": ["2001:db8:1000::/40"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
     # a default route advertised is blamed on advertise (not on every accepted prefix it covers)
     ({"advertise": ["::/0"]}, "ops[0].spec.advertise", "a default route"),

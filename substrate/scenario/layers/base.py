@@ -362,6 +362,33 @@ def get_layer(name: str) -> ServiceClass:
         raise KeyError(f"unknown layer {name!r}; registered service classes: {', '.join(LAYERS)}") from None
 
 
+def address_plan_clash(sc: Scenario, prefix: str) -> str:
+    """What the IPv6 ``prefix`` (e.g. a link /64 a manifest gives a layer) overlaps in ``sc``'s
+    address plan: the tenant pool, the SID block, the loopback or base-host net
+    (:mod:`substrate.addressing`), or an address a registered class's instances already own
+    (``address_owners``, e.g. another layer's link); "" if nothing. Shapes: "the SID block
+    fcbb:bb00::/32", "fd5e::1 (r3)"."""
+    import ipaddress
+
+    from substrate.addressing import BASE_HOST_NET, LOOPBACK_NET
+    from substrate.scenario.model import SID_BLOCK
+
+    net = ipaddress.IPv6Network(prefix)
+    plan = {"the tenant pool": sc.pools.prefix6, "the SID block": SID_BLOCK, "the loopback net": str(LOOPBACK_NET),
+            "the base-host net": str(BASE_HOST_NET)}  # fmt: skip
+    for what, q in plan.items():
+        if net.overlaps(ipaddress.IPv6Network(q)):
+            return f"{what} {q}"
+    owners: dict[str, set[str]] = {}
+    for c in registry():
+        c.address_owners(sc, owners)
+    for a, nodes in sorted(owners.items()):
+        ip = ipaddress.ip_address(a)
+        if ip.version == 6 and ip in net:
+            return f"{a} ({', '.join(sorted(nodes))})"
+    return ""
+
+
 def node_cfg(out: dict[str, NodeConfig], node: str) -> NodeConfig:
     """The (created on demand) config of ``node`` in a rendering."""
     if node not in out:

@@ -46,8 +46,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator, Field, field_validator
 
 from substrate import frr_daemons
-from substrate.addressing import BASE_HOST_NET, LOOPBACK_NET
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, node_cfg, register, registry
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, address_plan_clash, node_cfg, register, registry
 from substrate.scenario.layers.l3vpn import ce_addr, dump, interface_block, next_free_if, overlaps
 from substrate.scenario.layers.specs import InstanceId, Spec, distinct, link_slash64, no_zone
 from substrate.scenario.model import SID_BLOCK, EbgpPeering, Invariant, NodeConfig, Scenario
@@ -66,6 +65,8 @@ INTERNAL = "2001:db8:2fff::/48"
 #: How long a BGP check waits for the state it expects (seconds): a session comes up within the
 #: connect-retry timer (1 s), a policy change within the route-map delay timer (1 s).
 SETTLE_S = 8.0
+#: Most prefixes in a peering's accept or advertise list (A3-T's spec; the generator stays within it).
+MAX_PREFIXES = 100
 
 
 class EbgpPeeringParams(LayerParams):
@@ -247,19 +248,19 @@ class EbgpPeeringSpec(Spec):
 
     accept: Annotated[list[Prefix6Any], AfterValidator(distinct)] = Field(
         description="Prefixes accepted from the peer (the PE's inbound prefix-list), each once; the rest of what it announces "
-                    "is dropped.", max_length=100)  # fmt: skip
+                    "is dropped.", max_length=MAX_PREFIXES)  # fmt: skip
     advertise: Annotated[list[Prefix6Any], AfterValidator(distinct)] = Field(
         description="Prefixes the PE advertises to the peer (its outbound prefix-list; a blackhole static route originates "
-                    "each), each once.", max_length=100)  # fmt: skip
+                    "each), each once.", max_length=MAX_PREFIXES)  # fmt: skip
 
 
 class EbgpPeeringPatch(Spec):
     """Fields of a peering to change (each list replaces the old one)."""
 
     accept: Annotated[list[Prefix6Any] | None, AfterValidator(distinct)] = Field(
-        default=None, max_length=100, description="Prefixes accepted from the peer, each once.")
+        default=None, max_length=MAX_PREFIXES, description="Prefixes accepted from the peer, each once.")
     advertise: Annotated[list[Prefix6Any] | None, AfterValidator(distinct)] = Field(
-        default=None, max_length=100, description="Prefixes advertised to the peer, each once.")
+        default=None, max_length=MAX_PREFIXES, description="Prefixes advertised to the peer, each once.")
 
 
 class EbgpPeeringIntent(RecordIntent):
@@ -327,8 +328,10 @@ class EbgpPeeringClass(Layer):
         pe = params.pe or rng.choice(pes)
         if pe not in pes:
             raise GenerationError("layers.ebgp_peering.pe", f"{pe!r} is not a PE; PEs: {', '.join(pes)}")
-        if overlaps(params.link6, sc.pools.prefix6):
-            raise GenerationError("layers.ebgp_peering.link6", f"{params.link6} overlaps the tenant pool {sc.pools.prefix6}")
+        clash = address_plan_clash(sc, params.link6) or next(
+            (q for q in (PEER_SPACE, PROVIDER_SPACE) if overlaps(params.link6, q)), "")
+        if clash:
+            raise GenerationError("layers.ebgp_peering.link6", f"{params.link6} overlaps {clash}")
         router = "xr1"
         port = next_free_if(sc.topology, pe)
         nodes = [n.model_copy(update={"daemons": frr_daemons.ordered([*n.frr_daemons, "bgpd"])}) if n.name == pe else n
@@ -339,6 +342,10 @@ class EbgpPeeringClass(Layer):
             [Link(a=Endpoint(node=pe, interface=port), b=Endpoint(node=router, interface="eth1"))],
         )
         own = [nth48(PEER_SPACE, k) for k in range(params.peer_prefixes_per_density * density)]
+        for field, n in (("peer_prefixes_per_density", len(own)), ("advertise_per_density", params.advertise_per_density * density + 1)):
+            if n > MAX_PREFIXES:  # the reference change lists every agreed prefix and one more
+                raise GenerationError(f"layers.ebgp_peering.{field}", f"density {density} does not fit: {n} prefixes in a list, "
+                                                                    f"A3-T's lists hold at most {MAX_PREFIXES}")  # fmt: skip
         accept = sorted(rng.sample(own, len(own) - 1))  # one announced prefix is not (yet) agreed
         x = EbgpPeering(
             id="peer1", pe=pe, pe_if=port, router=router, link6=params.link6, local_as=LOCAL_AS, peer_as=PEER_AS_BASE,
@@ -381,25 +388,22 @@ class EbgpPeeringClass(Layer):
         own prefixes and the accepted ones (re-advertising them would make the provider transit
         for the peer)."""
         pool = ctx.work.pools.prefix6
-        touched = [x for x in ctx.work.ebgp_peerings if x.id in ctx.touch]
-        if not touched:
-            return
-        owners: dict[str, set[str]] = {}
-        for c in registry():
-            c.address_owners(ctx.work, owners)
-        for x in touched:
-            mine = [a for a, nodes in owners.items() if ":" in a and nodes - {x.router}]
-            provider = [pool, SID_BLOCK, str(LOOPBACK_NET), str(BASE_HOST_NET), *x.internal, *mine]
+        for x in ctx.work.ebgp_peerings:
+            if x.id not in ctx.touch:
+                continue
             for p in x.accept:
-                bad = _default_or_overlap(p, provider)
-                bad = bad if bad in ("", "a default route") else f"the provider's {bad}"
+                bad = _default_or_overlap(p, x.internal)
+                bad = (f"the provider's internal prefix {bad}" if bad not in ("", "a default route") else bad) \
+                    or address_plan_clash(ctx.work, p)
                 if bad:
                     ctx.final([(x.id, "spec.accept")], f"ebgp_peering {x.id}: accepting {p} from AS{x.peer_as} would let it announce "
                                                        f"{bad}; accept only the peer's own prefixes")  # fmt: skip
             # the peer's prefixes and the accepted ones (a default route accepted is reported above)
             theirs = [q for q in [*x.announced, *x.accept] if ipaddress.IPv6Network(q).prefixlen > 0 and q != pool]
             for p in x.advertise:
-                bad = _default_or_overlap(p, [*provider, *theirs])
+                bad = _default_or_overlap(p, x.internal)
+                bad = (f"the provider's internal prefix {bad}" if bad not in ("", "a default route") else bad) \
+                    or _default_or_overlap(p, theirs) or address_plan_clash(ctx.work, p)
                 if bad:
                     ctx.final([(x.id, "spec.advertise")], f"ebgp_peering {x.id}: advertising {p} to AS{x.peer_as} would announce "
                                                           f"{bad}; advertise only prefixes outside the tenant pool, the SID block, the "
