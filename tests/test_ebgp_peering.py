@@ -172,6 +172,15 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
     assert f"{x.router}:bgpd" in rep.restarted_daemons and rep.exact, rep
     assert verdicts(lab, sc) == every
 
+    # the PE's bgpd crashes: restarted, it gets its route-maps and prefix-lists back too (zebra's and
+    # isisd's copies of them filled vtysh's merged running configuration, so a reset that compared
+    # only that configuration left bgpd without them: a session Established, nothing exchanged)
+    inject(lab, Fault(id="f2", kind="daemon_crash", step=1, duration_steps=1, target={"node": x.pe, "daemon": "bgpd"}))
+    holds(lab, x.router, pe_addr(x), x.advertise[0], present=False)
+    rep = reset(lab)
+    assert f"{x.pe}:bgpd" in rep.restarted_daemons and rep.exact, rep
+    assert verdicts(lab, sc) == every
+
 
 @pytest.mark.lab
 @pytest.mark.anyio
