@@ -336,8 +336,39 @@ def register(cls: type[ServiceClass]) -> type[ServiceClass]:
                                     f"does not define {', '.join(lacking)}")
     if cls.name in LAYERS and type(LAYERS[cls.name]) is not cls:
         raise ServiceClassError(f"service class name {cls.name!r} of {cls.__module__} is already {type(LAYERS[cls.name]).__module__}'s")
+    _check_against_registry(cls)
     LAYERS[cls.name] = cls()
     return cls
+
+
+def _check_against_registry(cls: type[ServiceClass]) -> None:
+    """What a class names must exist and what it adds must be its own: ``requires`` names
+    classes registered before it, ``records`` and ``derived`` name :class:`Scenario` fields, and
+    its catalog class names and check kinds are taken by no other class (nor, for check kinds, by
+    the observer's own: a shadowed check would judge the class's invariants with another's rule).
+
+    Raises:
+        ServiceClassError: naming the module, the member and the offending value.
+    """
+    from substrate.scenario.observer import CHECKS
+
+    where = f"service class {cls.__name__} in {cls.__module__}"
+    others = [c for c in LAYERS.values() if type(c) is not cls]
+    unknown = [r for r in cls.requires if r not in LAYERS]
+    if unknown:
+        raise ServiceClassError(f"{where}: requires names {', '.join(map(repr, unknown))}, not registered before it "
+                                f"(registered: {', '.join(LAYERS) or 'none'})")  # fmt: skip
+    fields = [f for f in (*cls.records, *cls.derived) if f not in Scenario.model_fields]
+    if fields:
+        raise ServiceClassError(f"{where}: records/derived name {', '.join(map(repr, fields))}, not fields of Scenario")
+    taken = {i.name: type(c).__module__ for c in others for i in c.intents}
+    for i in cls.intents:
+        if i.name in taken:
+            raise ServiceClassError(f"{where}: intents: catalog class {i.name!r} is already {taken[i.name]}'s")
+    kinds = {k: type(c).__module__ for c in others for k in c.checks} | {k: "the observer" for k in CHECKS}
+    for k in cls.checks:
+        if k in kinds:
+            raise ServiceClassError(f"{where}: checks: kind {k!r} is already {kinds[k]}'s")
 
 
 def registry() -> list[ServiceClass]:
