@@ -12,8 +12,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
+from substrate.scenario.model import NoBoolAsNumber
 from substrate.topology import IFNAME_RE, NODE_NAME_RE
 
 #: Instance ids: short, lowercase, no '-' or '/' (they appear inside invariant ids such as
@@ -108,7 +109,10 @@ Address4 = Annotated[str, AfterValidator(ipv4_address), Field(description="IPv4 
                                                                examples=["198.51.100.20", "auto"])]
 
 
-class Spec(BaseModel):
-    """Base of every spec and patch model: unknown fields are errors."""
+class Spec(NoBoolAsNumber):
+    """Base of every spec and patch model: unknown fields are errors, and a boolean is never
+    read as a number (pydantic's lax mode reads true as 1: a rate of 1 Mbit/s, port 1), as the
+    servers' argument policy says (:data:`servers.common.args.ARGUMENT_POLICY`)."""
 
     model_config = ConfigDict(extra="forbid")
+
