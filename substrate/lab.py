@@ -443,9 +443,14 @@ class Lab:
         alive = self.exec(node, ["kill", "-0", pid], timeout_s=5)
         return int(pid) if pid.isdigit() and alive.ok else None
 
-    def start_daemon(self, node: str, daemon: str, *, load_config: bool = True) -> None:
+    def start_daemon(self, node: str, daemon: str, *, load_config: bool = True, config: str | None = None) -> None:
         """Start an FRR daemon in ``node`` and, by default, load its part of ``/etc/frr/frr.conf``
-        (``vtysh -b -d DAEMON``, as watchfrr does after a restart). Adds it to the node's daemons.
+        (``vtysh -b -d DAEMON``, as watchfrr does after a restart), or of ``config`` (an
+        integrated configuration's text, e.g. the node's baseline) when given. Adds it to the
+        node's daemons.
+
+        Only the daemon's own copy counts: vtysh's ``show running-config`` merges every daemon's,
+        so a route-map or prefix-list that zebra still holds hides that a restarted bgpd lacks it.
 
         Raises:
             ExecError: the daemon did not start or its configuration was refused.
@@ -453,7 +458,9 @@ class Lab:
         from substrate.frr import daemon_argv
 
         self.check([self.exec(node, daemon_argv(daemon), timeout_s=15)])
-        if load_config:
+        if config is not None:
+            self.check([self.exec(node, ["vtysh", "-d", daemon, "-f", "/dev/stdin"], timeout_s=30, input=config)])
+        elif load_config:
             self.check([self.exec(node, ["vtysh", "-b", "-d", daemon], timeout_s=30)])
         st = self.state(node)
         if daemon not in st.daemons:

@@ -498,3 +498,22 @@ def test_drift_compares_normalized_forms_both_ways(sc: Scenario) -> None:
     assert drift("r1", r1, st1.model_copy(update={"routes6": list(r1.routes6), "rules6": list(r1.rules6)}), frr=lost,
                  underlay=underlay) == ["FRR line missing: interface eth6 / ip address 10.0.3.1/24",
                                         "FRR line extra: interface eth6 / ip address 10.0.9.1/24"]  # fmt: skip
+
+
+def test_a_prefix_with_a_zone_index_is_refused() -> None:
+    """Python's ipaddress reads 'fd10:0:0:7::%eth0/64' as a network; FRR and iproute2 refuse it."""
+    with pytest.raises(ChangeSetRejected) as e:
+        parse_ops([site_op("create", "t3s9", tenant="t3", pe="r2", pe_interface="eth5", prefix6="fd10:0:0:7::%eth0/64")])
+    assert [str(p) for p in e.value.problems] == ["ops[0].spec.prefix6: 'fd10:0:0:7::%eth0/64' has a zone index ('%...'); a routed prefix has none"]
+
+
+def test_a_boolean_is_never_a_number_in_a_spec() -> None:
+    """pydantic's lax mode read true as 1: a rate limit of 1 Mbit/s, a firewall rule on TCP port 1."""
+    with pytest.raises(ChangeSetRejected) as e:
+        parse_ops([{"op": "modify", "service_class": "rate_limit", "id": "rl1", "spec": {"rate_mbit": True}},
+                   {"op": "modify", "service_class": "firewall_rule_set", "id": "fw-t1",
+                    "spec": {"rules": [{"dst_site": "t1s1", "port": False, "action": "drop"}]}}])  # fmt: skip
+    assert [str(p) for p in e.value.problems] == ["ops[0].spec.rate_mbit: true is a boolean, not a rate_mbit",
+                                                  "ops[1].spec.rules[0].port: false is a boolean, not a port"]
+    (op,) = parse_ops([{"op": "modify", "service_class": "rate_limit", "id": "rl1", "spec": {"rate_mbit": "20"}}])
+    assert op.spec.rate_mbit == 20  # a number in a string is still read (the servers' argument policy)

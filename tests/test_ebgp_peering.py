@@ -53,6 +53,27 @@ def test_the_external_router_is_outside_the_underlay_and_the_pe_runs_bgpd(sc: Sc
     assert crashes and {f.target["daemon"] for f in crashes} == {"bgpd"}
 
 
+@pytest.mark.parametrize(("layer", "words"), [
+    ("ebgp_peering: {link6: 'fd00::/64'}", "link6: fd00::/64 overlaps the loopback net fd00::/64"),
+    ("ebgp_peering: {link6: 'fcbb:bb00:1::/64'}", "overlaps the SID block fcbb:bb00::/32"),
+    ("ebgp_peering: {link6: '2001:db8:1000::/64'}", "overlaps 2001:db8:1000::/40"),
+    ("ebgp_peering: {link6: 'fd5e::/64'}", "overlaps fd5e::2 (r"),  # the shared services' link
+    ("shared_services: {prefix6: 'fd00:1:3::/64'}", "overlaps the base-host net fd00:1::/32"),
+    # A3-T's lists hold 100 prefixes: a generated peering it could not modify is refused
+    ("ebgp_peering: {peer_prefixes_per_density: 50}", "A3-T's lists hold at most 100"),
+])
+def test_a_manifest_whose_peering_does_not_fit_the_address_plan_is_refused(layer: str, words: str) -> None:
+    """Each /64 a manifest gives a layer stays out of the address plan (a PE address on the
+    loopback net, say, would make two interfaces answer for one address)."""
+    from substrate.scenario.manifest import ManifestError, parse_manifest
+
+    extra = "  - shared_services\n" if layer.startswith("ebgp") else ""
+    text = f"name: m\ntopology: grid:2x2\ndensity: 3\nlayers:\n  - underlay\n  - addressing\n  - l3vpn\n{extra}  - {layer}\n"
+    with pytest.raises(ManifestError) as e:
+        build(parse_manifest(text))
+    assert words in str(e.value), e.value
+
+
 def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scenario) -> None:
     """Another AS's router is no lab-own-configuration router in a level's instructions (which
     would say the lab was imported from Containerlab)."""
@@ -61,13 +82,26 @@ def test_the_levels_do_not_present_the_external_router_as_the_operators(sc: Scen
 
 @pytest.mark.parametrize(("spec", "path", "words"), [
     ({"accept": ["::/0"]}, "ops[0].spec.accept", "a default route"),
-    ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the provider's fd10::/32"),
-    ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "overlaps 2001:db8:1000::/48"),
+    ({"accept": ["fd10:0:1::/48"]}, "ops[0].spec.accept", "the tenant pool fd10::/32"),
+    ({"advertise": ["2001:db8:1000::/48"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
+    # the provider's infrastructure: loopbacks, the peering link, the internal prefix (never advertised)
+    ({"accept": ["fd00::/64"]}, "ops[0].spec.accept", "the loopback net fd00::/64"),
+    ({"accept": ["2001:db8:fe00::/64"]}, "ops[0].spec.accept", "2001:db8:fe00::1 (r3)"),
+    ({"advertise": ["2001:db8:2fff::/48"]}, "ops[0].spec.advertise", "would announce the provider's internal prefix 2001:db8:2fff::/48"),
+    ({"advertise": ["2001:db8:1000::/40"]}, "ops[0].spec.advertise", "would announce 2001:db8:1000::/48"),
+    # a default route advertised is blamed on advertise (not on every accepted prefix it covers)
+    ({"advertise": ["::/0"]}, "ops[0].spec.advertise", "a default route"),
+    # not global unicast, a zone index, an entry twice: refused by the schema, before any device is touched
+    ({"advertise": ["ff0e::/16"]}, "ops[0].spec.advertise[0]", "multicast space"),
+    ({"advertise": ["fe80::/64"]}, "ops[0].spec.advertise[0]", "link-local space"),
+    ({"accept": ["::ffff:0:0/96"]}, "ops[0].spec.accept[0]", "IPv4-mapped space"),
+    ({"accept": ["2001:db8:1000::%eth1/48"]}, "ops[0].spec.accept[0]", "zone index"),
+    ({"accept": ["2001:db8:1000::/48", "2001:db8:1000::/48"]}, "ops[0].spec.accept", "listed twice"),
 ])
 def test_a3t_refuses_a_hijack_or_a_leak(sc: Scenario, spec: dict[str, Any], path: str, words: str) -> None:
     with pytest.raises(ChangeSetRejected) as e:
         plan(sc, parse_ops([{"op": "modify", "service_class": "ebgp_peering", "id": "peer1", "spec": spec}]), expected_found(sc))
-    assert words in str(e.value) and e.value.problems[0].path == path
+    assert words in str(e.value) and e.value.problems[0].path == path and len(e.value.problems) == 1, e.value.problems
 
 
 def test_a3t_refuses_to_create_or_delete_a_peering(sc: Scenario) -> None:
@@ -138,6 +172,15 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
     assert f"{x.router}:bgpd" in rep.restarted_daemons and rep.exact, rep
     assert verdicts(lab, sc) == every
 
+    # the PE's bgpd crashes: restarted, it gets its route-maps and prefix-lists back too (zebra's and
+    # isisd's copies of them filled vtysh's merged running configuration, so a reset that compared
+    # only that configuration left bgpd without them: a session Established, nothing exchanged)
+    inject(lab, Fault(id="f2", kind="daemon_crash", step=1, duration_steps=1, target={"node": x.pe, "daemon": "bgpd"}))
+    holds(lab, x.router, pe_addr(x), x.advertise[0], present=False)
+    rep = reset(lab)
+    assert f"{x.pe}:bgpd" in rep.restarted_daemons and rep.exact, rep
+    assert verdicts(lab, sc) == every
+
 
 @pytest.mark.lab
 @pytest.mark.anyio
@@ -158,3 +201,33 @@ async def test_a3t_accepts_and_advertises_one_more_prefix(lab: Lab, sc: Scenario
         holds(lab, x.router, pe_addr(x), new_out)
         detail = data(await c.call_tool("get_service", {"id": "peer1"}))
         assert detail["device_state"]["in_sync"] and x.pe in detail["devices"], detail["device_state"]
+
+
+@pytest.mark.lab
+@pytest.mark.anyio
+async def test_a3t_refuses_leaking_the_internal_prefix_before_touching_the_pe(lab: Lab, sc: Scenario) -> None:
+    """Advertising the provider's internal prefix was applied (the new 'advertised' invariant
+    expected the leak, so validation passed); a duplicate entry was applied as a second
+    prefix-list line, and a multicast prefix rolled back only after the BGP checks' wait."""
+    (x,) = sc.ebgp_peerings
+    async with connect(server(lab)) as c:
+        for spec in ({"advertise": [*x.advertise, x.internal[0]]}, {"advertise": [*x.advertise, x.advertise[0]]},
+                     {"advertise": [*x.advertise, "ff0e::/16"]}):  # fmt: skip
+            r = await c.call_tool("apply_change_set", {"ops": [{"op": "modify", "service_class": "ebgp_peering", "id": "peer1", "spec": spec}]})
+            res = r.structured_content or {}
+            assert res.get("status") != "applied" and not res.get("devices"), (spec, res or r.content)
+    holds(lab, x.router, pe_addr(x), x.internal[0], present=False)
+
+
+@pytest.mark.lab
+@pytest.mark.xfail(strict=True, reason="not fixed (attack of issue 18): a lab reset compares vtysh's merged running "
+                   "configuration, in which zebra's and isisd's copies of a prefix-list hide that bgpd lost its own; the "
+                   "reset reports exact and the next run inherits a PE that drops every route at the next route refresh")  # fmt: skip
+def test_reset_restores_a_prefix_list_removed_from_bgpd_alone(lab: Lab, sc: Scenario) -> None:
+    """Last in the module: while this fails, the module's lab keeps the latent damage."""
+    (x,) = sc.ebgp_peerings
+    vty = ["vtysh", "-d", "bgpd", "-c"]
+    assert lab.exec(x.pe, [*vty, "configure terminal", "-c", "no ipv6 prefix-list PEER1-IN"], timeout_s=20).ok
+    rep = reset(lab)
+    held = lab.exec(x.pe, [*vty, "show ipv6 prefix-list PEER1-IN"], timeout_s=20).stdout
+    assert "PEER1-IN" in held, f"reset (exact={rep.exact}) left the PE's bgpd without prefix-list PEER1-IN"

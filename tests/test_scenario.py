@@ -218,6 +218,18 @@ def test_a_bad_density_argument_is_blamed_on_the_argument_not_the_manifest(tmp_p
     assert not (tmp_path / "s.json").exists()
 
 
+def test_scenario_show_takes_a_manifest_too() -> None:
+    """A new user's first try, ``harness scenario show manifests/srv6-brownfield.yaml``, said
+    "invalid Scenario: Invalid JSON"; it builds the manifest and lists every layer's instances."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "scenario", "show", str(REPO / "manifests" / "srv6-brownfield.yaml")],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "built from manifest" in r.stdout and "ebgp_peering (1)" in r.stdout and "route_leak" in r.stdout, r.stdout
+
+
 def test_firewall_invariants_are_worded_in_english() -> None:
     verdicts = [i for i in build(load_manifest(MANIFEST), seed=7, density=2).invariants if i.kind == "tcp_verdict"]
     assert {i.params["expect"] for i in verdicts} == {"allow", "deny"}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.behaviour_digests import digests
 from tests.conftest import REPO
 
@@ -75,3 +77,45 @@ def test_a_class_module_that_breaks_the_interface_fails_at_import(tmp_path, monk
     sys.modules.pop("broken_class", None)
     assert "Broken in broken_class does not define Params, render" in str(e.value)
     assert "broken" not in LAYERS
+
+
+def _complete_class(**members: str) -> str:
+    """Source of a service-class module complete but for ``members`` (class attribute lines)."""
+    body = {"name": "name = 'extra'", "requires": "requires = ('underlay',)", "records": "records = ()", "intents": "intents = ()",
+            "checks": "checks = {}", **members}  # fmt: skip
+    return ("from substrate.scenario.layers.base import ServiceClass, LayerParams, register\n"
+            "from substrate.scenario.layers.ebgp_peering import EbgpPeeringIntent\n\n"
+            "@register\nclass Extra(ServiceClass):\n    Params = LayerParams\n"
+            + "".join(f"    {v}\n" for v in body.values())
+            + "    def generate(self, sc, params, rng, density):\n        return sc\n"
+            "    def render(self, sc, out):\n        pass\n    def invariants(self, sc):\n        return []\n")  # fmt: skip
+
+
+
+@pytest.mark.parametrize(("member", "words"), [
+    ("requires = ('bgp_magic',)", "requires names 'bgp_magic', not registered before it"),
+    ("records = ('peerings',)", "records/derived name 'peerings', not fields of Scenario"),
+    ("intents = (EbgpPeeringIntent(),)", "catalog class 'ebgp_peering' is already substrate.scenario.layers.ebgp_peering's"),
+    ("checks = {'reach': print}", "kind 'reach' is already the observer's"),
+    ("checks = {'bgp_session': print}", "kind 'bgp_session' is already substrate.scenario.layers.ebgp_peering's"),
+])
+def test_a_class_naming_what_does_not_exist_or_taking_what_is_anothers_fails_at_import(tmp_path, monkeypatch, member: str, words: str) -> None:  # noqa: ANN001
+    """Accepted before: a second class offering the catalog class 'ebgp_peering', a check kind
+    'reach' that the observer's own shadowed (its invariants judged by another rule), requires
+    or records naming nothing."""
+    import importlib
+    import sys
+
+    from substrate.scenario.layers.base import LAYERS, ServiceClassError, registry
+
+    registry()
+    key = member.split(" =")[0]
+    (tmp_path / "extra_class.py").write_text(_complete_class(**{key: member}))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(ServiceClassError) as e:
+            importlib.import_module("extra_class")
+    finally:
+        sys.modules.pop("extra_class", None)
+        LAYERS.pop("extra", None)
+    assert "Extra in extra_class" in str(e.value) and words in str(e.value), e.value

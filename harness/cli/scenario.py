@@ -67,13 +67,24 @@ def _cell(v: object) -> str:
 
 @app.command("show")
 @friendly_errors
-def show(scenario: Annotated[Path, typer.Argument(help="Scenario file.")]) -> None:
+def show(scenario: Annotated[Path, typer.Argument(help="Scenario file, or a manifest (built in memory, not deployed).")]) -> None:
     """Summarise a scenario: tenants, sites per PE, services, invariants."""
-    from substrate.scenario import Scenario
+    from pydantic import ValidationError
 
+    from substrate.scenario import Scenario
+    from substrate.scenario import build as do_build
+    from substrate.scenario import load_manifest
     from substrate.scenario.layers import intents
 
-    sc = Scenario.load(str(scenario))
+    try:
+        sc = Scenario.load(str(scenario))
+    except ValidationError:
+        if scenario.suffix not in (".yaml", ".yml"):
+            raise
+        # a new user's first guess: a manifest (e.g. manifests/srv6-brownfield.yaml), not a built scenario
+        m = load_manifest(scenario)
+        sc = do_build(m)
+        out.print(f"built from manifest {scenario} (seed {m.seed}, density {m.density}; not deployed)", highlight=False)
     out.print(f"layers: {', '.join(sc.layers)}", highlight=False)
     for it in intents():
         if it.read_only:

@@ -481,8 +481,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
                 restarted.extend(f"{node}:{d}" for d in lab.state(node).daemons)
                 cur = capture(lab, node, frr="fast", sysctls="fast")
             elif dead:
-                for d in dead:
-                    lab.start_daemon(node, d, load_config=False)
+                for d in dead:  # with its part of the baseline (restore below sees only the merged configuration)
+                    lab.start_daemon(node, d, config=baseline[node].frr_config or "")
                 restarted.extend(f"{node}:{d}" for d in dead)
                 cur = capture(lab, node, frr="fast", sysctls="fast")
             rep = restore(lab, baseline[node], cur)

@@ -20,6 +20,7 @@ from pydantic import ValidationInfo, field_validator
 
 from substrate import addressing as a
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, register, registry
+from substrate.scenario.layers.specs import no_zone
 from substrate.scenario.model import Invariant, NodeConfig, Pools, Scenario
 
 SERVICE = "addressing"
@@ -40,7 +41,7 @@ class AddressingParams(LayerParams):
     def _network(cls, v: str, info: ValidationInfo) -> str:
         version, longest = (6, 64) if info.field_name == "prefix6" else (4, 24)
         try:
-            net = ipaddress.ip_network(v)
+            net = ipaddress.ip_network(no_zone(v))
         except ValueError as e:
             raise ValueError(f"not an IPv{version} network: {e}") from None
         if net.version != version or net.prefixlen > longest:

@@ -339,8 +339,39 @@ def register(cls: type[ServiceClass]) -> type[ServiceClass]:
                                     f"does not define {', '.join(lacking)}")
     if cls.name in LAYERS and type(LAYERS[cls.name]) is not cls:
         raise ServiceClassError(f"service class name {cls.name!r} of {cls.__module__} is already {type(LAYERS[cls.name]).__module__}'s")
+    _check_against_registry(cls)
     LAYERS[cls.name] = cls()
     return cls
+
+
+def _check_against_registry(cls: type[ServiceClass]) -> None:
+    """What a class names must exist and what it adds must be its own: ``requires`` names
+    classes registered before it, ``records`` and ``derived`` name :class:`Scenario` fields, and
+    its catalog class names and check kinds are taken by no other class (nor, for check kinds, by
+    the observer's own: a shadowed check would judge the class's invariants with another's rule).
+
+    Raises:
+        ServiceClassError: naming the module, the member and the offending value.
+    """
+    from substrate.scenario.observer import CHECKS
+
+    where = f"service class {cls.__name__} in {cls.__module__}"
+    others = [c for c in LAYERS.values() if type(c) is not cls]
+    unknown = [r for r in cls.requires if r not in LAYERS]
+    if unknown:
+        raise ServiceClassError(f"{where}: requires names {', '.join(map(repr, unknown))}, not registered before it "
+                                f"(registered: {', '.join(LAYERS) or 'none'})")  # fmt: skip
+    fields = [f for f in (*cls.records, *cls.derived) if f not in Scenario.model_fields]
+    if fields:
+        raise ServiceClassError(f"{where}: records/derived name {', '.join(map(repr, fields))}, not fields of Scenario")
+    taken = {i.name: type(c).__module__ for c in others for i in c.intents}
+    for i in cls.intents:
+        if i.name in taken:
+            raise ServiceClassError(f"{where}: intents: catalog class {i.name!r} is already {taken[i.name]}'s")
+    kinds = {k: type(c).__module__ for c in others for k in c.checks} | {k: "the observer" for k in CHECKS}
+    for k in cls.checks:
+        if k in kinds:
+            raise ServiceClassError(f"{where}: checks: kind {k!r} is already {kinds[k]}'s")
 
 
 def registry() -> list[ServiceClass]:
@@ -363,6 +394,33 @@ def get_layer(name: str) -> ServiceClass:
         return LAYERS[name]
     except KeyError:
         raise KeyError(f"unknown layer {name!r}; registered service classes: {', '.join(LAYERS)}") from None
+
+
+def address_plan_clash(sc: Scenario, prefix: str) -> str:
+    """What the IPv6 ``prefix`` (e.g. a link /64 a manifest gives a layer) overlaps in ``sc``'s
+    address plan: the tenant pool, the SID block, the loopback or base-host net
+    (:mod:`substrate.addressing`), or an address a registered class's instances already own
+    (``address_owners``, e.g. another layer's link); "" if nothing. Shapes: "the SID block
+    fcbb:bb00::/32", "fd5e::1 (r3)"."""
+    import ipaddress
+
+    from substrate.addressing import BASE_HOST_NET, LOOPBACK_NET
+    from substrate.scenario.model import SID_BLOCK
+
+    net = ipaddress.IPv6Network(prefix)
+    plan = {"the tenant pool": sc.pools.prefix6, "the SID block": SID_BLOCK, "the loopback net": str(LOOPBACK_NET),
+            "the base-host net": str(BASE_HOST_NET)}  # fmt: skip
+    for what, q in plan.items():
+        if net.overlaps(ipaddress.IPv6Network(q)):
+            return f"{what} {q}"
+    owners: dict[str, set[str]] = {}
+    for c in registry():
+        c.address_owners(sc, owners)
+    for a, nodes in sorted(owners.items()):
+        ip = ipaddress.ip_address(a)
+        if ip.version == 6 and ip in net:
+            return f"{a} ({', '.join(sorted(nodes))})"
+    return ""
 
 
 def node_cfg(out: dict[str, NodeConfig], node: str) -> NodeConfig:

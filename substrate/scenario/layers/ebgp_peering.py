@@ -28,9 +28,11 @@ or a policy change settles within the timers above).
 
 A3-T modifies a peering's ``accept`` and ``advertise`` lists (the reference change: accept the
 prefix the peer announces that is not yet agreed, and advertise one more prefix); peerings are
-cabled by the provider, so create and delete are refused. Accepted prefixes must not overlap the
-provider's own space (tenant pool, SID block, advertised and internal prefixes), and advertised
-ones must not overlap the tenant pool, the SID block or the peer's prefixes.
+cabled by the provider, so create and delete are refused. Each list holds global unicast prefixes
+(no zone index, no link-local, multicast, loopback or IPv4-mapped space), each once, and no
+default route. Accepted prefixes must not overlap the provider's own space (tenant pool, SID
+block, loopback and base-host nets, internal prefixes, any address of the provider's nodes), and
+advertised ones must not overlap that space, the peer's prefixes or the accepted ones.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator, Field, field_validator
 
 from substrate import frr_daemons
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, address_plan_clash, node_cfg, register, registry
 from substrate.scenario.layers.l3vpn import ce_addr, dump, interface_block, next_free_if, overlaps
-from substrate.scenario.layers.specs import InstanceId, Spec, link_slash64
+from substrate.scenario.layers.specs import InstanceId, Spec, distinct, link_slash64, no_zone
 from substrate.scenario.model import SID_BLOCK, EbgpPeering, Invariant, NodeConfig, Scenario
 from substrate.topology import Endpoint, Link, Node, Role
 
@@ -63,6 +65,8 @@ INTERNAL = "2001:db8:2fff::/48"
 #: How long a BGP check waits for the state it expects (seconds): a session comes up within the
 #: connect-retry timer (1 s), a policy change within the route-map delay timer (1 s).
 SETTLE_S = 8.0
+#: Most prefixes in a peering's accept or advertise list (A3-T's spec; the generator stays within it).
+MAX_PREFIXES = 100
 
 
 class EbgpPeeringParams(LayerParams):
@@ -203,10 +207,25 @@ def check_bgp_routes(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, li
     return _poll(ctx, p["node"], f"show bgp ipv6 unicast neighbors {p['neighbor']} routes json", judge)
 
 
+def _default_or_overlap(p: str, space: list[str]) -> str:
+    """What is wrong with exchanging prefix ``p`` given the ``space`` it must stay out of
+    (prefixes or addresses): "a default route", "<q>" for the first ``q`` it overlaps, or ""."""
+    if ipaddress.IPv6Network(p).prefixlen == 0:
+        return "a default route"
+    return next((q for q in space if overlaps(p, q if "/" in q else f"{q}/128")), "")
+
+
 # -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
 
 
+#: Space that is not global unicast (RFC 4291 section 2.4, RFC 3879 for site-local): a peering
+#: never exchanges a prefix that overlaps it (the default route ``::/0`` is judged by the planner).
+NOT_GLOBAL = {"::/128": "the unspecified address", "::1/128": "the loopback address", "::ffff:0:0/96": "IPv4-mapped space",
+              "fe80::/10": "link-local space", "fec0::/10": "site-local space", "ff00::/8": "multicast space"}  # fmt: skip
+
+
 def _prefix6(v: str) -> str:
+    no_zone(v)
     try:
         net = ipaddress.IPv6Network(v, strict=False)
     except ValueError:
@@ -215,6 +234,9 @@ def _prefix6(v: str) -> str:
         ipaddress.IPv6Network(v)
     except ValueError:
         raise ValueError(f"{v!r} has host bits set; did you mean {net}?") from None
+    special = next((f"{what} {q}" for q, what in NOT_GLOBAL.items() if net.prefixlen and net.overlaps(ipaddress.IPv6Network(q))), "")
+    if special:
+        raise ValueError(f"{v!r} overlaps {special}: a peering exchanges global unicast prefixes only")
     return str(net)
 
 
@@ -224,17 +246,21 @@ Prefix6Any = Annotated[str, AfterValidator(_prefix6), Field(description="IPv6 pr
 class EbgpPeeringSpec(Spec):
     """The policy of an eBGP peering with an external AS: which of its prefixes the PE accepts, which the PE advertises."""
 
-    accept: list[Prefix6Any] = Field(description="Prefixes accepted from the peer (the PE's inbound prefix-list); the rest "
-                                                 "of what it announces is dropped.", max_length=100)  # fmt: skip
-    advertise: list[Prefix6Any] = Field(description="Prefixes the PE advertises to the peer (its outbound prefix-list; a "
-                                                    "blackhole static route originates each).", max_length=100)  # fmt: skip
+    accept: Annotated[list[Prefix6Any], AfterValidator(distinct)] = Field(
+        description="Prefixes accepted from the peer (the PE's inbound prefix-list), each once; the rest of what it announces "
+                    "is dropped.", max_length=MAX_PREFIXES)  # fmt: skip
+    advertise: Annotated[list[Prefix6Any], AfterValidator(distinct)] = Field(
+        description="Prefixes the PE advertises to the peer (its outbound prefix-list; a blackhole static route originates "
+                    "each), each once.", max_length=MAX_PREFIXES)  # fmt: skip
 
 
 class EbgpPeeringPatch(Spec):
     """Fields of a peering to change (each list replaces the old one)."""
 
-    accept: list[Prefix6Any] | None = Field(default=None, max_length=100, description="Prefixes accepted from the peer.")
-    advertise: list[Prefix6Any] | None = Field(default=None, max_length=100, description="Prefixes advertised to the peer.")
+    accept: Annotated[list[Prefix6Any] | None, AfterValidator(distinct)] = Field(
+        default=None, max_length=MAX_PREFIXES, description="Prefixes accepted from the peer, each once.")
+    advertise: Annotated[list[Prefix6Any] | None, AfterValidator(distinct)] = Field(
+        default=None, max_length=MAX_PREFIXES, description="Prefixes advertised to the peer, each once.")
 
 
 class EbgpPeeringIntent(RecordIntent):
@@ -254,8 +280,9 @@ class EbgpPeeringIntent(RecordIntent):
                        "bogons and prefixes not agreed) and an outbound one (prefix-list <ID>-OUT: the advertised prefixes, "
                        "each originated by a blackhole static route redistributed into BGP; the provider's internal "
                        "prefix is redistributed too and never advertised). Only modify applies (accept, advertise). "
-                       "Accepted prefixes must not overlap the provider's space; advertised ones must not overlap the "
-                       "tenant pool, the SID block or the peer's prefixes.",
+                       "Both lists: global unicast prefixes, each once, no default route. Accepted prefixes must not "
+                       "overlap the provider's space (tenant pool, SID block, infrastructure, internal prefix); advertised "
+                       "ones must not overlap it or the peer's prefixes.",
         "id_format": "peer<N>, e.g. 'peer1'",
         "allocated": ["pe", "router", "peer_as", "pe_address", "neighbor", "announced_by_peer"],
         "layer": "ebgp_peering",
@@ -301,8 +328,10 @@ class EbgpPeeringClass(Layer):
         pe = params.pe or rng.choice(pes)
         if pe not in pes:
             raise GenerationError("layers.ebgp_peering.pe", f"{pe!r} is not a PE; PEs: {', '.join(pes)}")
-        if overlaps(params.link6, sc.pools.prefix6):
-            raise GenerationError("layers.ebgp_peering.link6", f"{params.link6} overlaps the tenant pool {sc.pools.prefix6}")
+        clash = address_plan_clash(sc, params.link6) or next(
+            (q for q in (PEER_SPACE, PROVIDER_SPACE) if overlaps(params.link6, q)), "")
+        if clash:
+            raise GenerationError("layers.ebgp_peering.link6", f"{params.link6} overlaps {clash}")
         router = "xr1"
         port = next_free_if(sc.topology, pe)
         nodes = [n.model_copy(update={"daemons": frr_daemons.ordered([*n.frr_daemons, "bgpd"])}) if n.name == pe else n
@@ -313,6 +342,10 @@ class EbgpPeeringClass(Layer):
             [Link(a=Endpoint(node=pe, interface=port), b=Endpoint(node=router, interface="eth1"))],
         )
         own = [nth48(PEER_SPACE, k) for k in range(params.peer_prefixes_per_density * density)]
+        for field, n in (("peer_prefixes_per_density", len(own)), ("advertise_per_density", params.advertise_per_density * density + 1)):
+            if n > MAX_PREFIXES:  # the reference change lists every agreed prefix and one more
+                raise GenerationError(f"layers.ebgp_peering.{field}", f"density {density} does not fit: {n} prefixes in a list, "
+                                                                    f"A3-T's lists hold at most {MAX_PREFIXES}")  # fmt: skip
         accept = sorted(rng.sample(own, len(own) - 1))  # one announced prefix is not (yet) agreed
         x = EbgpPeering(
             id="peer1", pe=pe, pe_if=port, router=router, link6=params.link6, local_as=LOCAL_AS, peer_as=PEER_AS_BASE,
@@ -347,27 +380,34 @@ class EbgpPeeringClass(Layer):
     # -- planner hooks -------------------------------------------------------------------------------
 
     def integrity(self, ctx: Any) -> None:
-        """Peering rules: accepted prefixes stay out of the provider's space (tenant pool, SID
-        block, advertised and internal prefixes: a peer's route there is a hijack) and are not a
-        default route; advertised prefixes stay out of the tenant pool, the SID block and the
-        peer's prefixes (re-advertising them would make the provider transit for the peer)."""
+        """Peering rules. Neither list holds a default route. Accepted prefixes stay out of the
+        provider's space (a peer's route there is a hijack): the tenant pool, the SID block, the
+        loopback and base-host nets, the internal prefixes and every address of the provider's
+        nodes (peering links, shared services). Advertised prefixes stay out of the same space
+        (the internal prefix and the infrastructure are never advertised) and out of the peer's
+        own prefixes and the accepted ones (re-advertising them would make the provider transit
+        for the peer)."""
         pool = ctx.work.pools.prefix6
         for x in ctx.work.ebgp_peerings:
             if x.id not in ctx.touch:
                 continue
-            own = [pool, SID_BLOCK, *x.advertise, *x.internal]
             for p in x.accept:
-                bad = "a default route" if ipaddress.IPv6Network(p).prefixlen == 0 else \
-                    next((f"the provider's {q}" for q in own if overlaps(p, q)), "")
+                bad = _default_or_overlap(p, x.internal)
+                bad = (f"the provider's internal prefix {bad}" if bad not in ("", "a default route") else bad) \
+                    or address_plan_clash(ctx.work, p)
                 if bad:
                     ctx.final([(x.id, "spec.accept")], f"ebgp_peering {x.id}: accepting {p} from AS{x.peer_as} would let it announce "
                                                        f"{bad}; accept only the peer's own prefixes")  # fmt: skip
-            theirs = [q for q in x.announced if ipaddress.IPv6Network(q).prefixlen > 0 and q != pool]
+            # the peer's prefixes and the accepted ones (a default route accepted is reported above)
+            theirs = [q for q in [*x.announced, *x.accept] if ipaddress.IPv6Network(q).prefixlen > 0 and q != pool]
             for p in x.advertise:
-                bad = next((q for q in [pool, SID_BLOCK, *theirs, *x.accept] if overlaps(p, q)), "")
+                bad = _default_or_overlap(p, x.internal)
+                bad = (f"the provider's internal prefix {bad}" if bad not in ("", "a default route") else bad) \
+                    or _default_or_overlap(p, theirs) or address_plan_clash(ctx.work, p)
                 if bad:
-                    ctx.final([(x.id, "spec.advertise")], f"ebgp_peering {x.id}: advertising {p} to AS{x.peer_as} overlaps {bad} "
-                                                          "(tenant pool, SID block or the peer's own prefixes)")  # fmt: skip
+                    ctx.final([(x.id, "spec.advertise")], f"ebgp_peering {x.id}: advertising {p} to AS{x.peer_as} would announce "
+                                                          f"{bad}; advertise only prefixes outside the tenant pool, the SID block, the "
+                                                          "provider's infrastructure and internal prefixes, and the peer's own prefixes")  # fmt: skip
 
     # -- validation scope ----------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, density_fits, node_cfg, register
+from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, address_plan_clash, density_fits, node_cfg, register
 from substrate.scenario.layers.l3vpn import (
     attach_host,
     ce_addr,
@@ -200,8 +200,9 @@ class SharedServicesClass(Layer):
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
         assert isinstance(params, SharedServicesParams)
         pes = [n.name for n in sc.topology.routers if n.role is Role.PE]
-        if overlaps(params.prefix6, sc.pools.prefix6):
-            raise GenerationError("layers.shared_services.prefix6", f"{params.prefix6} overlaps the tenant pool {sc.pools.prefix6}")
+        clash = address_plan_clash(sc, params.prefix6)
+        if clash:
+            raise GenerationError("layers.shared_services.prefix6", f"{params.prefix6} overlaps {clash}")
         ipam = Ipam.from_scenario(sc)
         topo, ss = sc.topology, sc.shared_services
         if ss is None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, ConfigDict, Field
 
+from substrate.scenario.model import NoBoolAsNumber
 from substrate.topology import IFNAME_RE, NODE_NAME_RE
 
 #: Instance ids: short, lowercase, no '-' or '/' (they appear inside invariant ids such as
@@ -23,6 +24,19 @@ ID_RE = r"^[a-z][a-z0-9_]{0,31}$"
 AUTO = "auto"
 
 
+def no_zone(v: str) -> str:
+    """``v`` unchanged if it has no zone index. Python's ``ipaddress`` reads ``fe80::%eth0/64``
+    (RFC 4007 section 11) as a network, but a routed prefix never has one, and FRR and iproute2
+    refuse the text.
+
+    Raises:
+        ValueError: ``v`` contains ``%``.
+    """
+    if "%" in v:
+        raise ValueError(f"{v!r} has a zone index ('%...'); a routed prefix has none")
+    return v
+
+
 def prefix_type(version: int, length: int) -> Any:
     """A validator of a site prefix of one family and length, or ``auto``."""
     example = "fd10:0:0:7::/64" if version == 6 else "10.0.7.0/24"
@@ -30,6 +44,7 @@ def prefix_type(version: int, length: int) -> Any:
     def check(v: str) -> str:
         if v == AUTO:
             return v
+        no_zone(v)
         try:
             net = ipaddress.ip_network(v, strict=False)
         except ValueError:
@@ -65,12 +80,23 @@ def link_slash64(v: str, what: str) -> str:
         ValueError: not an IPv6 network, or not a /64.
     """
     try:
-        net = ipaddress.IPv6Network(v)
+        net = ipaddress.IPv6Network(no_zone(v))
     except ValueError as e:
         raise ValueError(f"not an IPv6 network: {e}") from None
     if net.prefixlen != 64:
         raise ValueError(f"{what}, got /{net.prefixlen}")
     return str(net)
+
+
+def distinct(v: list[Any] | None) -> list[Any] | None:
+    """``v`` unchanged if no item appears twice (a list field whose items become device entries,
+    e.g. prefix-list lines). Raises ValueError naming the first repeated item."""
+    seen: set[Any] = set()
+    for item in v or []:
+        if item in seen:
+            raise ValueError(f"{item!r} is listed twice; list each item once")
+        seen.add(item)
+    return v
 
 
 InstanceId = Annotated[str, Field(pattern=ID_RE, description="Instance id: lowercase letters, digits and '_', starting with a letter.")]
@@ -83,7 +109,10 @@ Address4 = Annotated[str, AfterValidator(ipv4_address), Field(description="IPv4 
                                                                examples=["198.51.100.20", "auto"])]
 
 
-class Spec(BaseModel):
-    """Base of every spec and patch model: unknown fields are errors."""
+class Spec(NoBoolAsNumber):
+    """Base of every spec and patch model: unknown fields are errors, and a boolean is never
+    read as a number (pydantic's lax mode reads true as 1: a rate of 1 Mbit/s, port 1), as the
+    servers' argument policy says (:data:`servers.common.args.ARGUMENT_POLICY`)."""
 
     model_config = ConfigDict(extra="forbid")
+
