@@ -211,6 +211,25 @@ class _State:
     done: list[RunRecord] = field(default_factory=list)
 
 
+#: The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 sections 3.4, 6.5).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_http2(host: str, port: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``host:port`` answers the HTTP/2 client preface with a SETTINGS frame (RFC 9113
+    section 3.4), as every gRPC server -- a Ray head's GCS -- does; a closed port raises OSError.
+    Something else listening (or nothing answering within ``timeout_s``) is False."""
+    with socket.create_connection((host, port), timeout=timeout_s) as c:
+        c.sendall(_HTTP2_PREFACE)
+        head = b""
+        try:
+            while len(head) < 9 and (chunk := c.recv(9 - len(head))):
+                head += chunk
+        except OSError:  # timeout, reset: not a gRPC server
+            return False
+    return len(head) == 9 and head[3] == 0x04
+
+
 def _connect(address: str) -> Any:
     ray = _ray()
     if address != "auto":
@@ -218,10 +237,13 @@ def _connect(address: str) -> Any:
         if not sep or not port.isdigit():
             raise AnibenchError(f"--ray-address {address!r}: give auto or HOST:PORT (the head's GCS port, 6379 by default)")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
-        except OSError as e:
+            speaks_grpc = _speaks_http2(host.strip("[]"), int(port))
+        except (OSError, OverflowError, ValueError) as e:
             raise AnibenchError(f"Ray cluster at {address} unreachable ({getattr(e, 'strerror', None) or e}): "
                                 "start it with ray start --head on that host, or give its address") from None
+        if not speaks_grpc:  # Ray would wait minutes for a GCS there
+            raise AnibenchError(f"--ray-address {address}: something listens there, but not a Ray head (its GCS "
+                                "speaks gRPC; the port is 6379 unless ray start --head was given --port)")
     try:
         ray.init(address=address, namespace="anibench", logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=False)

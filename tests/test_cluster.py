@@ -187,3 +187,44 @@ def test_a_host_without_frr_or_with_other_code_is_named_in_one_line() -> None:
         f"host w3 (10.0.0.1, node cccccc): anibench source 0123456789ab differs from the driver's {driver.anibench}; "
         "Ray 2.59.0 differs from the driver's 2.60.0",
     ]
+
+
+def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
+    """Something listens at the address but it is not a Ray head (a silent server, an HTTP/1
+    server): one line at once, instead of Ray waiting minutes for a GCS there."""
+    import socket
+    import threading
+
+    servers = []
+    for reply in (b"", b"HTTP/1.0 400 Bad request\r\n\r\n"):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        servers.append(s)
+
+        def serve(s=s, reply=reply) -> None:  # noqa: ANN001
+            while True:
+                try:
+                    c, _ = s.accept()
+                except OSError:
+                    return
+                if reply:
+                    c.recv(100)
+                    c.sendall(reply)
+                    c.close()
+
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        for s in servers:
+            address = f"127.0.0.1:{s.getsockname()[1]}"
+            argv = [str(VENV_BIN / "harness"), "campaign", "--task", "onboarding", "--manifest", str(MANIFEST),
+                    "--variants", "1", "--db", str(tmp_path / "d.sqlite"), "--executor", "ray", "--ray-address", address]
+            r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("error:") == 1 and f"{address}: something listens there, but not a Ray head" in \
+                   " ".join(r.stderr.split()), r.stderr
+    finally:
+        for s in servers:
+            s.close()
+    r = subprocess.run([*argv[:-1], "127.0.0.1:99999"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Ray cluster at 127.0.0.1:99999 unreachable" in r.stderr, r.stderr
