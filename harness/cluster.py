@@ -44,8 +44,8 @@ from harness.campaign import CampaignSpec, _failed, plan_campaign, run_spec, run
 from harness.errors import AnibenchError
 from harness.store import CampaignStore, RunRecord
 
-__all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "loopback_cluster", "run_campaign_ray",
-           "source_digest"]
+__all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "lab_slots", "loopback_cluster",
+           "run_campaign_ray", "source_digest"]
 
 #: A variant whose slot is lost this many times (worker or node died, or the variant raised) has
 #: its remaining runs stored as failed instead of being queued again.
@@ -309,17 +309,22 @@ def run_campaign_ray(
     ray = _connect(address)
     try:
         reports = _check_nodes(ray)
-        slots = [_Slot(r, i) for r in reports for i in range(labs_per_node or max(1, r.cpus // 2))]
-        if on_nodes:
-            on_nodes([(r.label, sum(1 for s in slots if s.node is r)) for r in reports])
         with terminate_gracefully():
-            return _drive(ray, spec, store, results_dir, slots, resume, on_run)
+            return _drive(ray, spec, store, results_dir, reports, labs_per_node, resume, on_run, on_nodes)
     finally:
         ray.shutdown()
 
 
-def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, slots: list[_Slot], resume: bool,
-           on_run: Callable[[str, RunRecord | None, str], None] | None) -> list[RunRecord]:
+def lab_slots(reports: list[NodeReport], labs_per_node: int | None, variants: int) -> list[tuple[NodeReport, int]]:
+    """The lab slots to start: (node, slot index) for each of ``labs_per_node`` slots per node (None:
+    its CPU count // 2, at least 1), but never more slots on a node than there are ``variants`` to
+    run (each slot is a Ray worker process: an idle one only costs memory)."""
+    return [(r, i) for r in reports for i in range(min(variants, labs_per_node or max(1, r.cpus // 2)))]
+
+
+def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, reports: list[NodeReport],
+           labs_per_node: int | None, resume: bool, on_run: Callable[[str, RunRecord | None, str], None] | None,
+           on_nodes: Callable[[list[tuple[str, int]]], None] | None) -> list[RunRecord]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     keys, pending = plan_campaign(spec, store, resume=resume)
@@ -330,6 +335,9 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
         if todo:
             st.todo[v] = {k: s for s, k in todo}
             work.put((v, todo))
+    slots = [_Slot(r, i) for r, i in lab_slots(reports, labs_per_node, len(st.todo))]
+    if on_nodes:
+        on_nodes([(r.label, sum(1 for s in slots if s.node is r)) for r in reports])
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
     spec_json = spec.model_dump_json()
     stopping = threading.Event()

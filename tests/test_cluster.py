@@ -228,3 +228,14 @@ def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
             s.close()
     r = subprocess.run([*argv[:-1], "127.0.0.1:99999"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Ray cluster at 127.0.0.1:99999 unreachable" in r.stderr, r.stderr
+
+
+def test_lab_slots_never_outnumber_the_variants() -> None:
+    """--labs-per-node 500 for a campaign of 2 variants starts 2 worker processes per node, not 500."""
+    from harness.cluster import NodeReport, lab_slots
+
+    a = NodeReport("a" * 40, "10.0.0.1", "w1", 8, "x", "2", "3", None)
+    b = dataclasses.replace(a, node_id="b" * 40, cpus=1)
+    assert [(r.host if r is a else "b", i) for r, i in lab_slots([a, b], 500, 2)] == [("w1", 0), ("w1", 1), ("b", 0), ("b", 1)]
+    assert [(r is a, i) for r, i in lab_slots([a, b], None, 9)] == [(True, 0), (True, 1), (True, 2), (True, 3), (False, 0)]
+    assert lab_slots([a, b], 3, 0) == []
