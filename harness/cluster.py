@@ -54,6 +54,8 @@ MAX_VARIANT_ATTEMPTS = 3
 CHECK_TIMEOUT_S = 120.0
 #: Names of the labs of lab slots start with this (then the worker's pid and the variant).
 LAB_PREFIX = "ray-"
+#: A slot's temporary run directory is named this, then its worker's pid and a dash.
+SLOT_DIR_PREFIX = "anibench-slot-"
 #: The packages whose source must be identical on the driver and every worker.
 _SOURCE_PACKAGES = ("harness", "servers", "substrate")
 
@@ -133,7 +135,8 @@ def host_problems(reports: list[NodeReport], driver: NodeReport) -> list[str]:
 
 def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     """Remove what dead lab slots left on this host: the labs named ``ray-*`` whose owner is gone
-    (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at).
+    (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at) and
+    the temporary run directories (``anibench-slot-PID-*``) of slots whose process is gone.
 
     Args:
         dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
@@ -147,6 +150,10 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     deadline = time.monotonic() + bound_s
     while any(pid_alive(p) for p in dead) and time.monotonic() < deadline:
         time.sleep(0.1)
+    for d in Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}*-*"):  # run files of a slot killed mid-run
+        owner = d.name[len(SLOT_DIR_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not pid_alive(int(owner)):
+            shutil.rmtree(d, ignore_errors=True)
     return cleanup(prefix=LAB_PREFIX).summary()
 
 
@@ -164,7 +171,7 @@ class LabSlot:
         spec = CampaignSpec.model_validate_json(spec_json)
         lab_name = f"{LAB_PREFIX}{os.getpid() % 100000}-v{v}"[:24]
         settings = dict((k, s) for s, k in todo)
-        with tempfile.TemporaryDirectory(prefix="anibench-slot-") as tmp_dir:
+        with tempfile.TemporaryDirectory(prefix=f"{SLOT_DIR_PREFIX}{os.getpid()}-") as tmp_dir:
             yield from self._runs(spec, v, todo, settings, Path(tmp_dir).resolve(), lab_name)
 
     @staticmethod

@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.campaign import make_spec, run_campaign
-from harness.cluster import LAB_PREFIX, LoopbackCluster, loopback_cluster
+from harness.cluster import LAB_PREFIX, SLOT_DIR_PREFIX, LoopbackCluster, loopback_cluster
 from harness.store import CampaignStore, RunStatus
 from substrate.cleanup import cleanup
 from substrate.paths import LABS_DIR
@@ -128,6 +129,7 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
         _wait(lambda: _attempts(db).get(redone) == (2, "running"), 300, f"{redone} to run again")
         # the killed worker's lab was removed by its host before the variant was taken again
         assert not (LABS_DIR / f"{LAB_PREFIX}{pid % 100000}-v{v}").exists()
+        assert not list(Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}{pid}-*")), "the killed slot's run files"
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=300)
     finally:
@@ -239,3 +241,26 @@ def test_lab_slots_never_outnumber_the_variants() -> None:
     assert [(r.host if r is a else "b", i) for r, i in lab_slots([a, b], 500, 2)] == [("w1", 0), ("w1", 1), ("b", 0), ("b", 1)]
     assert [(r is a, i) for r, i in lab_slots([a, b], None, 9)] == [(True, 0), (True, 1), (True, 2), (True, 3), (False, 0)]
     assert lab_slots([a, b], 3, 0) == []
+
+
+def test_a_dead_slots_run_files_are_removed_by_its_host(tmp_path) -> None:
+    """A slot killed mid-run leaves its temporary run directory; the host's next clean-up removes it
+    (and leaves a live slot's alone)."""
+    import tempfile
+
+    from harness.cluster import SLOT_DIR_PREFIX, _clean_host
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    dead = Path(tempfile.mkdtemp(prefix=f"{SLOT_DIR_PREFIX}{p.pid}-"))
+    (dead / "onray" / "A0" / "v0").mkdir(parents=True)
+    (dead / "onray" / "A0" / "v0" / "trajectory.jsonl").write_text("{}\n")
+    live = Path(tempfile.mkdtemp(prefix=f"{SLOT_DIR_PREFIX}{os.getpid()}-"))
+    try:
+        _clean_host()
+        assert not dead.exists() and live.is_dir()
+    finally:
+        import shutil
+
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
