@@ -34,6 +34,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -142,7 +143,6 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
         dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
             for, up to ``bound_s`` seconds, so that their labs count as left by a dead owner.
     """
-    import time
 
     from substrate.cleanup import cleanup
     from substrate.record import pid_alive
@@ -404,12 +404,15 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
         _stop(ray, slots)
         store.release([k for t in st.todo.values() for k in t])
         raise
+    # every run is stored, but a slot may still be destroying its lab (after its last run): let each
+    # variant end before the slots are killed, then have the hosts remove whatever is left
     stopping.set()
     for _ in threads:
         work.put(None)
-    for s in slots:
-        if s.actor is not None:
-            ray.kill(s.actor)
+    deadline = time.monotonic() + CHECK_TIMEOUT_S
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    _stop(ray, slots)
     return st.done
 
 

@@ -142,6 +142,10 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
     p = subprocess.Popen(ray_cluster.command([*argv, "--resume"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-3000:]
+    # a campaign that ends leaves nothing on its hosts: each slot destroyed its last lab before it was stopped
+    assert not list(LABS_DIR.glob("ray-*")) and not list(Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}*")), \
+        list(LABS_DIR.glob("ray-*"))
+    assert "anibench-ray-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     with CampaignStore(db) as store:
         rows = store.rows("onray")
         assert len(rows) == 4 and all(row.status == "done" for row in rows), rows
