@@ -401,8 +401,8 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
                 _requeue(store, spec, st, work, slot, *rest)
     except BaseException:
         stopping.set()
+        store.release([k for t in st.todo.values() for k in t])  # first: a second Ctrl-C may cut _stop short
         _stop(ray, slots)
-        store.release([k for t in st.todo.values() for k in t])
         raise
     # every run is stored, but a slot may still be destroying its lab (after its last run): let each
     # variant end before the slots are killed, then have the hosts remove whatever is left
@@ -410,9 +410,11 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
     for _ in threads:
         work.put(None)
     deadline = time.monotonic() + CHECK_TIMEOUT_S
-    for t in threads:
-        t.join(timeout=max(0.0, deadline - time.monotonic()))
-    _stop(ray, slots)
+    try:
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+    finally:  # Ctrl-C while the last labs are destroyed: every run is stored, the hosts still clean up
+        _stop(ray, slots)
     return st.done
 
 
