@@ -201,7 +201,7 @@ def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
     import socket
     import threading
 
-    servers = []
+    servers, accepted = [], []
     for reply in (b"", b"HTTP/1.0 400 Bad request\r\n\r\n"):
         s = socket.socket()
         s.bind(("127.0.0.1", 0))
@@ -214,10 +214,10 @@ def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
                     c, _ = s.accept()
                 except OSError:
                     return
+                accepted.append(c)
                 if reply:
                     c.recv(100)
                     c.sendall(reply)
-                    c.close()
 
         threading.Thread(target=serve, daemon=True).start()
     try:
@@ -230,7 +230,7 @@ def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
             assert r.stderr.count("error:") == 1 and f"{address}: something listens there, but not a Ray head" in \
                    " ".join(r.stderr.split()), r.stderr
     finally:
-        for s in servers:
+        for s in [*servers, *accepted]:
             s.close()
     r = subprocess.run([*argv[:-1], "127.0.0.1:99999"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "Ray cluster at 127.0.0.1:99999 unreachable" in r.stderr, r.stderr
