@@ -34,6 +34,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,8 +45,8 @@ from harness.campaign import CampaignSpec, _failed, plan_campaign, run_spec, run
 from harness.errors import AnibenchError
 from harness.store import CampaignStore, RunRecord
 
-__all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "loopback_cluster", "run_campaign_ray",
-           "source_digest"]
+__all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "lab_slots", "loopback_cluster",
+           "run_campaign_ray", "source_digest"]
 
 #: A variant whose slot is lost this many times (worker or node died, or the variant raised) has
 #: its remaining runs stored as failed instead of being queued again.
@@ -54,6 +55,8 @@ MAX_VARIANT_ATTEMPTS = 3
 CHECK_TIMEOUT_S = 120.0
 #: Names of the labs of lab slots start with this (then the worker's pid and the variant).
 LAB_PREFIX = "ray-"
+#: A slot's temporary run directory is named this, then its worker's pid and a dash.
+SLOT_DIR_PREFIX = "anibench-slot-"
 #: The packages whose source must be identical on the driver and every worker.
 _SOURCE_PACKAGES = ("harness", "servers", "substrate")
 
@@ -133,13 +136,13 @@ def host_problems(reports: list[NodeReport], driver: NodeReport) -> list[str]:
 
 def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     """Remove what dead lab slots left on this host: the labs named ``ray-*`` whose owner is gone
-    (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at).
+    (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at) and
+    the temporary run directories (``anibench-slot-PID-*``) of slots whose process is gone.
 
     Args:
         dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
             for, up to ``bound_s`` seconds, so that their labs count as left by a dead owner.
     """
-    import time
 
     from substrate.cleanup import cleanup
     from substrate.record import pid_alive
@@ -147,6 +150,10 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     deadline = time.monotonic() + bound_s
     while any(pid_alive(p) for p in dead) and time.monotonic() < deadline:
         time.sleep(0.1)
+    for d in Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}*-*"):  # run files of a slot killed mid-run
+        owner = d.name[len(SLOT_DIR_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not pid_alive(int(owner)):
+            shutil.rmtree(d, ignore_errors=True)
     return cleanup(prefix=LAB_PREFIX).summary()
 
 
@@ -164,7 +171,7 @@ class LabSlot:
         spec = CampaignSpec.model_validate_json(spec_json)
         lab_name = f"{LAB_PREFIX}{os.getpid() % 100000}-v{v}"[:24]
         settings = dict((k, s) for s, k in todo)
-        with tempfile.TemporaryDirectory(prefix="anibench-slot-") as tmp_dir:
+        with tempfile.TemporaryDirectory(prefix=f"{SLOT_DIR_PREFIX}{os.getpid()}-") as tmp_dir:
             yield from self._runs(spec, v, todo, settings, Path(tmp_dir).resolve(), lab_name)
 
     @staticmethod
@@ -211,6 +218,25 @@ class _State:
     done: list[RunRecord] = field(default_factory=list)
 
 
+#: The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113 sections 3.4, 6.5).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_http2(host: str, port: int, timeout_s: float = 10.0) -> bool:
+    """Whether ``host:port`` answers the HTTP/2 client preface with a SETTINGS frame (RFC 9113
+    section 3.4), as every gRPC server -- a Ray head's GCS -- does; a closed port raises OSError.
+    Something else listening (or nothing answering within ``timeout_s``) is False."""
+    with socket.create_connection((host, port), timeout=timeout_s) as c:
+        c.sendall(_HTTP2_PREFACE)
+        head = b""
+        try:
+            while len(head) < 9 and (chunk := c.recv(9 - len(head))):
+                head += chunk
+        except OSError:  # timeout, reset: not a gRPC server
+            return False
+    return len(head) == 9 and head[3] == 0x04
+
+
 def _connect(address: str) -> Any:
     ray = _ray()
     if address != "auto":
@@ -218,10 +244,13 @@ def _connect(address: str) -> Any:
         if not sep or not port.isdigit():
             raise AnibenchError(f"--ray-address {address!r}: give auto or HOST:PORT (the head's GCS port, 6379 by default)")
         try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
-        except OSError as e:
+            speaks_grpc = _speaks_http2(host.strip("[]"), int(port))
+        except (OSError, OverflowError, ValueError) as e:
             raise AnibenchError(f"Ray cluster at {address} unreachable ({getattr(e, 'strerror', None) or e}): "
                                 "start it with ray start --head on that host, or give its address") from None
+        if not speaks_grpc:  # Ray would wait minutes for a GCS there
+            raise AnibenchError(f"--ray-address {address}: something listens there, but not a Ray head (its GCS "
+                                "speaks gRPC; the port is 6379 unless ray start --head was given --port)")
     try:
         ray.init(address=address, namespace="anibench", logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=False)
@@ -287,17 +316,22 @@ def run_campaign_ray(
     ray = _connect(address)
     try:
         reports = _check_nodes(ray)
-        slots = [_Slot(r, i) for r in reports for i in range(labs_per_node or max(1, r.cpus // 2))]
-        if on_nodes:
-            on_nodes([(r.label, sum(1 for s in slots if s.node is r)) for r in reports])
         with terminate_gracefully():
-            return _drive(ray, spec, store, results_dir, slots, resume, on_run)
+            return _drive(ray, spec, store, results_dir, reports, labs_per_node, resume, on_run, on_nodes)
     finally:
         ray.shutdown()
 
 
-def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, slots: list[_Slot], resume: bool,
-           on_run: Callable[[str, RunRecord | None, str], None] | None) -> list[RunRecord]:
+def lab_slots(reports: list[NodeReport], labs_per_node: int | None, variants: int) -> list[tuple[NodeReport, int]]:
+    """The lab slots to start: (node, slot index) for each of ``labs_per_node`` slots per node (None:
+    its CPU count // 2, at least 1), but never more slots on a node than there are ``variants`` to
+    run (each slot is a Ray worker process: an idle one only costs memory)."""
+    return [(r, i) for r in reports for i in range(min(variants, labs_per_node or max(1, r.cpus // 2)))]
+
+
+def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, reports: list[NodeReport],
+           labs_per_node: int | None, resume: bool, on_run: Callable[[str, RunRecord | None, str], None] | None,
+           on_nodes: Callable[[list[tuple[str, int]]], None] | None) -> list[RunRecord]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     keys, pending = plan_campaign(spec, store, resume=resume)
@@ -308,6 +342,9 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
         if todo:
             st.todo[v] = {k: s for s, k in todo}
             work.put((v, todo))
+    slots = [_Slot(r, i) for r, i in lab_slots(reports, labs_per_node, len(st.todo))]
+    if on_nodes:
+        on_nodes([(r.label, sum(1 for s in slots if s.node is r)) for r in reports])
     events: queue.Queue[tuple[Any, ...]] = queue.Queue()
     spec_json = spec.model_dump_json()
     stopping = threading.Event()
@@ -364,15 +401,20 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
                 _requeue(store, spec, st, work, slot, *rest)
     except BaseException:
         stopping.set()
+        store.release([k for t in st.todo.values() for k in t])  # first: a second Ctrl-C may cut _stop short
         _stop(ray, slots)
-        store.release([k for t in st.todo.values() for k in t])
         raise
+    # every run is stored, but a slot may still be destroying its lab (after its last run): let each
+    # variant end before the slots are killed, then have the hosts remove whatever is left
     stopping.set()
     for _ in threads:
         work.put(None)
-    for s in slots:
-        if s.actor is not None:
-            ray.kill(s.actor)
+    deadline = time.monotonic() + CHECK_TIMEOUT_S
+    try:
+        for t in threads:
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
+    finally:  # Ctrl-C while the last labs are destroyed: every run is stored, the hosts still clean up
+        _stop(ray, slots)
     return st.done
 
 

@@ -16,6 +16,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from harness.campaign import make_spec, run_campaign
-from harness.cluster import LAB_PREFIX, LoopbackCluster, loopback_cluster
+from harness.cluster import LAB_PREFIX, SLOT_DIR_PREFIX, LoopbackCluster, loopback_cluster
 from harness.store import CampaignStore, RunStatus
 from substrate.cleanup import cleanup
 from substrate.paths import LABS_DIR
@@ -128,6 +129,7 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
         _wait(lambda: _attempts(db).get(redone) == (2, "running"), 300, f"{redone} to run again")
         # the killed worker's lab was removed by its host before the variant was taken again
         assert not (LABS_DIR / f"{LAB_PREFIX}{pid % 100000}-v{v}").exists()
+        assert not list(Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}{pid}-*")), "the killed slot's run files"
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=300)
     finally:
@@ -140,6 +142,10 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
     p = subprocess.Popen(ray_cluster.command([*argv, "--resume"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err[-3000:]
+    # a campaign that ends leaves nothing on its hosts: each slot destroyed its last lab before it was stopped
+    assert not list(LABS_DIR.glob("ray-*")) and not list(Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}*")), \
+        list(LABS_DIR.glob("ray-*"))
+    assert "anibench-ray-" not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     with CampaignStore(db) as store:
         rows = store.rows("onray")
         assert len(rows) == 4 and all(row.status == "done" for row in rows), rows
@@ -187,3 +193,78 @@ def test_a_host_without_frr_or_with_other_code_is_named_in_one_line() -> None:
         f"host w3 (10.0.0.1, node cccccc): anibench source 0123456789ab differs from the driver's {driver.anibench}; "
         "Ray 2.59.0 differs from the driver's 2.60.0",
     ]
+
+
+def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
+    """Something listens at the address but it is not a Ray head (a silent server, an HTTP/1
+    server): one line at once, instead of Ray waiting minutes for a GCS there."""
+    import socket
+    import threading
+
+    servers, accepted = [], []
+    for reply in (b"", b"HTTP/1.0 400 Bad request\r\n\r\n"):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        servers.append(s)
+
+        def serve(s=s, reply=reply) -> None:  # noqa: ANN001
+            while True:
+                try:
+                    c, _ = s.accept()
+                except OSError:
+                    return
+                accepted.append(c)
+                if reply:
+                    c.recv(100)
+                    c.sendall(reply)
+
+        threading.Thread(target=serve, daemon=True).start()
+    try:
+        for s in servers:
+            address = f"127.0.0.1:{s.getsockname()[1]}"
+            argv = [str(VENV_BIN / "harness"), "campaign", "--task", "onboarding", "--manifest", str(MANIFEST),
+                    "--variants", "1", "--db", str(tmp_path / "d.sqlite"), "--executor", "ray", "--ray-address", address]
+            r = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120)
+            assert r.returncode == 1, r.stderr
+            assert r.stderr.count("error:") == 1 and f"{address}: something listens there, but not a Ray head" in \
+                   " ".join(r.stderr.split()), r.stderr
+    finally:
+        for s in [*servers, *accepted]:
+            s.close()
+    r = subprocess.run([*argv[:-1], "127.0.0.1:99999"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "Ray cluster at 127.0.0.1:99999 unreachable" in r.stderr, r.stderr
+
+
+def test_lab_slots_never_outnumber_the_variants() -> None:
+    """--labs-per-node 500 for a campaign of 2 variants starts 2 worker processes per node, not 500."""
+    from harness.cluster import NodeReport, lab_slots
+
+    a = NodeReport("a" * 40, "10.0.0.1", "w1", 8, "x", "2", "3", None)
+    b = dataclasses.replace(a, node_id="b" * 40, cpus=1)
+    assert [(r.host if r is a else "b", i) for r, i in lab_slots([a, b], 500, 2)] == [("w1", 0), ("w1", 1), ("b", 0), ("b", 1)]
+    assert [(r is a, i) for r, i in lab_slots([a, b], None, 9)] == [(True, 0), (True, 1), (True, 2), (True, 3), (False, 0)]
+    assert lab_slots([a, b], 3, 0) == []
+
+
+def test_a_dead_slots_run_files_are_removed_by_its_host(tmp_path) -> None:
+    """A slot killed mid-run leaves its temporary run directory; the host's next clean-up removes it
+    (and leaves a live slot's alone)."""
+    import tempfile
+
+    from harness.cluster import SLOT_DIR_PREFIX, _clean_host
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    dead = Path(tempfile.mkdtemp(prefix=f"{SLOT_DIR_PREFIX}{p.pid}-"))
+    (dead / "onray" / "A0" / "v0").mkdir(parents=True)
+    (dead / "onray" / "A0" / "v0" / "trajectory.jsonl").write_text("{}\n")
+    live = Path(tempfile.mkdtemp(prefix=f"{SLOT_DIR_PREFIX}{os.getpid()}-"))
+    try:
+        _clean_host()
+        assert not dead.exists() and live.is_dir()
+    finally:
+        import shutil
+
+        shutil.rmtree(dead, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
