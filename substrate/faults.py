@@ -24,8 +24,9 @@ Kinds, each with a duration:
   (``pools.tables``: a route in each free table) or the PE's local SID functions
   (``pools.functions``: a seg6local ``End`` SID on each free function); released at the end.
   Allocation at A3-T/A4 reads the devices and fails cleanly naming the pool; A0/A1 agents meet
-  the occupied ids on the device. The fault's routes carry protocol :data:`FAULT_PROTO`, so
-  clearing removes exactly them.
+  the occupied ids on the device. The fault's routes carry a protocol number of their own per
+  pool (:data:`FAULT_PROTOS`), so clearing one removes exactly its routes, even while the other
+  pool of the same PE is taken too.
 
 The rate lambda is in faults per agent step (tool call). Agents at different ANI levels and
 models differ by orders of magnitude in wall-clock time per step, so a rate per second would
@@ -75,9 +76,9 @@ WRITER_PREFIX = "2001:db8:ffff:{k:x}::/64"
 LATENCY_MS = (50, 100, 200)
 #: NFQUEUE number of fault ``fK``'s delay line: ``LATENCY_QUEUE_BASE + K`` (per network namespace).
 LATENCY_QUEUE_BASE = 4200
-#: Route protocol number of the pool-exhaustion fault's routes (not assigned in iproute2's
-#: ``rt_protos``; 186-192 are FRR's), so that clearing removes exactly them.
-FAULT_PROTO = 250
+#: Route protocol number of the pool-exhaustion fault's routes, per pool (not assigned in
+#: iproute2's ``rt_protos``; 186-192 are FRR's), so that clearing removes exactly that fault's.
+FAULT_PROTOS = {"tables": 250, "functions": 251}
 #: Pools the pool-exhaustion fault takes (names of :class:`substrate.scenario.model.Pools` fields).
 POOLS = ("tables", "functions")
 #: Metric of the pool-exhaustion fault's table routes: above any route of the scenario, so a
@@ -478,8 +479,8 @@ def _pools(lab: Lab) -> Any:
         return Pools()
 
 
-def _taken(lab: Lab, node: str) -> int:
-    r = lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(FAULT_PROTO)], timeout_s=30)
+def _taken(lab: Lab, node: str, pool: str) -> int:
+    r = lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(FAULT_PROTOS[pool])], timeout_s=30)
     return len(r.stdout.splitlines())
 
 
@@ -489,19 +490,19 @@ def _take_pool(lab: Lab, f: Fault) -> str:
     node, pool = f.target["node"], f.target["pool"]
     lo, hi = getattr(_pools(lab), pool)
     if pool == "tables":
-        lines = [f"route add unreachable default table {t} proto {FAULT_PROTO} metric {FAULT_METRIC}"
+        lines = [f"route add unreachable default table {t} proto {FAULT_PROTOS[pool]} metric {FAULT_METRIC}"
                  for t in range(lo, hi + 1)]
     elif pool == "functions":
         nid = lab.topology.node(node).node_id
         if nid is None:
             raise SubstrateError(f"{node} has no SRv6 locator: no SID function pool to take")
-        lines = [f"route add {function_sid(nid, fn)} proto {FAULT_PROTO} encap seg6local action End dev lo"
+        lines = [f"route add {function_sid(nid, fn)} proto {FAULT_PROTOS[pool]} encap seg6local action End dev lo"
                  for fn in range(lo, hi + 1)]
     else:
         raise SubstrateError(f"unknown pool {pool!r}; known: {', '.join(POOLS)}")
     # -force: an id the device already uses fails ("File exists") and the batch goes on
     lab.exec(node, ["ip", "-6", "-force", "-batch", "-"], input="\n".join(lines) + "\n", timeout_s=60)
-    n = _taken(lab, node)
+    n = _taken(lab, node, pool)
     if n == 0:
         raise SubstrateError(f"{node}: no free entry of pools.{pool} could be taken")
     shown = f"{lo}-{hi}" if pool == "tables" else f"0x{lo:x}-0x{hi:x}"
@@ -509,9 +510,11 @@ def _take_pool(lab: Lab, f: Fault) -> str:
 
 
 def _release_pool(lab: Lab, f: Fault) -> str:
-    node = f.target["node"]
-    lab.exec(node, ["ip", "-6", "route", "flush", "table", "all", "proto", str(FAULT_PROTO)], timeout_s=60)
-    left = _taken(lab, node)
+    node, pool = f.target["node"], f.target["pool"]
+    if pool not in FAULT_PROTOS:
+        raise SubstrateError(f"unknown pool {pool!r}; known: {', '.join(POOLS)}")
+    lab.exec(node, ["ip", "-6", "route", "flush", "table", "all", "proto", str(FAULT_PROTOS[pool])], timeout_s=60)
+    left = _taken(lab, node, pool)
     if left:
         raise SubstrateError(f"{node}: {left} routes of the pool-exhaustion fault are still there")
     return f"{node}: pools.{f.target['pool']} released"

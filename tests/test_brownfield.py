@@ -390,9 +390,10 @@ def _rtt_ms(lab: Lab, node: str, iface: str) -> float:
 
 
 def _fault_routes(lab: Lab, node: str) -> int:
-    from substrate.faults import FAULT_PROTO
+    from substrate.faults import FAULT_PROTOS
 
-    return len(lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(FAULT_PROTO)]).stdout.splitlines())
+    return sum(len(lab.exec(node, ["ip", "-6", "route", "show", "table", "all", "proto", str(p)]).stdout.splitlines())
+               for p in FAULT_PROTOS.values())
 
 
 def test_latency_and_pool_exhaustion_take_effect_and_clear_even_after_a_crash(bf) -> None:
@@ -410,11 +411,18 @@ def test_latency_and_pool_exhaustion_take_effect_and_clear_even_after_a_crash(bf
     assert [e.action for e in evs] == ["inject", "inject"], evs
     assert 190 <= _rtt_ms(lab, node, iface) < 1000  # one way delayed: the replies leave through iface
     assert failing(lab, [adj]) == []  # IS-IS frames are not IP: the adjacency stays up
-    functions = lab.exec(pe, ["ip", "-6", "route", "show", "proto", str(faults.FAULT_PROTO)]).stdout
+    functions = lab.exec(pe, ["ip", "-6", "route", "show", "proto", str(faults.FAULT_PROTOS["functions"])]).stdout
     assert _fault_routes(lab, pe) > 4000 and "seg6local action End" in functions and "none is left" in evs[1].detail
     assert [e.action for e in inj.on_step(3)] == ["clear", "clear"]
     assert _rtt_ms(lab, node, iface) < 50 and _fault_routes(lab, pe) == 0
     assert not faults._delay_pids(lab, inj.schedule[0])
+    # both pools of one PE taken at once: clearing one leaves the other taken
+    inj = FaultInjector(lab, [Fault(id=f"f{k}", kind="pool_exhaustion", step=1, duration_steps=d,
+                                    target={"node": pe, "pool": pool})
+                              for k, d, pool in ((3, 1, "tables"), (4, 2, "functions"))])
+    assert [e.action for e in inj.on_step(1)] == ["inject", "inject"]
+    assert [e.action for e in inj.on_step(2)] == ["clear"] and _fault_routes(lab, pe) > 4000
+    assert [e.action for e in inj.on_step(3)] == ["clear"] and _fault_routes(lab, pe) == 0
     # the run crashed with both active: the delay line and the routes are left for reset to clear
     inj = FaultInjector(lab, [_one("latency", node=node, interface=iface, delay_ms=100),
                               Fault(id="f2", kind="pool_exhaustion", step=1, duration_steps=2,
