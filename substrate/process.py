@@ -21,6 +21,9 @@ DEFAULT_MAX_OUTPUT = 1 << 20
 #: holds them), and how long to keep reading after that. Not a sleep: select returns on data.
 _POLL_S = 0.05
 _BACKGROUND_GRACE_S = 0.1
+#: After killing a timed-out or cancelled command's group: the longest wait for its pipes' EOF
+#: while reading what it wrote before it died (EOF comes at once unless a writer escaped the group).
+_DRAIN_S = 1.0
 TRUNCATION_MARK = "\n[... output truncated by anibench: {dropped} more bytes not shown ...]\n"
 
 
@@ -111,6 +114,18 @@ def run_bounded(
     sel.register(proc.stdout, selectors.EVENT_READ, 1)
     sel.register(proc.stderr, selectors.EVENT_READ, 2)
     deadline = t0 + timeout_s
+
+    def take(key: selectors.SelectorKey) -> None:
+        chunk = os.read(key.fd, 65536)
+        if not chunk:
+            sel.unregister(key.fileobj)
+            return
+        buf = bufs[key.data]
+        room = max_output - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+        dropped[key.data] += max(0, len(chunk) - max(room, 0))
+
     timed_out = False
     cancelled = False
     try:
@@ -128,15 +143,7 @@ def run_bounded(
                 break  # the command exited; a background child still holds the pipes
             events = sel.select(min(remaining, _POLL_S))
             for key, _ in events:
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                buf = bufs[key.data]
-                room = max_output - len(buf)
-                if room > 0:
-                    buf += chunk[:room]
-                dropped[key.data] += max(0, len(chunk) - max(room, 0))
+                take(key)
             if exited_at is None and not events and proc.poll() is not None:
                 exited_at = time.monotonic()
         if not timed_out and not cancelled:
@@ -157,6 +164,14 @@ def run_bounded(
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            # what the group wrote before it died is still in the pipes: read it up to EOF (all
+            # writers are dead), so that the caller sees every line the command printed -- e.g.
+            # vtysh's echo of the line it was running when a cancelled call killed it. Bounded:
+            # a writer that escaped the group (setsid) may hold a pipe open.
+            drain_until = time.monotonic() + _DRAIN_S
+            while sel.get_map() and (left := drain_until - time.monotonic()) > 0:
+                for key, _ in sel.select(min(left, _POLL_S)):
+                    take(key)
         proc.wait()
         sel.close()
         proc.stdout.close()
