@@ -337,7 +337,7 @@ def run_campaign(
         KeyboardInterrupt / substrate.signals.Terminated: after destroying the lab; the store
             stays consistent and the campaign can be resumed.
     """
-    from substrate.signals import terminate_gracefully
+    from substrate.signals import raise_if_interrupted, terminate_gracefully
 
     keys, pending = plan_campaign(spec, store, resume=resume)
     done: list[RunRecord] = []
@@ -356,6 +356,7 @@ def run_campaign(
                     done.append(rec)
                 if on_run:
                     on_run(k, rec)
+                raise_if_interrupted()  # a Ctrl-C Python swallowed (raised in a callback) stops here
     return done
 
 

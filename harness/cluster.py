@@ -55,6 +55,9 @@ MAX_VARIANT_ATTEMPTS = 3
 CHECK_TIMEOUT_S = 120.0
 #: Names of the labs of lab slots start with this (then the worker's pid and the variant).
 LAB_PREFIX = "ray-"
+#: How often the driver, waiting for the slots' next event, looks whether a stop signal was
+#: received whose exception Python could not raise (substrate.signals.raise_if_interrupted).
+_EVENT_POLL_S = 0.5
 #: A slot's temporary run directory is named this, then its worker's pid and a dash.
 SLOT_DIR_PREFIX = "anibench-slot-"
 #: The packages whose source must be identical on the driver and every worker.
@@ -334,6 +337,8 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
            on_nodes: Callable[[list[tuple[str, int]]], None] | None) -> list[RunRecord]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from substrate.signals import raise_if_interrupted
+
     keys, pending = plan_campaign(spec, store, resume=resume)
     st = _State()
     work: queue.Queue[tuple[int, list[tuple[str, str]]] | None] = queue.Queue()
@@ -390,7 +395,11 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
             if alive == 0:
                 left = sum(len(t) for t in st.todo.values())
                 raise AnibenchError(f"every Ray node was lost; {left} run(s) left pending: resume with --resume")
-            kind, slot, *rest = events.get()
+            raise_if_interrupted()  # a Ctrl-C Python swallowed (raised in a callback) stops here
+            try:
+                kind, slot, *rest = events.get(timeout=_EVENT_POLL_S)
+            except queue.Empty:
+                continue
             if kind == "gone":
                 alive -= 1
             elif kind == "item":
