@@ -163,6 +163,14 @@ def test_kernel_refusals(g: Grammar) -> None:
     assert "characters not allowed in nft" in bad(g, ['nft add table inet "x"'])
 
 
+@pytest.mark.parametrize("comment", ["#l{XEnI(w\x85*N27", "! note \x1b[2J", "#\x00", "! a\u2028b"])
+def test_a_comment_with_a_control_character_is_refused_like_any_line(g: Grammar, comment: str) -> None:
+    """Found by the A1 fuzz (its seed made reproducible): a comment line is never sent, but it is
+    echoed and recorded, and a control character poisons a call whichever line holds it."""
+    assert "contains control characters" in bad(g, ["interface eth1", comment])
+    assert [c.family for c in ok(g, ["! a plain comment", "# another"])] == ["comment", "comment"]
+
+
 def test_frr_ip_commands_are_not_kernel(g: Grammar) -> None:
     cmds = ok(g, ["ip route 10.0.0.0/8 eth1", "interface eth1", "ip address 10.0.0.1/24", "ip router isis CORE"])
     assert [c.family for c in cmds] == ["frr"] * 4

@@ -199,15 +199,26 @@ def _charset(body: str) -> re.Pattern[str]:
 _FRR_REFUSED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 
 
+def control_character_problem(raw: str) -> str | None:
+    """Why ``raw`` may not be taken in any family -- it holds characters of
+    :data:`_FRR_REFUSED_CATEGORIES` (a tab is whitespace) -- or None. Comment lines too: they are
+    never sent, but they are echoed back and recorded, where a control character would garble
+    the result (an escape sequence) or hide the lines after it."""
+    bad = sorted({c for c in raw if c != "\t" and unicodedata.category(c) in _FRR_REFUSED_CATEGORIES})
+    if not bad:
+        return None
+    shown = ", ".join(f"U+{ord(c):04X}" for c in bad[:6])
+    return f"contains control characters ({shown}); send one command per line"
+
+
 def frr_text_problem(raw: str) -> str | None:
     """Why a line may not go to vtysh, or None. What FRR 8.4's vtysh accepts as configuration
     text is accepted (any UTF-8: ``description Zürich–PoP ✓``); refused are the characters
     above (a tab is whitespace), a final ``?`` (vtysh answers it with help and configures
     nothing) and ``|`` followed by a space or the end (vtysh reads it as an output filter)."""
-    bad = sorted({c for c in raw if c != "\t" and unicodedata.category(c) in _FRR_REFUSED_CATEGORIES})
+    bad = control_character_problem(raw)
     if bad:
-        shown = ", ".join(f"U+{ord(c):04X}" for c in bad[:6])
-        return f"contains control characters ({shown}); send one command per line"
+        return bad
     text = raw.strip(" \t")
     if text.endswith("?"):
         return "ends with '?': vtysh answers a final '?' with help and configures nothing (put the '?' elsewhere)"
@@ -309,6 +320,10 @@ class Grammar:
                 problems.append(Problem(device, i, repr(raw)[:60], "not a string"))
                 continue
             if _is_comment(raw):
+                why = control_character_problem(raw)
+                if why:
+                    problems.append(Problem(device, i, raw.strip(" \t")[:60], why))
+                    continue
                 out.append(Command(text=raw.strip(" \t"), family="comment", index=i))
                 continue
             words = frr_words(raw)
