@@ -18,9 +18,10 @@ left on its host (:func:`substrate.cleanup.cleanup`, the safe ``harness lab clea
 SIGTERM) on the driver kills the slots, has every live node clean its leftovers, and puts the
 unfinished runs back to pending: ``--resume`` continues the campaign, with either executor.
 
-Before any lab is deployed every node is checked (root, FRR and the other programs of
-:func:`substrate.features.check_root_and_tools`, the same anibench source, Ray and Python
-versions as the driver); a problem is one line naming the host and what is missing.
+Before any lab is deployed every node is checked (what a lab's deploy checks first: root, FRR and
+the other programs, the kernel features, the cgroup controllers -- the netns backend's
+``check_environment`` --, and the same anibench source, Ray and Python versions as the driver); a
+problem is one line naming the host and what is missing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import logging
 import os
 import platform
 import queue
+import re
 import shutil
 import socket
 import tempfile
@@ -46,7 +48,7 @@ from harness.errors import AnibenchError
 from harness.store import CampaignStore, RunRecord
 
 __all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_problems", "lab_slots", "loopback_cluster",
-           "run_campaign_ray", "source_digest"]
+           "run_campaign_ray", "source_digest", "why_lost"]
 
 #: A variant whose slot is lost this many times (worker or node died, or the variant raised) has
 #: its remaining runs stored as failed instead of being queued again.
@@ -106,11 +108,11 @@ class NodeReport:
 def _host_report(node_id: str, address: str) -> NodeReport:
     import ray
 
+    from substrate.backends import get_backend
     from substrate.errors import EnvironmentProblem
-    from substrate.features import check_root_and_tools
 
-    try:
-        check_root_and_tools()
+    try:  # what Lab.create checks before it deploys: root, programs, FRR, kernel features, cgroups
+        get_backend("netns").check_environment()
         problem = None
     except EnvironmentProblem as e:
         problem = str(e)
@@ -135,6 +137,22 @@ def host_problems(reports: list[NodeReport], driver: NodeReport) -> list[str]:
         if what:
             lines.append(f"host {r.label}: {'; '.join(what)}")
     return lines
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def why_lost(e: BaseException) -> str:
+    """One line saying why a remote call failed: for an exception the remote code raised (a
+    ``RayTaskError``), its own type and first line (``EnvironmentProblem: no cgroup ...``), not Ray's
+    wrapper line (``ray::LabSlot.run_variant() (pid=..., actor_id=...)``); else the first line of
+    Ray's error (``The actor died unexpectedly ...``). Terminal colour codes removed."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException):
+        e = cause
+    first = next((ln.strip() for ln in _ANSI.sub("", str(e)).splitlines() if ln.strip()), "")
+    name = type(e).__name__
+    return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
 
 
 def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
@@ -275,8 +293,7 @@ def _check_nodes(ray: Any) -> list[NodeReport]:
         try:
             reports.append(ray.get(refs[n["NodeID"]], timeout=CHECK_TIMEOUT_S))
         except Exception as e:  # noqa: BLE001 -- a node that cannot run the check is a problem of that host
-            lines.append(f"host {n['NodeManagerAddress']} (node {n['NodeID'][:6]}): the check did not run "
-                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+            lines.append(f"host {n['NodeManagerAddress']} (node {n['NodeID'][:6]}): the check did not run ({why_lost(e)})")
     driver = NodeReport("driver", "", socket.gethostname(), 0, source_digest(), ray.__version__, platform.python_version(), None)
     lines += host_problems(reports, driver)
     if lines:
@@ -378,7 +395,7 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
                     events.put(("item", slot, v, ray.get(ref)))
                 events.put(("end", slot, v, None))
             except Exception as e:  # noqa: BLE001 -- worker or node died, or the variant raised: re-queued
-                events.put(("lost", slot, v, next((ln for ln in str(e).splitlines() if ln.strip()), type(e).__name__)))
+                events.put(("lost", slot, v, why_lost(e)))
                 try:
                     ray.kill(slot.actor)
                 except Exception:  # noqa: BLE001,S110 -- already dead
@@ -405,9 +422,9 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
             elif kind == "item":
                 _take(store, results_dir, spec, st, slot, *rest, on_run)
             elif kind == "end" and st.todo.get(rest[0]):  # cannot happen unless a run went unreported
-                _requeue(store, spec, st, work, slot, rest[0], "the variant ended without reporting every run")
+                _requeue(store, spec, st, work, slot, rest[0], "the variant ended without reporting every run", on_run)
             elif kind == "lost":
-                _requeue(store, spec, st, work, slot, *rest)
+                _requeue(store, spec, st, work, slot, *rest, on_run)
     except BaseException:
         stopping.set()
         store.release([k for t in st.todo.values() for k in t])  # first: a second Ctrl-C may cut _stop short
@@ -446,7 +463,7 @@ def _take(store: CampaignStore, results_dir: Path, spec: CampaignSpec, st: _Stat
 
 
 def _requeue(store: CampaignStore, spec: CampaignSpec, st: _State, work: queue.Queue, slot: _Slot, v: int,
-             why: str) -> None:
+             why: str, on_run: Callable[[str, RunRecord | None, str], None] | None = None) -> None:
     left = st.todo.get(v)
     if not left:
         return
@@ -460,6 +477,8 @@ def _requeue(store: CampaignStore, spec: CampaignSpec, st: _State, work: queue.Q
         rec = _failed(spec, k, s, v, f"variant lost {st.attempts[v]} times (last on {slot.node.label}): {why}")
         store.save_result(rec)
         st.done.append(rec)
+        if on_run:  # counted and shown like any other finished run
+            on_run(k, rec, slot.node.label)
     del st.todo[v]
 
 

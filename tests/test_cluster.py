@@ -268,3 +268,83 @@ def test_a_dead_slots_run_files_are_removed_by_its_host(tmp_path) -> None:
 
         shutil.rmtree(dead, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+def test_why_a_variant_was_lost_names_the_remote_error_not_rays_wrapper() -> None:
+    """A variant that raised on its worker is reported by the error it raised (its type and first
+    line), not by Ray's wrapper line (``ray::LabSlot.run_variant() (pid=..., actor_id=...)``, with
+    terminal colour codes), which said nothing of the cause."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from harness.cluster import why_lost
+    from substrate.errors import EnvironmentProblem
+
+    cause = EnvironmentProblem("no cgroup with the pids and memory controllers\nsecond line")
+    e = RayTaskError("LabSlot.run_variant", "Traceback ...", cause, proctitle="\x1b[36mray::LabSlot.run_variant()\x1b[39m",
+                     pid=4242, ip="10.0.0.1").as_instanceof_cause()
+    assert "ray::LabSlot" in str(e).splitlines()[0]  # what was stored before
+    assert why_lost(e) == "EnvironmentProblem: no cgroup with the pids and memory controllers"
+    assert why_lost(ActorDiedError()).startswith("ActorDiedError: The actor died")
+    assert why_lost(TimeoutError()) == "TimeoutError"
+
+
+def _host_problem(prefix: list[str], env: dict[str, str] | None = None) -> str | None:
+    code = "from harness.cluster import _host_report; print(_host_report('n' * 40, '10.0.0.1').problem)"
+    r = subprocess.run([*prefix, sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return None if r.stdout.strip() == "None" else r.stdout.strip()
+
+
+def test_a_host_check_finds_what_a_lab_deploy_would_refuse(monkeypatch) -> None:
+    """The pre-flight check of a node runs what a lab's deploy checks first, in that node's own
+    environment: not root, FRR missing from its PATH, its cgroup controllers not mounted (as under
+    ``ip netns exec``, which remounts /sys) each give the node's problem, where a deploy would have
+    failed -- every variant three times -- after the check had passed."""
+    from harness.cluster import _host_report
+
+    assert _host_report("n" * 40, "10.0.0.1").problem is None
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    assert "labs need root" in (_host_problem(nobody) or "")
+    no_cgroups = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                  "umount -R /sys/fs/cgroup 2>/dev/null || umount -l /sys/fs/cgroup; exec \"$0\" \"$@\""]
+    assert "no cgroup with the pids and memory controllers" in (_host_problem(no_cgroups) or "")
+    bin_dir = Path(tempfile.mkdtemp(prefix="anibench-test-path-"))
+    try:
+        for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+            for p in Path(d).iterdir():
+                if p.name != "vtysh" and not (bin_dir / p.name).exists():
+                    (bin_dir / p.name).symlink_to(p)
+        monkeypatch.setenv("PATH", str(bin_dir))
+        assert "vtysh (apt install frr)" in (_host_report("n" * 40, "10.0.0.1").problem or "")
+    finally:
+        import shutil
+
+        shutil.rmtree(bin_dir)
+
+
+def test_runs_of_a_variant_lost_too_often_are_stored_failed_and_reported(tmp_path) -> None:
+    """After MAX_VARIANT_ATTEMPTS losses a variant's remaining runs are stored as failed, and each
+    goes through on_run like any other finished run (the progress bar and the run's summary line):
+    before, they were stored silently and the campaign ended showing 0/N runs, exit 0."""
+    import queue
+
+    from harness.cluster import MAX_VARIANT_ATTEMPTS, NodeReport, _requeue, _Slot, _State
+    from harness.campaign import plan_campaign
+
+    spec = make_spec(ani=["A0", "A1"], agent=["scripted"], model=[None], task="onboarding", variants=1,
+                     manifest=str(MANIFEST), seed=7, density=1, fault_rate=0.0, budget_steps=40, wall_cap_s=120,
+                     agent_options={}, campaign_id="lost")
+    slot = _Slot(NodeReport("a" * 40, "10.0.0.1", "w1", 2, "x", "2", "3", None), 0)
+    seen: list[tuple[str, str | None, str]] = []
+    with CampaignStore(tmp_path / "s.sqlite") as store:
+        keys, _ = plan_campaign(spec, store, resume=False)
+        st, work = _State(todo={0: {keys[("A0", 0)]: "A0", keys[("A1", 0)]: "A1"}}), queue.Queue()
+        for attempt in range(1, MAX_VARIANT_ATTEMPTS + 1):
+            _requeue(store, spec, st, work, slot, 0, "ActorDiedError: the worker died",
+                     lambda k, rec, node: seen.append((k, rec and rec.error, node)))
+            assert work.qsize() == min(attempt, MAX_VARIANT_ATTEMPTS - 1)
+        assert not st.todo and sorted(k for k, _, _ in seen) == sorted(keys.values())
+        assert all(f"variant lost {MAX_VARIANT_ATTEMPTS} times (last on w1 (10.0.0.1, node aaaaaa)): ActorDiedError: "
+                   "the worker died" == why and node == slot.node.label for _, why, node in seen), seen
+        assert [r.status for r in store.rows("lost")] == ["failed", "failed"]
