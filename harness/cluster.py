@@ -276,8 +276,11 @@ def _connect(address: str) -> Any:
         ray.init(address=address, namespace="anibench", logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=False)
     except Exception as e:  # noqa: BLE001 -- Ray raises ConnectionError, RuntimeError (version mismatch), ...
-        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-        raise AnibenchError(f"cannot join the Ray cluster at {address}: {first}") from None
+        # the whole message on one line: Ray's version mismatch puts the versions on the lines after
+        # its first ("Version mismatch: The cluster was started with:")
+        said = " ".join(_ANSI.sub("", str(e)).split()) or type(e).__name__
+        raise AnibenchError(f"this host ({socket.gethostname()}) cannot join the Ray cluster at {address}: "
+                            f"{said[:600]}") from None
     return ray
 
 

@@ -348,3 +348,40 @@ def test_runs_of_a_variant_lost_too_often_are_stored_failed_and_reported(tmp_pat
         assert all(f"variant lost {MAX_VARIANT_ATTEMPTS} times (last on w1 (10.0.0.1, node aaaaaa)): ActorDiedError: "
                    "the worker died" == why and node == slot.node.label for _, why, node in seen), seen
         assert [r.status for r in store.rows("lost")] == ["failed", "failed"]
+
+
+_METADATA = """
+import json, sys
+import ray._common.usage.usage_constants as uc
+from ray._private import ray_constants
+from ray._raylet import GcsClient
+g = GcsClient(address=sys.argv[1])
+m = json.loads(g.internal_kv_get(uc.CLUSTER_METADATA_KEY, namespace=ray_constants.KV_NAMESPACE_CLUSTER))
+print(m["python_version"])
+if len(sys.argv) > 2:
+    m["python_version"] = sys.argv[2]
+    g.internal_kv_put(uc.CLUSTER_METADATA_KEY, json.dumps(m).encode(), overwrite=True,
+                      namespace=ray_constants.KV_NAMESPACE_CLUSTER)
+"""
+
+
+@pytest.mark.lab
+def test_a_cluster_of_another_python_is_one_line_with_both_versions(ray_cluster, tmp_path) -> None:
+    """The head records the Ray and Python versions it was started with (its GCS cluster metadata);
+    a driver of other versions is refused by Ray in a message whose versions are on its 2nd-6th
+    lines: the one line says them all (it said 'Version mismatch: The cluster was started with:')."""
+    meta = [sys.executable, "-c", _METADATA, ray_cluster.address]
+    ours = subprocess.run(ray_cluster.command(meta), capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    subprocess.run(ray_cluster.command([*meta, "3.0.1"]), capture_output=True, text=True, timeout=60, check=True)
+    try:
+        argv = [str(VENV_BIN / "harness"), "campaign", "--task", "onboarding", "--manifest", str(MANIFEST), "--variants",
+                "1", "--db", str(tmp_path / "d.sqlite"), "--executor", "ray", "--ray-address", ray_cluster.address]
+        r = subprocess.run(ray_cluster.command(argv), cwd=REPO, capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(ray_cluster.command([*meta, ours]), capture_output=True, text=True, timeout=60, check=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    line = next(ln for ln in r.stderr.splitlines() if ln.startswith("error:"))
+    assert f"cannot join the Ray cluster at {ray_cluster.address}: Version mismatch" in line, r.stderr
+    assert "Python: 3.0.1" in line and f"Python: {ours}" in line, r.stderr
+    with CampaignStore(tmp_path / "d.sqlite") as store:
+        assert store.campaigns() == []
