@@ -346,10 +346,14 @@ def run_campaign_ray(
 
 
 def lab_slots(reports: list[NodeReport], labs_per_node: int | None, variants: int) -> list[tuple[NodeReport, int]]:
-    """The lab slots to start: (node, slot index) for each of ``labs_per_node`` slots per node (None:
-    its CPU count // 2, at least 1), but never more slots on a node than there are ``variants`` to
-    run (each slot is a Ray worker process: an idle one only costs memory)."""
-    return [(r, i) for r in reports for i in range(min(variants, labs_per_node or max(1, r.cpus // 2)))]
+    """The lab slots to start: (node, slot index), up to ``labs_per_node`` per node (None: its CPU
+    count // 2, at least 1), but never more slots in all than there are ``variants`` to run (each
+    slot is a Ray worker process: an idle one only costs memory, and the progress bar would count
+    labs that never run). Taken across the nodes first (every node's slot 0, then slot 1, ...), so
+    that two variants on two nodes run one per node."""
+    per_node = [labs_per_node or max(1, r.cpus // 2) for r in reports]
+    every = [(r, i) for i in range(max(per_node, default=0)) for r, n in zip(reports, per_node, strict=True) if i < n]
+    return every[:max(0, variants)]
 
 
 def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, reports: list[NodeReport],
@@ -585,13 +589,16 @@ def loopback_cluster(nodes: int = 2, *, cpus: int = 1, object_store_mb: int = 10
             cluster.add_node(cpus, object_store_mb)
         yield cluster
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        # the gcs_server outlives a SIGTERM by more than 30 s (measured on this 2-core host: the whole
+        # bound, every time, so the tests' and the bench's teardown took 30 s): the cluster and its
+        # temporary directory are thrown away, so a short grace for the others, then SIGKILL
+        for sig, bound_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 30)):
             for pid in _netns_pids(ns):
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + bound_s
             while _netns_pids(ns) and time.monotonic() < deadline:
                 time.sleep(0.2)
             if not _netns_pids(ns):

@@ -237,14 +237,17 @@ def test_a_port_where_no_ray_head_listens_is_one_line_at_once(tmp_path) -> None:
 
 
 def test_lab_slots_never_outnumber_the_variants() -> None:
-    """--labs-per-node 500 for a campaign of 2 variants starts 2 worker processes per node, not 500."""
+    """--labs-per-node 500 for a campaign of 2 variants on 2 nodes starts 2 worker processes in all,
+    one per node (it started 2 per node: 4 workers, '2 lab(s)' shown per node, for 2 labs)."""
     from harness.cluster import NodeReport, lab_slots
 
     a = NodeReport("a" * 40, "10.0.0.1", "w1", 8, "x", "2", "3", None)
     b = dataclasses.replace(a, node_id="b" * 40, cpus=1)
-    assert [(r.host if r is a else "b", i) for r, i in lab_slots([a, b], 500, 2)] == [("w1", 0), ("w1", 1), ("b", 0), ("b", 1)]
-    assert [(r is a, i) for r, i in lab_slots([a, b], None, 9)] == [(True, 0), (True, 1), (True, 2), (True, 3), (False, 0)]
-    assert lab_slots([a, b], 3, 0) == []
+    name = lambda slots: [(r.host if r is a else "b", i) for r, i in slots]  # noqa: E731
+    assert name(lab_slots([a, b], 500, 2)) == [("w1", 0), ("b", 0)]
+    assert name(lab_slots([a, b], 500, 3)) == [("w1", 0), ("b", 0), ("w1", 1)]
+    assert name(lab_slots([a, b], None, 9)) == [("w1", 0), ("b", 0), ("w1", 1), ("w1", 2), ("w1", 3)]
+    assert lab_slots([a, b], 3, 0) == [] and lab_slots([], 3, 5) == []
 
 
 def test_a_dead_slots_run_files_are_removed_by_its_host(tmp_path) -> None:
