@@ -269,16 +269,20 @@ class DeviceState(BaseModel):
         return self.frr_daemons is not None or self.frr_config is not None
 
     def frr_same(self, other: DeviceState) -> bool:
-        """FRR configurations are equal: the same daemons answer and their configurations merged
-        (as vtysh merges them) are equal, when both states read the daemons, else vtysh's merged
-        configuration (None, when FRR could not be read, equals only None). When one of the two
-        states did not read FRR at all (:attr:`frr_read`), FRR is not compared: a kernel-only
-        state says nothing of FRR."""
+        """FRR configurations are equal: the same daemons answer and each daemon's own running
+        configuration equals the other state's copy of it (:func:`frr_daemons_differ`), when both
+        states read the daemons, else vtysh's merged configuration (None, when FRR could not be
+        read, equals only None). When one of the two states did not read FRR at all
+        (:attr:`frr_read`), FRR is not compared: a kernel-only state says nothing of FRR.
+
+        Each daemon is compared on its own, not in vtysh's merged view: a prefix-list or
+        route-map lives in every daemon that has the command (vtysh sends it to zebra, isisd
+        and bgpd alike), and the merged view still shows zebra's copy when bgpd lost its own --
+        the one bgpd filters with."""
         if not self.frr_read or not other.frr_read:
             return True
         if self.frr_daemons is not None and other.frr_daemons is not None:
-            return sorted(self.frr_daemons) == sorted(other.frr_daemons) and \
-                canonical_frr(self.frr_daemons) == canonical_frr(other.frr_daemons)  # fmt: skip
+            return not frr_daemons_differ(self.frr_daemons, other.frr_daemons)
         return self.frr_config == other.frr_config
 
     def same_as(self, other: DeviceState, *, dynamic: bool = False) -> bool:
@@ -335,6 +339,13 @@ class DeviceState(BaseModel):
             mine, theirs = sorted(self.frr_daemons or {}), sorted(target.frr_daemons or {})
             out.append("~ FRR running configuration differs" +
                        (f" (daemons {', '.join(mine) or 'none'} -> {', '.join(theirs) or 'none'})" if mine != theirs else ""))
+            if self.frr_daemons is not None and target.frr_daemons is not None:
+                for d in frr_daemons_differ(self.frr_daemons, target.frr_daemons):
+                    if d in self.frr_daemons and d in target.frr_daemons:
+                        have, want = daemon_config_lines(self.frr_daemons[d]), daemon_config_lines(target.frr_daemons[d])
+                        lines = [f"+ {' > '.join(x)}" for x in sorted(want - have)] + [f"- {' > '.join(x)}" for x in sorted(have - want)]
+                        more = f" (and {len(lines) - 8} more)" if len(lines) > 8 else ""
+                        out.append(f"~ FRR {d}'s own configuration: {'; '.join(lines[:8])}{more}")
         return out
 
 
@@ -350,7 +361,7 @@ def address_order(addresses: Iterable[str]) -> list[str]:
 
 
 #: Lines of an FRR configuration that only close or separate stanzas (no state of their own).
-FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family"})
+FRR_NOISE = frozenset({"!", "exit", "end", "exit-address-family", "exit-vrf", "exit-vni"})
 _FRR_NOISE = FRR_NOISE
 
 
@@ -382,33 +393,115 @@ def _canonical_frr(texts: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def _negate(line: str) -> str:
-    """The FRR command undoing ``line`` (``no X`` for ``X``, ``X`` for ``no X``)."""
-    return line[3:] if line.startswith("no ") else f"no {line}"
+    """The FRR command undoing ``line`` (``no X`` for ``X``, ``X`` for ``no X``; a
+    ``description`` is undone by ``no description``, which takes no text in FRR 8.4's lib/if.c)."""
+    if line.startswith("no "):
+        return line[3:]
+    return "no description" if line.split(" ", 1)[0] == "description" else f"no {line}"
 
 
-def frr_config_delta(have: dict[str, str], want: dict[str, str]) -> list[str]:
-    """vtysh configuration lines turning the daemons' configurations ``have`` into ``want`` (both
-    merged by :func:`canonical_frr`): per stanza, ``no <line>`` for lines gone and the new lines;
-    ``no <stanza>`` for a stanza gone, the whole stanza for one missing (FRR CLI negation).
+#: One node of a daemon's configuration tree: each line to the lines nested under it (in order).
+_Tree = dict[str, "_Tree"]
 
-    A quick path for the usual agent change (a few lines); FRR has commands this cannot undo
-    this way (nested address families, order-dependent lists): :func:`restore` checks the result
-    and falls back to ``frr-reload.py``, then to a restart."""
-    h, w = dict(canonical_frr(have)), dict(canonical_frr(want))
-    out: list[str] = []
-    for head in sorted(set(h) | set(w), key=lambda x: (x not in w, x)):  # additions first, removals last
-        hb, wb = h.get(head), w.get(head)
-        if hb == wb:
+
+def _daemon_tree(text: str) -> _Tree:
+    """A daemon's ``show running-config`` as a tree: a line's children are the deeper-indented
+    lines after it (FRR indents each nested node one more space: ``router bgp`` >
+    ``address-family ipv6 unicast`` > ``neighbor X activate``); separators and closing lines
+    (:data:`FRR_NOISE`) are left out."""
+    root: _Tree = {}
+    stack: list[tuple[int, _Tree]] = [(-1, root)]
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        body = line.strip()
+        if not body or body in FRR_NOISE:
             continue
-        if wb is None:
-            out.append(_negate(head))
-            continue
-        out.append(head)
-        if hb is None and not wb:
-            continue
-        out += [_negate(x) for x in hb or () if x not in wb] + [x for x in wb if x not in (hb or ())]
-        out.append("exit")
-    return out
+        indent = len(line) - len(line.lstrip(" "))
+        while stack[-1][0] >= indent:
+            stack.pop()
+        child: _Tree = stack[-1][1].setdefault(body, {})
+        stack.append((indent, child))
+    return root
+
+
+@functools.lru_cache(maxsize=1024)
+def daemon_config_lines(text: str) -> frozenset[tuple[str, ...]]:
+    """A daemon's own running configuration as the set of its lines, each with the lines it is
+    nested in (``("router bgp 64500", "address-family ipv6 unicast", "neighbor X activate")``):
+    equal for two configurations exactly when they hold the same lines in the same places,
+    whatever their order (cached: reset compares the same baseline texts again and again)."""
+    return _tree_lines(_daemon_tree(text))
+
+
+def frr_daemons_differ(have: dict[str, str], want: dict[str, str]) -> list[str]:
+    """The daemons whose own running configuration differs between ``have`` and ``want`` (daemon
+    name -> its ``show running-config``, as :meth:`substrate.lab.Lab.frr_daemon_configs` reads
+    them), a daemon present in only one of them included; sorted."""
+    return sorted(d for d in set(have) | set(want)
+                  if d not in have or d not in want or daemon_config_lines(have[d]) != daemon_config_lines(want[d]))
+
+
+def frr_daemon_delta(have: str, want: str) -> list[str]:
+    """The commands, for one daemon's vty session, that turn its own running configuration
+    ``have`` into ``want`` (both its ``show running-config``): ``configure terminal``, then per
+    level of the configuration tree the lines gone (``no LINE``; a stanza gone as ``no HEAD``,
+    except an interface's, or a nested one's, whose lines are undone one by one: FRR deletes
+    neither an interface that exists nor e.g. an address family that way), then the lines
+    missing, each after the lines it is nested in; ``end``. Removals come first: changing a
+    single-valued line (a description, a timer) is its old value's ``no`` then the new value.
+
+    After a line that may have entered a node (a line under a stanza, or one added), ``end`` and
+    ``configure terminal`` return to the configuration node: a stanza head sent alone (a
+    route-map entry without match lines) enters its node silently. FRR has changes this cannot
+    make in one go (``no neighbor X remote-as`` deletes the neighbor's other lines too):
+    :func:`restore` captures again and repeats, then falls back to ``frr-reload`` and a restart.
+    """
+    ops: list[tuple[tuple[str, ...], str, bool]] = []  # (context, line, may enter a node)
+
+    def undo(ctx: tuple[str, ...], line: str, sub: _Tree) -> None:
+        if sub and (ctx or line.split(" ", 1)[0] == "interface"):
+            for child, grand in sub.items():
+                undo((*ctx, line), child, grand)
+        else:
+            ops.append((ctx, _negate(line), bool(ctx)))
+
+    def add(ctx: tuple[str, ...], line: str, sub: _Tree) -> None:
+        ops.append((ctx, line, True))
+        for child, grand in sub.items():
+            add((*ctx, line), child, grand)
+
+    def walk(h: _Tree, w: _Tree, ctx: tuple[str, ...]) -> None:
+        for line, sub in h.items():
+            if line not in w:
+                undo(ctx, line, sub)
+        for line, sub in w.items():
+            if line not in h:
+                add(ctx, line, sub)
+            elif _tree_lines(h[line]) != _tree_lines(sub):
+                walk(h[line], sub, (*ctx, line))
+
+    walk(_daemon_tree(have), _daemon_tree(want), ())
+    if not ops:
+        return []
+    out = ["configure terminal"]
+    for k, (ctx, line, enters) in enumerate(ops):
+        out += [*ctx, line]
+        if enters and k < len(ops) - 1:
+            out += ["end", "configure terminal"]
+    return [*out, "end"]
+
+
+def _tree_lines(tree: _Tree) -> frozenset[tuple[str, ...]]:
+    """:func:`daemon_config_lines` of a subtree."""
+    out: set[tuple[str, ...]] = set()
+
+    def walk(t: _Tree, ctx: tuple[str, ...]) -> None:
+        for line, sub in t.items():
+            out.add((*ctx, line))
+            walk(sub, (*ctx, line))
+
+    walk(tree, ())
+    return frozenset(out)
 
 
 def _link_text(x: LinkState | None, y: LinkState | None) -> str:
@@ -1165,12 +1258,14 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         return rep
     rep.changed = True
     errors: list[str] = []
-    # FRR's ways back, each tried when the one before did not get there: the configuration delta
-    # in one vtysh session (fast); frr-reload.py (FRR's own tool: zebra refuses some deltas, e.g.
-    # an IPv4 address configured on two ports); a restart from the target configuration (a
-    # daemon missing), as an operator would
-    frr_steps = ["delta", "reload", "restart"] if cur.frr_daemons is not None and target.frr_daemons is not None \
-        and sorted(cur.frr_daemons) == sorted(target.frr_daemons) else ["reload", "restart"]  # fmt: skip
+    # FRR's ways back, each tried when the one before did not get there: each differing daemon's
+    # own configuration delta on its vty socket (fast: one session per daemon); frr-reload.py
+    # (FRR's own tool: zebra refuses some deltas, e.g. an IPv4 address configured on two ports);
+    # an FRR restart (a daemon missing), as an operator would. The delta is tried twice (a line
+    # it removes can take others with it, which the second pass puts back), and once more after
+    # frr-reload: frr-reload works on vtysh's merged view, blind to a daemon that alone differs
+    frr_steps = ["delta", "delta", "reload", "delta", "restart"] if cur.frr_daemons is not None and \
+        target.frr_daemons is not None and sorted(cur.frr_daemons) == sorted(target.frr_daemons) else ["reload", "restart"]  # fmt: skip
     for _attempt in range(RESTORE_PASSES if verify else 1):
         errors = []
         # FRR first: zebra owns the addresses its configuration names, and removes them from the
@@ -1179,10 +1274,7 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
                 and frr_steps:  # fmt: skip
             step = frr_steps.pop(0)
             if step == "delta":
-                lines = frr_config_delta(cur.frr_daemons or {}, target.frr_daemons or {})
-                rep.actions += [f"frr: {x}" for x in lines]
-                r = lab.exec(node, ["vtysh"], input="\n".join(["configure terminal", *lines, "end"]) + "\n", timeout_s=60)
-                errors += [] if r.ok else [f"vtysh: {(r.stderr or r.stdout).strip()[-300:]}"]
+                errors += _frr_daemon_restore(lab, node, cur.frr_daemons or {}, target.frr_daemons or {}, rep)
             elif step == "reload":
                 rep.actions.append("frr-reload to target running-config")
                 errors += restore_frr(lab, node, target.frr_config)
@@ -1202,6 +1294,29 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
     rep.final = cur if verify else None
     rep.seconds = time.monotonic() - t0
     return rep
+
+
+def _frr_daemon_restore(lab: Lab, node: str, have: dict[str, str], want: dict[str, str], rep: RestoreReport) -> list[str]:
+    """Send each daemon whose own configuration differs (:func:`frr_daemons_differ`) its delta
+    (:func:`frr_daemon_delta`) on its vty socket, one session per daemon, to that daemon only.
+    Actions are recorded as ``frr DAEMON: LINE`` (without the mode changes); returns error
+    lines (a command the daemon refused, a daemon that did not answer)."""
+    from substrate.vty import VtyError
+
+    errors: list[str] = []
+    for d in frr_daemons_differ(have, want):
+        cmds = frr_daemon_delta(have.get(d, ""), want.get(d, ""))
+        if not cmds:
+            continue
+        rep.actions += [f"frr {d}: {x}" for x in cmds if x not in ("configure terminal", "end")]
+        try:
+            answers = lab.vty(node, d, *cmds, timeout_s=10)
+        except VtyError as e:
+            errors.append(f"frr {d}: {e}")
+            continue
+        errors += [f"frr {d}: {cmd!r} refused: {out.strip()[:200]}" for cmd, (out, status) in zip(cmds, answers, strict=True)
+                   if status != 0]
+    return errors
 
 
 def _order_sysctls(keys: Iterable[str]) -> list[str]:

@@ -9,6 +9,9 @@ from substrate.devstate import (
     DeviceState,
     capture,
     capture_many,
+    daemon_config_lines,
+    frr_daemon_delta,
+    frr_daemons_differ,
     frr_interface_addresses,
     normalize_nft,
     restore,
@@ -151,6 +154,63 @@ def test_frr_interface_addresses_are_read_per_interface_in_kernel_form() -> None
             "router isis CORE\n net 49.0001.0000.0000.0001.00\nexit\n!\ninterface sr0\n ipv6 address fcbb:bb00:1::1/48\nexit\n")
     assert frr_interface_addresses(conf) == {"fd00:1:1::1/64 dev eth2", "10.0.0.1/24 dev eth2", "fcbb:bb00:1::1/48 dev sr0"}
     assert frr_interface_addresses("") == set()
+
+
+BGPD = """frr version 8.4.4
+hostname r1
+!
+router bgp 64500
+ neighbor 2001:db8:fe00::2 remote-as 64501
+ neighbor 2001:db8:fe00::2 description peer1 (AS64501, xr1)
+ !
+ address-family ipv6 unicast
+  neighbor 2001:db8:fe00::2 activate
+  neighbor 2001:db8:fe00::2 route-map PEER1-IN in
+ exit-address-family
+exit
+!
+ipv6 prefix-list PEER1-IN seq 5 permit 2001:db8:1001::/48
+!
+route-map PEER1-IN permit 10
+ match ipv6 address prefix-list PEER1-IN
+exit
+!
+interface eth1
+ description to r2
+exit
+"""
+
+
+def test_each_daemons_configuration_is_compared_and_restored_on_its_own() -> None:
+    """A daemon that alone lost a prefix-list differs, though vtysh's merged view (where
+    zebra's copy still shows) does not; a line moved between address families differs (the
+    merged canonical form flattened stanzas); order and separators do not count."""
+    zebra = "ipv6 prefix-list PEER1-IN seq 5 permit 2001:db8:1001::/48\n"
+    lost = BGPD.replace("ipv6 prefix-list PEER1-IN seq 5 permit 2001:db8:1001::/48\n", "")
+    assert frr_daemons_differ({"zebra": zebra, "bgpd": lost}, {"zebra": zebra, "bgpd": BGPD}) == ["bgpd"]
+    assert frr_daemons_differ({"zebra": zebra}, {"zebra": zebra, "bgpd": BGPD}) == ["bgpd"]
+    moved = BGPD.replace(" address-family ipv6 unicast", " address-family ipv4 unicast")
+    assert daemon_config_lines(moved) != daemon_config_lines(BGPD)
+    shuffled = "".join(ln for ln in BGPD.splitlines(keepends=True) if ln.strip() != "!").replace(" neighbor 2001:db8:fe00::2 description peer1 (AS64501, xr1)\n", "") \
+        .replace(" neighbor 2001:db8:fe00::2 remote-as 64501\n",
+                 " neighbor 2001:db8:fe00::2 description peer1 (AS64501, xr1)\n neighbor 2001:db8:fe00::2 remote-as 64501\n")
+    assert shuffled != BGPD and daemon_config_lines(shuffled) == daemon_config_lines(BGPD)
+    assert frr_daemon_delta(BGPD, BGPD) == []
+    assert frr_daemon_delta(lost, BGPD) == ["configure terminal", "ipv6 prefix-list PEER1-IN seq 5 permit 2001:db8:1001::/48", "end"]
+    # a nested line is sent in its context; a description is undone by `no description`, then
+    # set again; leaving the node after each line (a stanza head alone enters its node silently)
+    damaged = BGPD.replace("  neighbor 2001:db8:fe00::2 route-map PEER1-IN in\n", "").replace("to r2", "changed")
+    assert frr_daemon_delta(damaged, BGPD) == [
+        "configure terminal", "router bgp 64500", "address-family ipv6 unicast", "neighbor 2001:db8:fe00::2 route-map PEER1-IN in",
+        "end", "configure terminal", "interface eth1", "no description", "end", "configure terminal",
+        "interface eth1", "description to r2", "end"]
+    # a stanza gone is negated as a whole, an interface's line by line; a nested stanza's lines one by one
+    extra = BGPD + "route-map X permit 5\n set metric 7\nexit\ninterface eth9\n description x\nexit\n"
+    assert frr_daemon_delta(extra, BGPD) == ["configure terminal", "no route-map X permit 5", "interface eth9", "no description", "end"]
+    v4 = BGPD.replace("exit\n!\nipv6 prefix-list", " address-family ipv4 unicast\n  neighbor 2001:db8:fe00::2 activate\n "
+                      "exit-address-family\nexit\n!\nipv6 prefix-list", 1)
+    assert frr_daemon_delta(v4, BGPD) == ["configure terminal", "router bgp 64500", "address-family ipv4 unicast",
+                                          "no neighbor 2001:db8:fe00::2 activate", "end"]
 
 
 @pytest.mark.lab

@@ -220,14 +220,41 @@ async def test_a3t_refuses_leaking_the_internal_prefix_before_touching_the_pe(la
 
 
 @pytest.mark.lab
-@pytest.mark.xfail(strict=True, reason="not fixed (attack of issue 18): a lab reset compares vtysh's merged running "
-                   "configuration, in which zebra's and isisd's copies of a prefix-list hide that bgpd lost its own; the "
-                   "reset reports exact and the next run inherits a PE that drops every route at the next route refresh")  # fmt: skip
-def test_reset_restores_a_prefix_list_removed_from_bgpd_alone(lab: Lab, sc: Scenario) -> None:
-    """Last in the module: while this fails, the module's lab keeps the latent damage."""
+def test_reset_restores_each_daemons_own_configuration(lab: Lab, sc: Scenario) -> None:
+    """Damage to one daemon that vtysh's merged view hides is restored too (an attack of issue 18:
+    a prefix-list removed from the PE's bgpd alone survived a reset, which compared the merged
+    view, where zebra's and isisd's copies still showed it; the next run inherited a PE that drops
+    every route at the next route refresh). Each FRR daemon's own configuration is compared and
+    restored: lines removed from one daemon (bgpd's prefix-list and route-map entry, zebra's
+    prefix-list, an IS-IS interface line of isisd, a static route of staticd) and lines added to
+    one (a wider prefix-list entry in bgpd alone, another interface description in zebra alone)."""
+    from substrate.devstate import daemon_config_lines
+    from substrate.scenario.deploy import load_baseline
+
     (x,) = sc.ebgp_peerings
-    vty = ["vtysh", "-d", "bgpd", "-c"]
-    assert lab.exec(x.pe, [*vty, "configure terminal", "-c", "no ipv6 prefix-list PEER1-IN"], timeout_s=20).ok
+    core_if = sorted(lk.endpoint_of(x.pe).interface for lk in sc.topology.core_links() if x.pe in (lk.a.node, lk.b.node))[0]
+    damage = {
+        "bgpd": ["no ipv6 prefix-list PEER1-IN", "no route-map PEER1-OUT permit 10", "ipv6 prefix-list PEER1-IN seq 900 permit ::/0"],
+        "zebra": ["no ipv6 prefix-list PEER1-OUT", f"interface {core_if}", "description changed by an agent"],
+        "isisd": [f"interface {core_if}", "no isis network point-to-point"],
+        "staticd": [f"no ipv6 route {x.advertise[0]} blackhole"],
+    }
+    for daemon, lines in damage.items():
+        answers = lab.vty(x.pe, daemon, "configure terminal", *lines, "end", timeout_s=10)
+        assert all(status == 0 for _, status in answers), (daemon, answers)
+    merged = lab.exec(x.pe, ["vtysh", "-c", "show running-config"], timeout_s=20).stdout
+    # the merged view hides the removals from bgpd and zebra (the other daemons' copies show)
+    assert "route-map PEER1-OUT permit 10" in merged and "ipv6 prefix-list PEER1-IN seq 5" in merged
+    assert "ipv6 prefix-list PEER1-OUT seq 5" in merged, merged
     rep = reset(lab)
-    held = lab.exec(x.pe, [*vty, "show ipv6 prefix-list PEER1-IN"], timeout_s=20).stdout
-    assert "PEER1-IN" in held, f"reset (exact={rep.exact}) left the PE's bgpd without prefix-list PEER1-IN"
+    assert rep.exact and [r.node for r in rep.restored] == [x.pe], (rep.summary(), rep.residual, [(r.node, r.actions) for r in rep.restored])
+    want = load_baseline(lab)[x.pe].frr_daemons or {}
+    have = lab.frr_daemon_configs(x.pe)
+    assert sorted(have) == sorted(want)
+    for d in want:
+        assert daemon_config_lines(have[d]) == daemon_config_lines(want[d]), (d, have[d])
+    # what the damage broke works again after a route refresh (bgpd filters with its own copies)
+    assert lab.exec(x.pe, ["vtysh", "-c", "clear bgp ipv6 unicast * soft"], timeout_s=20).ok
+    holds(lab, x.pe, router_addr(x), x.accept[0])
+    holds(lab, x.router, pe_addr(x), x.advertise[0])
+    assert verdicts(lab, sc) == {"session": True, "received": True, "advertised": True}

@@ -1,7 +1,7 @@
 """Service class ``rate_limits`` (issue 18): per-tenant shapers on attachment circuits, on a real lab.
 
 The baseline's rate probes hold (deploy verifies them); the held-rate check fails when the
-shaper is removed and the unaffected check fails when the neighbour's circuit is shaped too, and
+shaper is removed, the shaper check when it is removed or its rate halved and the unaffected check fails when the neighbour's circuit is shaped too, and
 both pass again after a lab reset (which re-creates the shaper); A3-T changes a limit's rate and
 removes a limit (the class's reference change) with active validation, and undoes a change whose
 validation fails."""
@@ -76,16 +76,25 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
     s = sc.site(x.site)
     held = next(i.id for i in sc.invariants if i.id.startswith(f"rate_limit/{x.id}/held/"))
     unaffected = next(i for i in sc.invariants if i.id.startswith(f"rate_limit/{x.id}/unaffected/"))
+    shaper = f"rate_limit/{x.id}/shaper"
     ok, detail = verdict(lab, sc, held)
     assert ok, detail
+    assert verdict(lab, sc, shaper)[0]
     # the shaper removed: the circuit runs at line rate
     sh(lab, s.pe, f"tc qdisc del dev {s.pe_if} root")
     ok, detail = verdict(lab, sc, held)
     assert not ok and "Mbit/s" in detail, detail
+    ok, detail = verdict(lab, sc, shaper)
+    assert not ok and "noqueue" in detail, detail
+    # the limit halved: within the probe's tolerance for a loaded machine, not the device state's
+    sh(lab, s.pe, qdisc_command(s.pe_if, qdisc_value("tbf", x.rate_mbit * 500_000)))
+    ok, detail = verdict(lab, sc, shaper)
+    assert not ok and f"tbf rate {x.rate_mbit * 500_000}bit (expected tbf rate {x.rate_mbit * 1_000_000}bit)" in detail, detail
     rep = reset(lab)
     assert rep.exact, rep.residual
     ok, detail = verdict(lab, sc, held)
     assert ok, detail
+    assert verdict(lab, sc, shaper)[0]
 
     # the neighbour's circuit (another tenant, same PE) shaped to the limit too
     ok, detail = verdict(lab, sc, unaffected.id)

@@ -39,7 +39,7 @@ def test_reference_manifest_has_every_class_and_about_25_routers() -> None:
     assert sc.layers == [c.name for c in registry()]  # every registered class, in registry order
     kinds = Counter(i.kind for i in sc.invariants)
     for kind in ("reach", "isolated", "steered_path", "tcp_verdict", "isis_adjacency", "sid_bound", "fib_has", "nft_rule",
-                 "rate", "bgp_session", "bgp_routes"):
+                 "rate", "shaper", "bgp_session", "bgp_routes"):
         assert kinds[kind] > 0, kind
     # every service instance has invariants, and invariant ids are unique
     services = {i.service for i in sc.invariants}

@@ -119,3 +119,30 @@ def test_a_class_naming_what_does_not_exist_or_taking_what_is_anothers_fails_at_
         sys.modules.pop("extra_class", None)
         LAYERS.pop("extra", None)
     assert "Extra in extra_class" in str(e.value) and words in str(e.value), e.value
+
+
+def test_the_readme_least_class_works_as_written(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """README "Adding a service class": its smallest class, imported as written, is registered last,
+    named by a manifest (its parameters validated) and built into a scenario."""
+    import importlib
+    import re
+    import sys
+
+    from substrate.scenario import build
+    from substrate.scenario.layers.base import LAYERS
+    from substrate.scenario.manifest import ManifestError, parse_manifest
+
+    section = (REPO / "README.md").read_text().split("### Adding a service class", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    (tmp_path / "readme_class.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        importlib.import_module("readme_class")
+        assert list(LAYERS)[-1] == "motd"
+        text = "name: m\ntopology: grid:2x2:nohosts\nlayers:\n  - underlay\n  - addressing\n  - motd: {text: hi}\n"
+        assert build(parse_manifest(text)).layers == ["underlay", "addressing", "motd"]
+        with pytest.raises(ManifestError, match="colour"):
+            parse_manifest(text.replace("text: hi", "colour: red"))
+    finally:
+        LAYERS.pop("motd", None)
+        sys.modules.pop("readme_class", None)

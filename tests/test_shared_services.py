@@ -87,11 +87,19 @@ def test_each_invariant_fails_when_broken_and_reset_repairs_it(lab: Lab, sc: Sce
     reset(lab)
     assert verdicts(lab, sc, reach_id) == {reach_id: True}
 
-    # a tenant without a leak given one by hand (both directions): isolation fails
+    # a tenant without a leak given one by hand, one way (its table routes to the services, the
+    # services table has no way back): the probes arrive at the shared host, no reply returns
     iso = next(i for i in sc.invariants if i.id.startswith("shared_services/isolated/"))
     other = sc.tenant(iso.id.rsplit("/", 1)[1])
     src = other.sites[0]
     via_ss = segs(sc, ss.pe, ss.dt6_function)
+    forward = (f"ip -6 route replace {ss.prefix6} table {other.table} dev {ss.pe_if}" if src.pe == ss.pe else
+               f"ip -6 route replace {ss.prefix6} table {other.table} encap seg6 mode encap.red segs {via_ss} dev sr0")
+    sh(lab, src.pe, forward)
+    (v,) = observe(lab, [iso])
+    assert not v.ok and "probes arrived, 0 replies" in v.detail and " 0 probes arrived" not in v.detail, v.detail
+    reset(lab)
+    # both directions: isolation fails
     if src.pe == ss.pe:
         sh(lab, src.pe, f"ip -6 route replace {ss.prefix6} table {other.table} dev {ss.pe_if}")
         sh(lab, ss.pe, f"ip -6 route replace {src.prefix6} table {ss.table} dev {src.pe_if}")

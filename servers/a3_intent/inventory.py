@@ -252,7 +252,6 @@ class Found:
 
 _SKIP_PORTS = frozenset({"lo", "sr0"})
 _DEFAULTS = frozenset({"::/0", "0.0.0.0/0", "default"})
-_FIP_RE = re.compile(r"ip daddr (\d+\.\d+\.\d+\.\d+) (?:dnat to|meta mark set)")
 
 
 def _route_dst(route: str) -> str:
@@ -324,7 +323,8 @@ def scan(sc: Scenario, states: dict[str, DeviceState]) -> Found:
             dev = dev.strip()
             if dev and dev not in _SKIP_PORTS:
                 f.port_addrs.setdefault((node, dev), set()).add(ip.strip())
-        f.floating |= set(_FIP_RE.findall(st.nft))
+        for c in registry():
+            c.found_in(node, st, f)
     return f
 
 

@@ -243,11 +243,10 @@ class _Planner:
     def ipam(self) -> Ipam:
         ipam = Ipam.from_scenario(self.old)
         cur = Ipam.from_scenario(self.work)
-        ipam.tables |= cur.tables | self.found.tables
         ipam.used6 |= cur.used6
         ipam.used4 |= cur.used4
-        ipam.marks |= cur.marks | self.found.marks
-        ipam.floating |= cur.floating | self.found.floating
+        for pool in Ipam.NUMBERED:  # the pools whose resources the devices show too
+            getattr(ipam, pool).update(getattr(cur, pool) | getattr(self.found, pool))
         for src in (cur.functions, self.found.functions):
             for n, fs in src.items():
                 ipam.functions.setdefault(n, set()).update(fs)

@@ -481,7 +481,7 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
                 restarted.extend(f"{node}:{d}" for d in lab.state(node).daemons)
                 cur = capture(lab, node, frr="fast", sysctls="fast")
             elif dead:
-                for d in dead:  # with its part of the baseline (restore below sees only the merged configuration)
+                for d in dead:  # with its part of the baseline (vtysh sends it the lines it has commands for)
                     lab.start_daemon(node, d, config=baseline[node].frr_config or "")
                 restarted.extend(f"{node}:{d}" for d in dead)
                 cur = capture(lab, node, frr="fast", sysctls="fast")

@@ -63,6 +63,10 @@ class PoolExhausted(GenerationError):
 class Ipam:
     """Allocation state over a scenario's pools (lowest free first, so deterministic)."""
 
+    #: The sets of resources in use, besides prefixes and SID functions, that A3-T also finds
+    #: on devices (its ``Found`` has a field of each name): table ids, marks, floating addresses.
+    NUMBERED: tuple[str, ...] = ("tables", "marks", "floating")
+
     def __init__(self, pools: Pools):
         self.pools = pools
         self.used6: set[str] = set()

@@ -68,7 +68,9 @@ class ServiceClass:
     - ``records``: the :class:`~substrate.scenario.model.Scenario` fields holding its instances
       that change sets change; ``derived``: fields recomputed from the records by ``derive(sc)``;
     - ``claim(sc, ipam)``: mark the pool resources its instances hold as used
-      (:class:`~substrate.scenario.layers.addressing.Ipam`); ``sids(sc)``: the SIDs they bind.
+      (:class:`~substrate.scenario.layers.addressing.Ipam`); ``found_in(node, state, found)``:
+      the same resources as a device's state shows them (drift, hand-made state);
+      ``sids(sc)``: the SIDs they bind.
 
     Typed intent (A3-T and the levels built on it): ``intents``, the catalog classes it offers
     (:class:`Intent`: spec and patch models, their operations, read views), and the planner hooks
@@ -120,6 +122,11 @@ class ServiceClass:
 
     def claim(self, sc: Scenario, ipam: Any) -> None:
         """Mark the pool resources held by ``sc``'s instances of this class as used in ``ipam``."""
+
+    def found_in(self, node: str, state: Any, found: Any) -> None:
+        """Add to ``found`` (A3-T's ``Found``: pool resources in use on devices, whatever the
+        records say) those of this class's kind that ``node``'s device ``state`` (a
+        :class:`~substrate.devstate.DeviceState`) shows, e.g. an address its rules translate."""
 
     def hosts(self, sc: Scenario) -> set[str]:
         """Hosts this class cabled to PEs for its own use (not attachment circuits for sites)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import re
 from typing import Any
 
 from pydantic import Field
@@ -37,6 +38,8 @@ from substrate.scenario.model import (
 from substrate.topology import Role
 
 TABLE = "ip fip"
+#: An address the border PE's NAT rules translate or mark (what A3-T finds in use on a device).
+_FIP_RE = re.compile(r"ip daddr (\d+\.\d+\.\d+\.\d+) (?:dnat to|meta mark set)")
 EXTERNAL_PREFIX = "203.0.113.0/24"
 EXTERNAL_HOST = "x1"
 
@@ -301,6 +304,9 @@ class FloatingIp(Layer):
             ipam.floating.add(f.address)
         if sc.external:
             ipam.functions.setdefault(sc.external.border_pe, set()).add(sc.external.dx4_function)
+
+    def found_in(self, node: str, state: Any, found: Any) -> None:
+        found.floating |= set(_FIP_RE.findall(state.nft))
 
     def hosts(self, sc: Scenario) -> set[str]:
         return {sc.external.host} if sc.external else set()

@@ -14,7 +14,10 @@ about 1.5 s at the limit, timed from the sender until the receiver has everythin
   ``[0.4, 1.25] x`` the limit (held, and not broken: a tolerance for a loaded machine below,
   the token bucket's burst above);
 - when another tenant has a site on the same PE, a transfer to it is not held to the limit
-  (at least twice the limit): the shaper is per circuit, not per PE.
+  (at least twice the limit): the shaper is per circuit, not per PE;
+- the PE port's root queueing discipline is the token bucket at exactly the limit (``shaper``,
+  read with ``tc -j qdisc``): the probe's tolerance lets a limit changed to half of its rate
+  pass, the device state does not.
 """
 
 from __future__ import annotations
@@ -163,6 +166,29 @@ def check_rate(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evi
     return False, detail, evidence
 
 
+def check_shaper(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """``shaper`` {node, dev, qdisc}: the root queueing discipline of ``dev`` on ``node`` is
+    ``qdisc`` in :func:`substrate.scenario.apply.qdisc_value` form (``tbf rate <bit/s>bit``;
+    ``tc -j`` gives the rate in bytes per second)."""
+    import json
+
+    from substrate.scenario.observer import _ev
+
+    p = inv.params
+    r = ctx.run(p["node"], ["tc", "-j", "qdisc", "show", "dev", p["dev"], "root"], timeout_s=10)
+    if not r.ok:
+        return False, f"{p['node']}: cannot read the qdisc of {p['dev']}", [_ev(r)]
+    try:
+        roots = [q for q in json.loads(r.stdout or "[]") if q.get("root")]
+    except ValueError:
+        return False, f"{p['node']}: unreadable tc output for {p['dev']}", [_ev(r)]
+    q = roots[0] if roots else {}
+    rate = q.get("options", {}).get("rate")
+    have = qdisc_value(q.get("kind", "none"), int(rate) * 8 if q.get("kind") == "tbf" and rate is not None else None)
+    ok = have == p["qdisc"]
+    return ok, f"{p['node']} {p['dev']}: root qdisc {have}" + ("" if ok else f" (expected {p['qdisc']})"), [_ev(r)]
+
+
 # -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
 
 
@@ -223,7 +249,7 @@ class RateLimits(Layer):
     Params = RateLimitsParams
     records = ("rate_limits",)
     intents = (RateLimitIntent(),)
-    checks = {"rate": check_rate}
+    checks = {"rate": check_rate, "shaper": check_shaper}
     probe_kinds = frozenset({"rate"})
 
     def generate(self, sc: Scenario, params: LayerParams, rng: random.Random, density: int) -> Scenario:
@@ -244,6 +270,11 @@ class RateLimits(Layer):
         out: list[Invariant] = []
         for k, x in enumerate(sc.rate_limits):
             s = sc.site(x.site)
+            out.append(Invariant(
+                id=f"rate_limit/{x.id}/shaper", kind="shaper", service=f"rate_limit/{x.id}",
+                params={"node": s.pe, "dev": s.pe_if, "qdisc": qdisc_value("tbf", x.rate_mbit * 1_000_000)},
+                description=f"{s.pe} shapes its port {s.pe_if} toward site {s.id} to {x.rate_mbit} Mbit/s ({x.id})",
+            ))  # fmt: skip
             src = source_of(sc, s)
             if src is None:
                 continue

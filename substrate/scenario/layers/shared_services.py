@@ -22,7 +22,9 @@ leaked, and A3-T refuses a change that breaks this. IPv6 only.
 Invariants: per leak (service ``route_leak/<id>``) the tenant's probe site (its first site)
 reaches the shared host with real pings; per scenario (service ``shared_services``) up to two
 tenants without a leak cannot reach it, and up to two pairs of leaked tenants still cannot reach
-each other (no transit through the services table).
+each other (no transit through the services table). Isolation is counted where the probe would
+arrive (``isolated`` with ``dst_node``: the shared host, the other tenant's CE), so a one-way
+leak -- a tenant's table routing to the services while the way back is missing -- fails too.
 """
 
 from __future__ import annotations
@@ -252,7 +254,7 @@ class SharedServicesClass(Layer):
             src = t.sites[0]
             out.append(Invariant(
                 id=f"shared_services/isolated/{t.id}", kind="isolated", service=SERVICE,
-                params={"src": src.ce, "dst": dst, "family": 6},
+                params={"src": src.ce, "dst": dst, "dst_node": ss.host, "family": 6},
                 description=f"{t.name} has no leak: site {src.id} cannot reach the shared services ({dst})",
             ))
         pairs = [(a, b) for a in sc.route_leaks for b in sc.route_leaks if a.tenant != b.tenant]
@@ -262,7 +264,7 @@ class SharedServicesClass(Layer):
                 continue
             out.append(Invariant(
                 id=f"shared_services/no_transit/{ta.sites[0].id}-x-{tb.sites[0].id}", kind="isolated", service=SERVICE,
-                params={"src": ta.sites[0].ce, "dst": ce_addr(tb.sites[0].prefix6, 2), "family": 6},
+                params={"src": ta.sites[0].ce, "dst": ce_addr(tb.sites[0].prefix6, 2), "dst_node": tb.sites[0].ce, "family": 6},
                 description=f"leaked tenants stay apart: {ta.name}'s site {ta.sites[0].id} cannot reach {tb.name}'s site "
                             f"{tb.sites[0].id} (no transit through the services table)",
             ))  # fmt: skip
