@@ -61,6 +61,8 @@ def main() -> None:  # noqa: C901
     refused: dict[tuple[str, str], int] = defaultdict(int)
     inexpressible: dict[tuple[str, str], set[str]] = defaultdict(set)
     misses: list[str] = []
+    #: kind -> [injections labelled specification_deviation, counted] (harness.diagnostics)
+    labelled: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     n = 0
     t0 = time.monotonic()
 
@@ -98,16 +100,20 @@ def main() -> None:  # noqa: C901
                         continue
                     if made is None or made["inexpressible"]:
                         inexpressible[(kind, level)].add(cls)
+                        print(f"{key:45s} not expressible", flush=True)
                         continue
                     if made["made"] and all(m["refused"] for m in made["made"]):
                         refused[(kind, level)] += 1
+                        print(f"{key:45s} refused by the tool {made['made']}", flush=True)
                         continue
                     detected = not (rec.task_pass and rec.damage_free)
                     table[kind][level][0] += detected
                     table[kind][level][1] += 1
+                    labelled[kind][0] += "specification_deviation" in rec.diagnostic_labels
+                    labelled[kind][1] += 1
                     if not detected:
                         misses.append(f"{key}: {made['made']} -> clean success ({root / key})")
-                    print(f"{key:45s} {'detected' if detected else 'MISSED'} {made['made']} "
+                    print(f"{key:45s} {'detected' if detected else 'MISSED'} {made['made']} {rec.diagnostic_labels} "
                           f"failed={[v.id for v in verdicts if not v.ok][:4]}", flush=True)
     wall = time.monotonic() - t0
     print(f"\n{n} runs in {wall:.0f} s; load average {os.getloadavg()[0]:.1f}; scenario {args.manifest} seed "
@@ -130,6 +136,8 @@ def main() -> None:  # noqa: C901
         print(f"{kind:22s}" + "".join(cells) + f"{frac:>10s}")
     print(f"overall: {tot[0]}/{tot[1]} = {tot[0] / max(tot[1], 1):.3f} (goal >= 0.95, each kind >= 0.95)")
     print("n/e: the level cannot express the kind (harness.agents.mistakes.INEXPRESSIBLE)")
+    print("diagnostic label specification_deviation set, per kind: " + ", ".join(
+        f"{k} {labelled[k][0]}/{labelled[k][1]}" for k in kinds if labelled[k][1]))
     for (kind, lv), cs in sorted(inexpressible.items()):
         print(f"not expressible in this variant: {kind} at {lv} in {', '.join(sorted(cs))}")
     for (kind, lv), c in sorted(refused.items()):

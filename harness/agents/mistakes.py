@@ -255,7 +255,7 @@ def device_mistake(kind: str, delta: ConfigDelta, pe: str, env: DeviceEnv) -> De
         def reuse(x: str) -> str | None:
             if "encap seg6local" not in x or not x.startswith("-6 route "):
                 return None
-            sid = x.split()[2]
+            sid = x.split()[3]
             fn = _function_of(sid)
             if fn in taken:
                 return None

@@ -94,6 +94,10 @@ class Verdict(BaseModel):
     detail: str = Field(default="", description="One line saying why.")
     evidence: list[Evidence] = Field(default_factory=list)
     duration_s: float = 0.0
+    diff: dict[str, list[str]] | None = Field(
+        default=None, description="State checks (table_routes, address_bound): what the node lacks ('missing') and "
+        "holds beyond what was rendered ('unexpected'), unbounded and structured, for diagnostics "
+        "(harness.diagnostics); None for other kinds.")
 
 
 #: Check kinds that send probes from a host (``src``): their hosts' neighbour caches are flushed
@@ -113,6 +117,8 @@ class ObserveContext:
         self.lab = lab
         #: Hosts whose neighbour cache could not be flushed -> the failed flush.
         self.unflushed: dict[str, ExecResult] = {}
+        #: Invariant id -> the structured difference a state check found (Verdict.diff).
+        self.diffs: dict[str, dict[str, list[str]]] = {}
         self._sizes = iter(range(PROBE_SIZE_MIN, PROBE_SIZE_MAX))
         self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
@@ -409,6 +415,7 @@ def check_table_routes(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     cmd = f"ip -{fam} -d -j route show table {table}"
     ev = [Evidence(node=p["node"], command=cmd, exit_code=r.returncode,
                    output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{len(have)} routes as rendered")[:EXCERPT])]
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
     if missing or extra:
         parts = ([f"lacks {', '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {', '.join(extra[:3])}"] if extra else [])
         return False, f"{p['node']} table {table} (IPv{fam}): " + "; ".join(parts), ev
@@ -425,6 +432,8 @@ def check_address_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str,
     have = {f"{a.get('local')}/{a.get('prefixlen')}" for ln in links if ln.get("ifname") == p["interface"]
             for a in ln.get("addr_info", [])}
     missing = [x for x in p["addresses"] if x not in have]
+    # link-local addresses are the kernel's, never rendered
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": sorted(x for x in have - set(p["addresses"]) if not x.startswith("fe80:"))}
     ev = [Evidence(node=p["node"], command=f"ip -j addr show # {p['interface']}", exit_code=r.returncode,
                    output=f"{p['interface']} has {sorted(have)}"[:EXCERPT])]
     if missing:
@@ -497,7 +506,7 @@ def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
     except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with evidence
         ok, detail, ev = False, f"check could not run: {type(e).__name__}: {e}", []
     return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=ok, detail=detail, evidence=ev,
-                   duration_s=time.monotonic() - t0)
+                   duration_s=time.monotonic() - t0, diff=ctx.diffs.get(inv.id))
 
 
 def probe_kinds() -> frozenset[str]:
