@@ -50,6 +50,7 @@ def main() -> None:  # noqa: C901
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--density", type=int, default=1)
     ap.add_argument("--keep", default=None, help="keep the run directories here")
+    ap.add_argument("--no-clean", action="store_true", help="skip the clean scripted runs (already checked)")
     args = ap.parse_args()
     levels, classes, kinds = args.levels.split(","), args.classes.split(","), args.kinds.split(",")
     root = Path(args.keep or tempfile.mkdtemp(prefix="anibench-sens-"))
@@ -78,7 +79,7 @@ def main() -> None:  # noqa: C901
 
     with deploy_scenario(sc, f"sens{os.getpid() % 10000}") as lab:
         skip: set[tuple[str, str]] = set()
-        for level in levels:
+        for level in [] if args.no_clean else levels:
             for cls, v in variants:
                 rec, verdicts, _ = run(level, cls, v, "scripted", {}, f"clean/{level}/{cls}/{v}")
                 if not (rec.task_pass and rec.damage_free):

@@ -33,9 +33,9 @@ def _env(level: str, t, sc) -> DeviceEnv:  # noqa: ANN001
                      used={pe: {0xE000} for pe in t.dt6_functions})
 
 
-def test_typo_flips_the_lowest_network_bit() -> None:
-    assert typo("fd10:0:0:6::/64") == "fd10:0:0:7::/64"
-    assert typo("10.0.4.0/24") == "10.0.5.0/24"
+def test_typo_changes_one_digit_of_the_prefix() -> None:
+    assert typo("fd10:0:0:6::/64") == "fd10:0:0:106::/64"
+    assert typo("10.0.4.0/24") == "10.1.4.0/24"
     with pytest.raises(ValueError):
         typo("not a prefix")
 

@@ -26,8 +26,9 @@ wrong_config_mode      an interface-mode address   not expressible: a change set
                        without its ``table``
                        (global context, not the
                        tenant's)
-wrong_family           a rule (else a route) under the site's IPv4 prefix left out (IPv6
-                       the other family's flag      only); not where the tenant has no IPv4
+wrong_family           a rule (else a route; A2:   the site's IPv4 prefix left out (IPv6
+                       rules only) under the other only); not where the tenant has no IPv4
+                       family's flag
 overwrite_shared_key   a new SID bound to a local  a created site takes the id of an existing
                        function another service    site of the tenant (A3-R write_record
                        on the PE already uses      overwrites it; A3-T/A4 refuse a create of a
@@ -81,10 +82,13 @@ _ADDRESS_LINE = re.compile(r"^(no )?(ip|ipv6) address \S+$")
 
 
 def typo(prefix: str) -> str:
-    """``prefix`` with its lowest network bit flipped (a fat finger): ``fd10:0:0:6::/64`` ->
-    ``fd10:0:0:7::/64``, ``10.0.4.0/24`` -> ``10.0.5.0/24``. Raises ValueError on a non-prefix."""
+    """``prefix`` with one digit changed (a fat finger): bit 8 above the prefix length flipped,
+    ``fd10:0:0:6::/64`` -> ``fd10:0:0:106::/64``, ``10.0.4.0/24`` -> ``10.1.4.0/24``. Not the
+    lowest bit: that gives the adjacent prefix, which the address plan has mostly handed out
+    already, so an A3-T planner refused it as a clash and the mistake never reached the network.
+    Raises ValueError on a non-prefix."""
     net = ipaddress.ip_network(prefix)
-    flip = 1 << (net.max_prefixlen - net.prefixlen)
+    flip = 1 << (net.max_prefixlen - net.prefixlen + 8)
     return str(ipaddress.ip_network((int(net.network_address) ^ flip, net.prefixlen)))
 
 
@@ -242,7 +246,9 @@ def device_mistake(kind: str, delta: ConfigDelta, pe: str, env: DeviceEnv) -> De
         return DeviceMistake(d, pe) if ok else None
     if kind == "wrong_family":
         present = set(d.additions) | set(d.removals)
-        for rules_only in (True, False):
+        # A2's kernel model has no family leaf for a route (the prefix says it): only a rule
+        # can be written under the wrong family there
+        for rules_only in ((True,) if env.level == "A2" else (True, False)):
             for lines in (d.additions, d.removals):
                 if _sub_first(lines, lambda x: _flip_family(x, present, rules_only)):
                     return DeviceMistake(d, pe)
