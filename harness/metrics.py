@@ -15,6 +15,35 @@ call is a dict with at least:
 
 Each call is one turn (an agent that issues several tool calls in one model turn is counted once
 per call: the server sees calls, not model turns).
+
+What counts as an error action (issue 19: one table, applied the same way to every level). The
+rule: a configuration or validation action the device or environment refused to carry out, in
+whole or in part -- the call was answered with an error, or a device refused one of its commands
+(``is_error``) -- except the answer of a dry run (:data:`DRY_RUN_TOOLS`): a dry run exists to
+find what would be refused before anything is applied, so its "this change would be refused"
+is its result, as a failed ping is a ping's result; counting it would make a level that offers
+a dry run look worse for using it. Per level:
+
+=====  ===============================================  ==============================================
+level  error actions                                    not error actions
+=====  ===============================================  ==============================================
+A0     run_shell of a configuration command that        run_shell of a read-only command whose answer
+       exits non-zero; any command the shell could not  is negative (a ping without reply, grep
+       run (126/127) or FRR refused (``% Unknown        finding nothing): servers.a0_shell.classify
+       command`` ...)
+A1     apply_config or execute_validation with a        --
+       command the grammar or the device refused (in
+       whole or in part)
+A2     edit_config, commit, lock... answered with an    validate (a dry run of the candidate) finding
+       rpc-error                                        the candidate invalid
+A3-T   apply_change_set refused or rolled back          plan_change_set (the dry run) refusing the
+                                                        change set
+A4     as A3-T                                          as A3-T
+A3-R   write/patch/delete_record or commit refused      --
+=====  ===============================================  ==============================================
+
+Reads, waits and submit are never actions (:data:`ACTION_KINDS`); nor are calls the server
+refused unexecuted (budget spent, episode ended).
 """
 
 from __future__ import annotations
@@ -23,12 +52,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ACTION_KINDS", "KINDS", "config_attempted", "error_action_rate", "repeat_action_rate", "submitted"]
+__all__ = ["ACTION_KINDS", "DRY_RUN_TOOLS", "KINDS", "config_attempted", "error_action", "error_action_rate",
+           "repeat_action_rate", "submitted"]
 
 #: The kinds of call a trajectory may contain.
 KINDS = frozenset({"config", "validation", "read", "wait", "submit", "other"})
 #: The kinds that NetConfArena's action-quality metrics count: configuration and validation actions.
 ACTION_KINDS = frozenset({"config", "validation"})
+#: Dry-run tools (validation kind): their refusal is their finding, never an error action (module
+#: docstring's table): A3-T/A4 ``plan_change_set``, A2 ``validate``.
+DRY_RUN_TOOLS = frozenset({"plan_change_set", "validate"})
 
 Call = Mapping[str, Any]
 
@@ -53,6 +86,19 @@ def _same_action(a: Call, b: Call) -> bool:
     return key(a) == key(b)
 
 
+def error_action(call: Call) -> bool:
+    """Whether one action is an error action (module docstring's table): ``is_error``, unless it
+    is a dry run's (:data:`DRY_RUN_TOOLS`) answer.
+
+    Raises:
+        KeyError: The call lacks ``kind``.
+        ValueError: The call has an unknown ``kind``.
+    """
+    if _kind(call) == "validation" and call.get("tool") in DRY_RUN_TOOLS:
+        return False
+    return bool(call.get("is_error"))
+
+
 def error_action_rate(calls: Sequence[Call]) -> float | None:
     """Fraction of configuration and validation actions rejected by the device or environment.
 
@@ -64,7 +110,7 @@ def error_action_rate(calls: Sequence[Call]) -> float | None:
 
     Returns:
         ``rejected / actions`` over calls of kind ``config`` or ``validation``, where rejected means
-        ``is_error``; ``None`` when the run issued no such action (the rate is undefined, and a
+        :func:`error_action` (``is_error``, except a dry run's refusal); ``None`` when the run issued no such action (the rate is undefined, and a
         report averages only over the runs that define it).
 
     Raises:
@@ -74,7 +120,7 @@ def error_action_rate(calls: Sequence[Call]) -> float | None:
     idx = _actions(calls)
     if not idx:
         return None
-    return sum(1 for i in idx if calls[i].get("is_error")) / len(idx)
+    return sum(1 for i in idx if error_action(calls[i])) / len(idx)
 
 
 def repeat_action_rate(calls: Sequence[Call]) -> float | None:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from harness import metrics
 from harness.ablations import AniSetting
 from harness.agents.base import AgentContext, AgentOutcome, make_agent
+from harness.diagnostics import diagnostic_labels
 from harness.errors import AnibenchError
 from harness.store import RunRecord, RunStatus, completion_mode
 from harness.tasks import TaskVariant
@@ -293,6 +294,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     (run_dir / VERDICTS_FILE).write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
     (run_dir / AGENT_FILE).write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
                                                  indent=1))
+    labels, findings = diagnostic_labels(verdicts)
     record = RunRecord(
         campaign_id=spec.campaign_id, run_key=spec.run_key, factor=spec.factor, setting=spec.setting,
         task_class=variant.task_class, variant=variant.variant, scenario_seed=variant.scenario_seed,
@@ -301,7 +303,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         ablations=list(spec.ablations), mode=outcome.mode or spec.mode, budget_tokens=spec.budget_tokens,
         status=RunStatus.done, task_pass=task_pass, test_case_score=passed / len(tests) if tests else 1.0,
         test_cases_passed=passed, test_cases_total=len(tests), damage_free=not violated,
-        violated_invariants=violated, completion_mode=ended, steps=len(executed), tokens_in=outcome.tokens_in,
+        violated_invariants=violated, diagnostic_labels=labels, diagnostics=findings[:20], completion_mode=ended, steps=len(executed), tokens_in=outcome.tokens_in,
         tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),

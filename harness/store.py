@@ -227,6 +227,13 @@ class RunRecord(BaseModel):
     """Ids of the violated baseline invariants (collateral damage); empty iff damage-free."""
     outcome_label: OutcomeLabel | None = None
     """Outcome label (draft 4.7); derived from ``task_pass`` and ``damage_free`` when omitted."""
+    diagnostic_labels: list[str] = Field(default_factory=list)
+    """Diagnostic labels beside the outcome label: the failures of NetConfArena's taxonomy the final
+    state shows where they can be decided mechanically (:mod:`harness.diagnostics`; today
+    ``specification_deviation``: a value the request fixed replaced by another)."""
+    diagnostics: list[str] = Field(default_factory=list)
+    """The findings behind ``diagnostic_labels``, one sentence each (e.g. "prefix fd10:0:0:6::/64
+    replaced by fd10:0:0:7::/64 on r9 (dev eth6)")."""
     completion_mode: CompletionMode | None = None
     """Completion mode (NetConfArena III-D, plus ``no_submission``); see :func:`completion_mode`."""
 

@@ -26,6 +26,7 @@ import csv
 import io
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field
@@ -388,6 +389,73 @@ def _changed_markers(before: Scenario, after: Scenario, ch: Changes) -> _Marks:
     return _Marks(frozenset(names), frozenset(addresses), frozenset(own))
 
 
+def _leftover_checks(before: Scenario, after: Scenario, ch: Changes) -> list[Invariant]:
+    """What a change must not leave behind on the PEs (issue 19: leftover SIDs, routes and
+    addresses on a PE a tenant has left were never seen to fail any check):
+
+    - every attachment circuit the tenant no longer uses (a removed site's, a moved site's old
+      one): no rule from its port into the tenant table, no site PE address on the port, and
+      no route out of it in the table when the tenant has left that PE;
+    - the End.DT6 SID of a PE the tenant left and the End.DX4 SID of a site removed or moved to
+      another PE, unless the expected state keeps them: their binding gone from the PE (the
+      function may serve another service since: only the old binding is checked);
+    - every PE the tenant has left: its table holds exactly what the expected state renders
+      there (nothing, unless another service still uses the table: a floating IP's route).
+    """
+    from substrate.scenario.layers.l3vpn import sid_of
+
+    own = f"l3vpn/{ch.tenant}"
+    tb, ta = before.tenant(ch.tenant), after.tenant(ch.tenant)
+    ces = sorted({s.ce for s in tb.sites} | {s.ce for s in ta.sites})
+    out: list[Invariant] = []
+    now = {(s.pe, s.pe_if) for s in ta.sites}
+    for s in tb.sites:
+        if (s.pe, s.pe_if) in now:
+            continue
+        addrs = [ce_iface(s.prefix6, 1)] + ([ce_iface(s.prefix4, 1)] if s.prefix4 else [])
+        left = s.pe not in ta.dt6_functions
+        out.append(Invariant(
+            id=f"task/leftover/{s.id}/circuit/{s.pe}/{s.pe_if}", kind="route_absent", service=own,
+            params={"node": s.pe, "table": tb.table, "prefixes": [p for p in (s.prefix6, s.prefix4) if p] if left else [],
+                    "rules_iif": s.pe_if, "interface": s.pe_if, "addresses": addrs, "ces": ces},
+            description=f"{s.id}'s old circuit {s.pe} {s.pe_if}: no rule into table {tb.table}, no PE address left",
+        ))
+    bindings: list[tuple[str, str, dict[str, Any]]] = []  # (PE, SID, its parameters)
+    # only where no correct change can keep them: the End.DT6 of a PE the tenant left, the
+    # End.DX4 of a site removed or moved to another PE (a site moved between ports of one PE
+    # may keep its SID: which function serves it is the operator's choice)
+    pe_after = {x.id: x.pe for x in ta.sites}
+    for pe, fn in tb.dt6_functions.items():
+        if pe not in ta.dt6_functions:
+            bindings.append((pe, sid_of(before, pe, fn), {"action": "End.DT6", "table": tb.table}))
+    for s in tb.sites:
+        if s.dx4_function is not None and s.prefix4 and pe_after.get(s.id) != s.pe:
+            bindings.append((s.pe, sid_of(before, s.pe, s.dx4_function), {"action": "End.DX4", "nh4": ce_addr(s.prefix4, 2)}))
+    for pe, sid, params in sorted(bindings, key=lambda b: (b[0], b[1])):
+        cfg = after.node_config.get(pe)
+        line = next((x for x in (cfg.routes6 if cfg else []) if x.split()[0] == sid and "seg6local" in x), "")
+        words = line.split()
+        if line and all(k in words and words[words.index(k) + 1] == str(v) for k, v in params.items() if k != "action") \
+                and params["action"] in words:
+            continue  # the expected state keeps it
+        out.append(Invariant(
+            id=f"task/leftover/sid/{pe}/{sid}", kind="sid_unbound", service=own,
+            params={"node": pe, "sid": sid, **params, "ces": ces},
+            description=f"{pe}: {sid} ({params['action']}), which the change retires, is no longer bound so",
+        ))
+    for pe in sorted(set(tb.dt6_functions) - set(ta.dt6_functions)):
+        cfg = after.node_config.get(pe)
+        for fam in (6, 4):
+            routes = [x for x in (getattr(cfg, f"routes{fam}") if cfg else []) if f" table {tb.table} " in f" {x} "
+                      and "seg6local" not in x]
+            out.append(Invariant(
+                id=f"task/leftover/table/{pe}/{fam}", kind="table_routes", service=own,
+                params={"node": pe, "table": tb.table, "family": fam, "routes": routes, "ces": ces},
+                description=f"{pe}, which the tenant left: table {tb.table} holds exactly {len(routes)} IPv{fam} routes",
+            ))
+    return out
+
+
 def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[Invariant], list[Invariant]]:
     """Split the checks of a variant.
 
@@ -445,6 +513,7 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
                 description=f"removed site {g.id}: nothing of it left on {pe} (routes in table {tb.table}"
                             + (f", rule for {g.pe_if})" if pe == g.pe else ")"),
             ))  # fmt: skip
+    tests += _leftover_checks(before, after, ch)
     for g in gone:
         for r in remaining:
             for fam, prefix in ((6, g.prefix6), (4, g.prefix4)):

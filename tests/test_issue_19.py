@@ -293,3 +293,39 @@ def test_report_tests_for_an_order_effect_and_shows_whether_paired_runs_met_the_
     assert not parity[0].same and all(parity[v].same for v in range(1, 8))
     assert "link_down@2 interface=eth1,node=r1" in parity[1].met["A0"]
     assert {t.key for t in rep.tables()} >= {"order", "faults"}
+
+
+# -- item 2 (sensitivity): what a change leaves behind on the PEs ------------------------------------------
+
+
+@pytest.mark.lab
+def test_leftovers_of_a_tenant_leaving_a_pe_fail_until_cleaned_up(reference_lab) -> None:
+    """Decommissioning variant 0 of the reference brownfield removes t4's only site on r3: the
+    old circuit's rule and PE address, the End.DT6 and End.DX4 SIDs and the routes of table 103
+    on r3 must go. Left in place (the baseline) each leftover check fails; after r3 is brought
+    to the expected state through the substrate, all pass (sensitivity sweep: leftovers were
+    never seen to fail any check)."""
+    from harness.tasks import apply_changes
+    from substrate.scenario.apply import config_delta
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    v = make_variant("decommissioning", sc, 0)
+    gone = sc.site(v.changes.remove[0])
+    checks = [i for i in v.test_cases if i.id.startswith("task/leftover/")]
+    kinds = {i.kind for i in checks}
+    assert {"route_absent", "sid_unbound", "table_routes"} <= kinds and all(i.params["node"] == gone.pe for i in checks)
+    before = {x.id: x for x in observe(lab, checks)}
+    assert not [x for x in before.values() if x.ok], [x.id for x in before.values() if x.ok]
+    circuit = before[f"task/leftover/{gone.id}/circuit/{gone.pe}/{gone.pe_if}"]
+    assert "rule iif" in circuit.detail and "address" in circuit.detail, circuit.detail
+    expected = apply_changes(sc, v.changes)
+    delta = config_delta(gone.pe, sc.node_config[gone.pe], expected.node_config.get(gone.pe))
+    try:
+        _ok(lab, gone.pe, ["bash", "-c", delta.script()])
+        after = observe(lab, checks)
+        assert all(x.ok for x in after), [(x.id, x.detail) for x in after if not x.ok]
+    finally:
+        reset(lab)

@@ -71,3 +71,20 @@ def test_unknown_kind_raises() -> None:
         error_action_rate([call("configure")])
     with pytest.raises(KeyError):
         repeat_action_rate([{"tool": "x", "arguments": {}, "is_error": False}])
+
+
+def test_a_dry_run_refusal_is_not_an_error_action_at_any_level() -> None:
+    """harness.metrics' table (issue 19): the same rule at every level -- a refused change is an
+    error action; a dry run (A3-T/A4 plan_change_set, A2 validate) saying it would be refused is
+    the dry run's result."""
+    from harness.metrics import DRY_RUN_TOOLS, error_action
+
+    assert {"plan_change_set", "validate"} == DRY_RUN_TOOLS
+    a3t = [call("validation", "plan_change_set", is_error=True), call("config", "apply_change_set", is_error=True),
+           call("config", "apply_change_set")]
+    a2 = [call("config", "edit_config"), call("validation", "validate", is_error=True), call("config", "commit", is_error=True)]
+    a1 = [call("validation", "execute_validation", is_error=True), call("config", "apply_config")]
+    assert error_action_rate(a3t) == pytest.approx(1 / 3)
+    assert error_action_rate(a2) == pytest.approx(1 / 3)
+    assert error_action_rate(a1) == pytest.approx(1 / 2)  # A1 has no dry run: a refused check counts
+    assert not error_action(a3t[0]) and error_action(a3t[1])

@@ -9,9 +9,11 @@ device changes from the documented design (the same rules the network was built 
 them device by device, checks the tenant table, and submits. It is a baseline, not an oracle:
 it never looks at the scenario or the hidden test cases.
 
-The noisy agent draws, for each change it makes, whether to make one of four mistakes with
-probability ``rate`` (default 0.3): a wrong prefix, the wrong device, a forgotten clean-up, an
-over-broad delete -- so that campaigns can show the benchmark detects damage.
+The noisy agent draws, for each change it makes, whether to make one of the ten operator
+mistakes of :mod:`harness.agents.mistakes` with probability ``rate`` (default 0.3), or with
+``kind`` makes exactly one mistake of that kind where the run's change can carry it -- so that
+campaigns and ``bench/sensitivity.py`` can show the benchmark detects damage. It writes the
+mistakes it made to ``mistakes.json`` in its run directory.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import csv
 import io
 import ipaddress
 import json
-import random
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from harness.agents.base import AgentContext, AgentOutcome, Reply, ToolSession
+from harness.agents.mistakes import DeviceEnv, Mistakes, device_mistake, noisy_ops
 from substrate import addressing
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.l3vpn import render_tenant
@@ -392,31 +394,6 @@ def transient(r: Reply) -> bool:
 # -- the agents ---------------------------------------------------------------------------------
 
 
-class Mistakes:
-    """Operator-style mistakes drawn per change with probability ``rate`` (noisy agent)."""
-
-    KINDS = ("wrong_prefix", "wrong_device", "forgotten_cleanup", "overbroad_delete")
-
-    def __init__(self, rate: float, seed: int):
-        self.rate = rate
-        self.rng = random.Random(f"noisy/{seed}")
-        self.made: list[str] = []
-
-    def draw(self) -> str | None:
-        if self.rate <= 0 or self.rng.random() >= self.rate:
-            return None
-        kind = self.rng.choice(self.KINDS)
-        self.made.append(kind)
-        return kind
-
-    @staticmethod
-    def typo(prefix: str) -> str:
-        """A prefix with one digit changed (a fat finger)."""
-        net = ipaddress.ip_network(prefix)
-        flip = 1 << (net.max_prefixlen - net.prefixlen)
-        return str(ipaddress.ip_network((int(net.network_address) ^ flip, net.prefixlen)))
-
-
 class ScriptedAgent:
     """Deterministic competent operator (see module docstring)."""
 
@@ -431,15 +408,29 @@ class ScriptedAgent:
             raise AnibenchError(f"rate must be a number in [0, 1], got {rate!r}") from None
         if not 0.0 <= self.mistakes_rate <= 1.0:
             raise AnibenchError(f"rate must be in [0, 1] (mistakes per change), got {rate!r}")
+        self.kind = options.pop("kind", None) if self.name == "noisy" else None
+        if self.kind is not None:
+            from harness.agents.mistakes import KINDS
+
+            if self.kind not in KINDS:
+                raise AnibenchError(f"unknown mistake kind {self.kind!r}; known: {', '.join(KINDS)}")
         unknown = set(options) - {"model"}
         if unknown:
-            raise AnibenchError(f"unknown {self.name} agent option(s) {sorted(unknown)}; known: rate")
+            known = "rate, kind" if self.name == "noisy" else "rate"
+            raise AnibenchError(f"unknown {self.name} agent option(s) {sorted(unknown)}; known: {known}")
         self.options = options
 
     async def run(self, ctx: AgentContext) -> AgentOutcome:
+        mistakes = Mistakes(self.mistakes_rate, ctx.seed, kind=self.kind)
+        try:
+            return await self._run(ctx, mistakes)
+        finally:
+            if self.mistakes_rate > 0 or self.kind:
+                (ctx.workdir / "mistakes.json").write_text(json.dumps(mistakes.to_json(), indent=1))
+
+    async def _run(self, ctx: AgentContext, mistakes: Mistakes) -> AgentOutcome:
         from mcp import Client
 
-        mistakes = Mistakes(self.mistakes_rate, ctx.seed)
         async with Client(ctx.server, mode="legacy") as client:
             tools = ToolSession(client, ctx.on_step)
             try:
@@ -449,7 +440,7 @@ class ScriptedAgent:
                 return AgentOutcome(error=f"could not read the request: {e}")
             try:
                 if ctx.level in ("A3-T", "A4"):
-                    await self._intent(tools, req, mistakes)
+                    await self._intent(tools, req, mistakes, ctx.level)
                 elif ctx.level == "A3-R":
                     await self._records(tools, req, mistakes)
                 elif ctx.level == "A1":
@@ -460,9 +451,9 @@ class ScriptedAgent:
                     await self._devices(tools, req, mistakes, a1=False)
             except Exception as e:  # noqa: BLE001 - an operator who cannot go on says so and submits
                 await tools.call("submit", {})
-                return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=",".join(mistakes.made))
+                return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=mistakes.note())
             await tools.call("submit", {})
-        return AgentOutcome(note=",".join(mistakes.made))
+        return AgentOutcome(note=mistakes.note())
 
     async def _mutate(self, tools: ToolSession, name: str, args: dict[str, Any], *, has_wait: bool) -> Any:
         """Call a mutating tool; when the change is refused or rolled back for a transient reason
@@ -485,44 +476,52 @@ class ScriptedAgent:
         return r
 
     @staticmethod
-    def _noisy(ops: list[dict[str, Any]], req: Request, mistakes: Mistakes) -> list[dict[str, Any]]:
-        """``ops`` with the mistakes drawn for each (the noisy agent; the scripted one draws none)."""
-        noisy: list[dict[str, Any]] = []
-        for op in ops:
-            kind = mistakes.draw()
-            if kind == "wrong_prefix" and "prefix6" in op.get("spec", {}):
-                op = json.loads(json.dumps(op))
-                op["spec"]["prefix6"] = Mistakes.typo(op["spec"]["prefix6"])
-            elif kind == "wrong_device" and op["op"] in ("create", "modify"):
-                op = json.loads(json.dumps(op))
-                op["spec"]["pe_interface"] = "eth1"  # a core port, not the circuit
-            elif kind == "forgotten_cleanup" and op["op"] == "delete":
-                continue
-            elif kind == "overbroad_delete":
-                others = [s["site"] for s in req.sites if s["site"] not in {o["id"] for o in ops}]
-                if others:
-                    noisy.append({"op": "delete", "service_class": "tenant_site", "id": others[0]})
-            noisy.append(op)
-        return noisy
+    async def _others(tools: ToolSession, req: Request, mistakes: Mistakes, *, records: bool) -> list[dict[str, Any]]:
+        """Other tenants' sites (``{"id", "tenant"}``), read only when a mistake may need them
+        (touching another tenant's object, the wrong tenant's table): A3-T/A4 list_services,
+        A3-R list_records and read_record (the first few)."""
+        if not mistakes.needs_others():
+            return []
+        own = {s["site"] for s in req.sites}
+        if not records:
+            r = await tools.call("list_services", {"service_class": "tenant_site"})
+            items = (r.data or {}).get("items") or [] if r.ok else []
+            return [{"id": x["id"], "tenant": x.get("tenant")} for x in items if x.get("tenant") != req.tenant and x["id"] not in own]
+        r = await tools.call("list_records", {"service_class": "tenant_site"})
+        ids = [x for x in ((r.data or {}).get("classes") or {}).get("tenant_site", []) if x not in own] if r.ok else []
+        out = []
+        for iid in ids[:4]:
+            rr = await tools.call("read_record", {"service_class": "tenant_site", "id": iid})
+            spec = ((rr.data or {}).get("spec") or {}) if rr.ok else {}
+            if spec.get("tenant") and spec["tenant"] != req.tenant:
+                out.append({"id": iid, "tenant": spec["tenant"]})
+        return out
 
-    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes, level: str) -> None:
         ops = intent_ops(req)
-        noisy = self._noisy(ops, req, mistakes)
+        others = await self._others(tools, req, mistakes, records=False)
+        since = len(mistakes.made)
+        noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes)
         plan = await tools.call("plan_change_set", {"ops": noisy})
         if not plan.ok:
             # a competent operator reads the error and retries once with the ticket's own values
             if noisy != ops:
-                noisy = ops
+                mistakes.refused(since)
+                noisy, unapplied = ops, False
                 await tools.call("plan_change_set", {"ops": noisy})
+        if unapplied:  # planned, never applied (the uncommitted mistake)
+            return
         await self._mutate(tools, "apply_change_set", {"ops": noisy}, has_wait=False)
 
     async def _records(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A3-R: the request written as records (create: write_record, modify: patch_record, delete:
         delete_record), committed, then waited for until the reconciler has applied it."""
         ops = intent_ops(req)
-        noisy = self._noisy(ops, req, mistakes)
+        others = await self._others(tools, req, mistakes, records=True)
+        since = len(mistakes.made)
+        noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes)
 
-        async def edit(change: list[dict[str, Any]]) -> Reply:
+        async def edit(change: list[dict[str, Any]], commit: bool = True) -> Reply | None:
             for op in change:
                 key = {"service_class": op["service_class"], "id": op["id"]}
                 if op["op"] == "create":
@@ -531,11 +530,16 @@ class ScriptedAgent:
                     await tools.call("patch_record", {**key, "patch": op["spec"]})
                 else:
                     await tools.call("delete_record", key)
+            if not commit:  # records edited, never committed (the uncommitted mistake)
+                return None
             return await tools.call("commit", {"message": f"ticket for tenant {req.tenant}: {len(change)} record change(s)"})
 
-        r = await edit(noisy)
+        r = await edit(noisy, commit=not uncommitted)
+        if r is None:
+            return
         if not r.ok and noisy != ops:
             # a competent operator reads the refusal, drops the working change and does it again with the ticket's values
+            mistakes.refused(since)
             await tools.call("discard", {})
             r = await edit(ops)
         if not r.ok:
@@ -612,8 +616,7 @@ class ScriptedAgent:
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
         _before, after, deltas = plan_tenant_change(req, facts, leaks)
-        for pe, delta in deltas.items():
-            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
+        for pe, delta, target, _commit in _with_mistakes(deltas, mistakes, level, pes, after.table, facts):
             if a1:
                 await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
             else:
@@ -658,11 +661,12 @@ class ScriptedAgent:
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
         _before, after, deltas = plan_tenant_change(req, facts, leaks)
-        for pe, delta in deltas.items():
-            target = _make_mistake(mistakes.draw(), delta, pe, pes, after.table)
+        for _pe, delta, target, commit in _with_mistakes(deltas, mistakes, "A2", pes, after.table, facts):
             r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})
             if not r.ok:
                 await tools.call("discard_changes", {"device": target})
+                continue
+            if not commit:  # the edit left in the candidate (the uncommitted mistake)
                 continue
             r = await self._mutate(tools, "commit", {"device": target}, has_wait=True)
             if not r.ok:
@@ -673,33 +677,34 @@ class ScriptedAgent:
                                             f"<table><id>{after.table}</id></table></kernel>"})
 
 
-def _make_mistake(kind: str | None, delta: ConfigDelta, pe: str, pes: list[str], table: int) -> str:
-    """Apply the operator mistake ``kind`` (None: none) to ``delta``, the change planned for
-    ``pe``, in place; returns the device the change goes to (another PE for a wrong-device
-    mistake)."""
-    if kind == "wrong_prefix" and delta.additions:
-        delta.additions = [_typo_line(x) if i == 0 else x for i, x in enumerate(delta.additions)]
-    elif kind == "wrong_device":
-        return next((p for p in pes if p != pe), pe)
-    elif kind == "forgotten_cleanup":
-        delta.removals, delta.frr = [], [x for x in delta.frr if not x.startswith("no ")]
-    elif kind == "overbroad_delete":
-        delta.removals.insert(0, f"-6 route flush table {table}")
-    return pe
+def _with_mistakes(deltas: dict[str, ConfigDelta], mistakes: Mistakes, level: str, pes: list[str], table: int,
+                   facts: dict[str, PeFacts]) -> list[tuple[str, ConfigDelta, str, bool]]:
+    """The planned per-PE changes with ``mistakes`` made in them
+    (:func:`harness.agents.mistakes.device_mistake`): (PE, delta, device it goes to, whether it
+    is committed), in the plan's order."""
+    env = DeviceEnv(level=level, pes=pes, table=table, rules6={pe: f.rules6 for pe, f in facts.items()},
+                    used={pe: f.used_functions(pe) for pe, f in facts.items() if pe in pes})
+    items = list(deltas.items())
+    kinds = mistakes.choose(len(items), lambda i, k: device_mistake(k, items[i][1], items[i][0], env) is not None)
+    out = []
+    for (pe, delta), kind in zip(items, kinds, strict=True):
+        m = device_mistake(kind, delta, pe, env) if kind else None
+        if m is None:
+            out.append((pe, delta, pe, True))
+            continue
+        mistakes.record(kind, pe)
+        out.append((pe, m.delta, m.target, m.commit))
+    return out
 
 
 class NoisyAgent(ScriptedAgent):
-    """The scripted operator making mistakes at rate ``rate`` (default 0.3) per change."""
+    """The scripted operator making mistakes at rate ``rate`` (default 0.3) per change, or with
+    ``kind`` (one of :data:`harness.agents.mistakes.KINDS`) exactly one mistake of that kind."""
 
     name = "noisy"
 
     def __init__(self, rate: str | float = 0.3, **options: str):
         super().__init__(rate=rate, **options)
-
-
-def _typo_line(line: str) -> str:
-    m = re.search(r"(fd10:[0-9a-f:]*::/64|\d+\.\d+\.\d+\.\d+/24)", line)
-    return line if not m else line.replace(m.group(1), Mistakes.typo(m.group(1)), 1)
 
 
 def _json_outputs(transcript: str) -> list[Any]:

@@ -16,11 +16,16 @@ Check kinds (``Invariant.kind``):
 - ``isis_adjacency`` {node, interface, neighbor}: FRR reports the adjacency Up;
 - ``sid_bound`` {node, sid, action, ...}: a seg6local route for ``sid`` with that action and
   parameters (``table``, ``nh4``, ``flavors``) exists in the main table;
+- ``sid_unbound`` {node, sid, action, ...}: no seg6local route for ``sid`` with that action and
+  those parameters (the binding a change retires is gone; the function may serve another
+  service since);
 - ``fib_has`` {node, prefixes}: the node's main table has a route for every prefix;
 - ``nft_rule`` {node, table, contains}: one line of the nftables table contains every string;
-- ``route_absent`` {node, table, prefixes, rules_iif}: no route in routing table ``table`` of the
-  node for any of ``prefixes`` (IPv6 or IPv4), and no policy rule matching input interface
-  ``rules_iif`` leads to that table (what a decommissioned site must leave behind: nothing);
+- ``route_absent`` {node, table, prefixes, rules_iif, interface, addresses}: no route in routing
+  table ``table`` of the node for any of ``prefixes`` (IPv6 or IPv4; a SID in table ``main``), no
+  policy rule matching input interface ``rules_iif`` leads to that table, and ``interface`` holds
+  none of ``addresses`` (what a decommissioned site, a moved site's old circuit or a tenant
+  leaving a PE must leave behind: nothing);
 - ``table_routes`` {node, table, family, routes}: routing table ``table`` of the node holds
   exactly ``routes`` (rendered ``ip route`` arguments), compared by type, destination and
   forwarding (SRv6 segments, or output device): a route missing, pointing elsewhere, or one no
@@ -94,6 +99,10 @@ class Verdict(BaseModel):
     detail: str = Field(default="", description="One line saying why.")
     evidence: list[Evidence] = Field(default_factory=list)
     duration_s: float = 0.0
+    diff: dict[str, list[str]] | None = Field(
+        default=None, description="State checks (table_routes, address_bound): what the node lacks ('missing') and "
+        "holds beyond what was rendered ('unexpected'), unbounded and structured, for diagnostics "
+        "(harness.diagnostics); None for other kinds.")
 
 
 #: Check kinds that send probes from a host (``src``): their hosts' neighbour caches are flushed
@@ -113,6 +122,8 @@ class ObserveContext:
         self.lab = lab
         #: Hosts whose neighbour cache could not be flushed -> the failed flush.
         self.unflushed: dict[str, ExecResult] = {}
+        #: Invariant id -> the structured difference a state check found (Verdict.diff).
+        self.diffs: dict[str, dict[str, list[str]]] = {}
         self._sizes = iter(range(PROBE_SIZE_MIN, PROBE_SIZE_MAX))
         self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
@@ -327,6 +338,19 @@ def check_sid_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, lis
     return False, f"{p['sid']} is not installed on {p['node']}", [_ev(r, f"ip -6 -d -j route show table main # {p['sid']}")]
 
 
+def check_sid_unbound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    routes, r = _routes(ctx, p["node"])
+    cmd = f"ip -6 -d -j route show table main # {p['sid']}"
+    for e in routes:
+        if e.get("dst") == p["sid"] and e.get("encap") == "seg6local" and \
+                all(str(e.get(k)) == str(p[k]) for k in ("action", "table", "nh4") if k in p):
+            return False, f"{p['sid']} on {p['node']} is still {p['action']}" + "".join(
+                f" {k} {p[k]}" for k in ("table", "nh4") if k in p), [
+                Evidence(node=p["node"], command=cmd, exit_code=r.returncode, output=json.dumps(e)[:EXCERPT])]
+    return True, f"{p['sid']} on {p['node']}: no {p['action']} binding left", [_ev(r, cmd)]
+
+
 def check_fib_has(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
     routes, r = _routes(ctx, p["node"])
@@ -360,6 +384,17 @@ def check_route_absent(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
             found += [f"rule iif {p['rules_iif']} lookup {table} (IPv{fam})" for x in rules
                       if x.get("iif") == p["rules_iif"] and str(x.get("table")) == table]
             evidence.append(_ev(rr))
+    if p.get("interface") and p.get("addresses"):
+        ra = ctx.shared(p["node"], ["ip", "-j", "addr", "show"])
+        try:
+            links = json.loads(ra.stdout or "[]")
+        except ValueError:
+            return False, f"{p['node']}: ip -j addr show did not answer JSON", [*evidence, _ev(ra)]
+        have = {f"{a.get('local')}/{a.get('prefixlen')}" for ln in links if ln.get("ifname") == p["interface"]
+                for a in ln.get("addr_info", [])}
+        found += [f"address {x} on {p['interface']}" for x in p["addresses"] if x in have]
+        evidence.append(Evidence(node=p["node"], command=f"ip -j addr show # {p['interface']}", exit_code=ra.returncode,
+                                 output=f"{p['interface']} has {sorted(have)}"[:EXCERPT]))
     detail = f"{p['node']} table {table}: " + ("nothing left" if not found else f"still has {', '.join(found)}")
     return not found, detail, evidence
 
@@ -409,6 +444,7 @@ def check_table_routes(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     cmd = f"ip -{fam} -d -j route show table {table}"
     ev = [Evidence(node=p["node"], command=cmd, exit_code=r.returncode,
                    output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{len(have)} routes as rendered")[:EXCERPT])]
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
     if missing or extra:
         parts = ([f"lacks {', '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {', '.join(extra[:3])}"] if extra else [])
         return False, f"{p['node']} table {table} (IPv{fam}): " + "; ".join(parts), ev
@@ -425,6 +461,8 @@ def check_address_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str,
     have = {f"{a.get('local')}/{a.get('prefixlen')}" for ln in links if ln.get("ifname") == p["interface"]
             for a in ln.get("addr_info", [])}
     missing = [x for x in p["addresses"] if x not in have]
+    # link-local addresses are the kernel's, never rendered
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": sorted(x for x in have - set(p["addresses"]) if not x.startswith("fe80:"))}
     ev = [Evidence(node=p["node"], command=f"ip -j addr show # {p['interface']}", exit_code=r.returncode,
                    output=f"{p['interface']} has {sorted(have)}"[:EXCERPT])]
     if missing:
@@ -466,6 +504,7 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "steered_path": check_steered_path,
     "tcp_verdict": check_tcp_verdict,
     "sid_bound": check_sid_bound,
+    "sid_unbound": check_sid_unbound,
     "fib_has": check_fib_has,
     "isis_adjacency": check_isis_adjacency,
     "nft_rule": check_nft_rule,
@@ -497,7 +536,7 @@ def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
     except Exception as e:  # noqa: BLE001 - a check that cannot run is a failed check, with evidence
         ok, detail, ev = False, f"check could not run: {type(e).__name__}: {e}", []
     return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=ok, detail=detail, evidence=ev,
-                   duration_s=time.monotonic() - t0)
+                   duration_s=time.monotonic() - t0, diff=ctx.diffs.get(inv.id))
 
 
 def probe_kinds() -> frozenset[str]:

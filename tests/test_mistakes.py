@@ -1,0 +1,144 @@
+"""The noisy agent's mistake catalog (harness.agents.mistakes): each kind's rendering, pure (no
+lab). The sensitivity of the oracle to them is measured by bench/sensitivity.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.agents.mistakes import (INEXPRESSIBLE, KINDS, DeviceEnv, Mistakes, device_mistake, intent_mistake,
+                                     noisy_ops, typo)
+from harness.agents.scripted import intent_ops, read_request
+from harness.tasks import apply_changes, make_variant
+from substrate.scenario import build, load_manifest
+from substrate.scenario.apply import config_delta
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def change_set():  # noqa: ANN201
+    """The change-set variant 0 of the small campaign scenario: r9 loses two sites' circuits
+    and gains two (removals, additions, FRR address lines, new SIDs)."""
+    sc = build(load_manifest(REPO / "tests" / "data" / "small-campaign.yaml"), seed=7)
+    v = make_variant("change-set", sc, 0)
+    after = apply_changes(sc, v.changes)
+    t = after.tenant(v.changes.tenant)
+    deltas = {n: config_delta(n, sc.node_config.get(n), after.node_config.get(n)) for n in sorted(t.dt6_functions)}
+    return sc, v, t, deltas
+
+
+def _env(level: str, t, sc) -> DeviceEnv:  # noqa: ANN001
+    other = next(x for x in sc.tenants if x.id != t.id)
+    rules = {pe: [{"priority": 1000, "iif": "eth9", "table": str(other.table)}] for pe in t.dt6_functions}
+    return DeviceEnv(level=level, pes=sorted(t.dt6_functions), table=t.table, rules6=rules,
+                     used={pe: {0xE000} for pe in t.dt6_functions})
+
+
+def test_typo_changes_one_digit_of_the_prefix() -> None:
+    assert typo("fd10:0:0:6::/64") == "fd10:0:0:106::/64"
+    assert typo("10.0.4.0/24") == "10.1.4.0/24"
+    with pytest.raises(ValueError):
+        typo("not a prefix")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("level", ["A0", "A2"])
+def test_each_device_kind_renders_a_different_change_and_leaves_the_plan_alone(change_set, kind: str, level: str) -> None:
+    sc, _v, t, deltas = change_set
+    d = deltas["r9"]
+    before = (list(d.removals), list(d.additions), list(d.frr))
+    m = device_mistake(kind, d, "r9", _env(level, t, sc))
+    assert (list(d.removals), list(d.additions), list(d.frr)) == before  # a copy is rendered
+    if (kind, level) in INEXPRESSIBLE:
+        assert m is None
+        return
+    assert m is not None
+    changed = (m.delta.removals, m.delta.additions, m.delta.frr) != before or m.target != "r9" or not m.commit
+    assert changed, kind
+
+
+def test_device_renderings_say_what_the_mistake_is(change_set) -> None:
+    sc, _v, t, deltas = change_set
+    env = _env("A0", t, sc)
+    d = deltas["r9"]
+    other = next(x for x in sc.tenants if x.id != t.id)
+
+    def diff(kind: str) -> tuple[set[str], set[str]]:
+        m = device_mistake(kind, d, "r9", env)
+        new = set(m.delta.removals + m.delta.additions + m.delta.frr)
+        old = set(d.removals + d.additions + d.frr)
+        return new - old, old - new
+
+    plus, minus = diff("spec_deviation")
+    assert len(plus) == len(minus) == 1 and typo(next(iter(minus)).split()[3]) in next(iter(plus))
+    assert device_mistake("wrong_device", d, "r9", env).target in set(t.dt6_functions) - {"r9"}
+    m = device_mistake("wrong_config_mode", d, "r9", env)  # an interface line ahead of its stanza
+    assert m.delta.frr[0].split()[-2] == "address" and not m.delta.frr[0].startswith("interface")
+    plus, minus = diff("wrong_family")
+    assert [x[:3] for x in minus] != [x[:3] for x in plus] and " rule " in f" {next(iter(plus))} "
+    plus, _ = diff("overwrite_shared_key")
+    assert any("fcbb:bb00:9:e000::/64" in x and "seg6local" in x for x in plus)
+    m = device_mistake("forgotten_cleanup", d, "r9", env)
+    assert not m.delta.removals and not any(x.startswith("no ") for x in m.delta.frr)
+    assert device_mistake("overbroad_delete", d, "r9", env).delta.removals[0] == f"-6 route flush table {t.table}"
+    plus, _ = diff("wrong_table")
+    assert any(f"table {other.table}" in x or f"lookup {other.table}" in x for x in plus)
+    assert device_mistake("uncommitted", d, "r9", DeviceEnv(level="A2", pes=env.pes, table=t.table)).commit is False
+    plus, _ = diff("other_tenant")
+    assert plus == {f"-6 rule del priority 1000 iif eth9 lookup {other.table}"}
+
+
+def test_device_kinds_are_not_expressed_where_the_change_cannot_carry_them(change_set) -> None:
+    sc, _v, t, deltas = change_set
+    env = DeviceEnv(level="A1", pes=["r1"], table=t.table)
+    only_add = deltas["r1"]  # r1 only gains the tenant: nothing to clean up
+    assert not only_add.removals
+    assert device_mistake("forgotten_cleanup", only_add, "r1", env) is None
+    assert device_mistake("wrong_device", only_add, "r1", env) is None  # no other PE known
+    assert device_mistake("other_tenant", only_add, "r1", env) is None  # no other tenant's rule read
+    assert device_mistake("overwrite_shared_key", only_add, "r1", env) is None  # no function in use
+    assert device_mistake("uncommitted", only_add, "r1", env) is None  # A1 has no commit step
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("level", ["A3-T", "A3-R"])
+def test_each_intent_kind_renders_a_different_change_set(change_set, kind: str, level: str) -> None:
+    sc, v, t, _d = change_set
+    req = read_request(v.files)
+    ops = intent_ops(req)
+    others = [{"id": s.id, "tenant": s.tenant} for s in sc.all_sites() if s.tenant != t.id]
+    got = [intent_mistake(kind, i, ops, req.sites, others, level) for i in range(len(ops))]
+    assert ops == intent_ops(req)  # a copy is rendered
+    if (kind, level) in INEXPRESSIBLE:
+        assert got == [None] * len(ops)
+        return
+    i, m = next((i, m) for i, m in enumerate(got) if m is not None)
+    assert m.ops != [ops[i]] or m.unapplied, kind
+    if kind == "other_tenant":
+        assert {"op": "delete", "service_class": "tenant_site", "id": others[0]["id"]} in m.ops
+    if kind == "wrong_table":
+        assert m.ops[0]["spec"]["tenant"] != t.id
+
+
+def test_a_forced_kind_is_made_once_at_a_drawn_place_or_recorded_inexpressible(change_set) -> None:
+    sc, v, t, _d = change_set
+    req = read_request(v.files)
+    ops = intent_ops(req)
+    first = Mistakes(0.0, 5, kind="spec_deviation")
+    out, unapplied = noisy_ops(ops, req.sites, [], "A3-T", first)
+    assert len(first.made) == 1 and not unapplied and out != ops
+    again = Mistakes(0.0, 5, kind="spec_deviation")
+    assert noisy_ops(ops, req.sites, [], "A3-T", again)[0] == out  # the place is drawn from the seed
+    none = Mistakes(0.0, 5, kind="wrong_config_mode")
+    assert noisy_ops(ops, req.sites, [], "A3-T", none) == (ops, False)
+    assert none.made == [] and none.inexpressible == ["wrong_config_mode"]
+    with pytest.raises(ValueError, match="unknown mistake kind"):
+        Mistakes(0.0, 1, kind="typo")
+
+
+def test_noisy_agent_refuses_an_unknown_kind() -> None:
+    from harness.agents.scripted import NoisyAgent
+    from harness.errors import AnibenchError
+
+    assert NoisyAgent(rate="0", kind="wrong_table").kind == "wrong_table"
+    with pytest.raises(AnibenchError, match="unknown mistake kind"):
+        NoisyAgent(kind="fat_finger")
