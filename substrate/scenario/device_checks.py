@@ -6,10 +6,12 @@ output against a deterministic predicate"). The protocol templates' hidden test 
 
 Kinds (``Invariant.kind``):
 
-- ``output_check`` {node, command | argv, contains, absent, matches, settle_s}: the output of
-  ``command`` (an FRR show command, sent to vtysh) or of ``argv`` (a read-only program such as
-  ``ip``, ``nft``) holds every string of ``contains``, none of ``absent`` and, for each regular
-  expression of ``matches`` (Python ``re``, multiline), a match;
+- ``output_check`` {node, command | argv, contains, absent, matches, status, settle_s}: the
+  output of ``command`` (an FRR show command, sent to vtysh) or of ``argv`` (a read-only program
+  such as ``ip``, ``nft``) holds every string of ``contains``, none of ``absent`` and, for each
+  regular expression of ``matches`` (Python ``re``, multiline), a match; the command must exit 0
+  unless ``status`` is ``any`` (e.g. ``ip route get`` answers a blackhole route with EINVAL and
+  an unreachable one with EHOSTUNREACH: Linux net/ipv6/route.c, ip6_rt_type_to_error);
 - ``json_value`` {node, command | argv, path, op, value, settle_s}: the command's JSON output,
   at ``path`` (dotted keys and list indices; ``*`` takes every element, and the predicate holds
   when it holds for any), compared with ``value`` by ``op``: ``eq``, ``ne``, ``contains`` (a
@@ -69,8 +71,10 @@ def check_output(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[E
     p = inv.params
     contains, absent, matches = list(p.get("contains") or []), list(p.get("absent") or []), list(p.get("matches") or [])
 
+    any_status = p.get("status") == "any"
+
     def judge(out: str, status: int) -> tuple[bool, str]:
-        if status != 0:
+        if status != 0 and not any_status:
             return False, f"the command failed (exit {status})"
         lacking = [s for s in contains if str(s) not in out]
         present = [s for s in absent if str(s) in out]
