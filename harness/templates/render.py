@@ -24,13 +24,23 @@ def env() -> SandboxedEnvironment:
     return SandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False, autoescape=False)
 
 
+@functools.lru_cache(maxsize=4096)
+def _compiled_expression(text: str) -> Any:
+    return env().compile_expression(text, undefined_to_none=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_template(text: str) -> jinja2.Template:
+    return env().from_string(text)
+
+
 def expression(text: str, ctx: dict[str, Any]) -> Any:
-    """Evaluate one Jinja expression (no braces).
+    """Evaluate one Jinja expression (no braces); compiled once per process.
 
     Raises:
         jinja2.TemplateError: syntax error or undefined name.
     """
-    return env().compile_expression(text, undefined_to_none=False)(**ctx)
+    return _compiled_expression(text)(**ctx)
 
 
 def render(value: Any, ctx: dict[str, Any]) -> Any:
@@ -43,7 +53,7 @@ def render(value: Any, ctx: dict[str, Any]) -> Any:
         m = _ONE_EXPR.match(value.strip())
         if m:
             return expression(m.group("e"), ctx)
-        return env().from_string(value).render(**ctx)
+        return _compiled_template(value).render(**ctx)
     if isinstance(value, list):
         return [render(v, ctx) for v in value]
     if isinstance(value, dict):

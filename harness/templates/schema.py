@@ -211,7 +211,8 @@ def parse_template(text: str, source: str = "<template>") -> Template:
         loc = tuple(err["loc"])
         field = ".".join(str(x) for x in loc) or "(top)"
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise TemplateError(f"{source}:{_line_of(node, loc)}: {field}: {err['msg']}{more}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise TemplateError(f"{source}:{_line_of(node, loc)}: {field}: {msg}{more}") from None
     t.source = source
     from harness.templates.check import check_template
 
