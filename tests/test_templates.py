@@ -152,3 +152,71 @@ def test_validate_a_sample_of_templates_in_a_real_lab(campaign_lab, tmp_path) ->
     for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny"):
         rows += validate_template(lab, sc, name, ["A0", "A1"], tmp_path, instances=1)
     assert [r.status for r in rows] == ["valid"] * 6, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
+
+
+# -- configuration F1 (issue 15 item 4) -----------------------------------------------------------
+
+
+def _state(node: str = "r1", **kw):
+    from substrate.devstate import DeviceState
+
+    return DeviceState(node=node, **kw)
+
+
+def test_the_configuration_delta_is_normalised_per_daemon_kernel_object_and_nft_rule() -> None:
+    from harness.config_f1 import config_delta
+
+    base = _state(frr_daemons={"isisd": "frr version 8.4.4\n!\ninterface eth1\n ipv6 router isis CORE\nexit\n!\nend\n"},
+                  routes6=["fcbb:bb00:1:e000::/64 encap seg6local action End.DT6 table 100 count dev sr0"],
+                  rules6=["priority 1000 iif eth3 lookup 100"],
+                  nft="table inet tenant_fw {\n\tchain t1 {\n\t\tip6 daddr fd10::/64 tcp dport 22 counter packets 4 bytes 9 drop\n\t}\n}")
+    after = base.model_copy(update={
+        "frr_daemons": {"isisd": "frr version 8.4.4\ninterface eth1\n ipv6 router isis CORE\n isis metric 40\nexit\n"},
+        "rules6": [],
+        "nft": "table inet tenant_fw {\n\tchain t1 {\n\t\tip6 daddr fd10::/64 tcp dport 22 counter packets 99 bytes 1 drop\n"
+               "\t\tip6 daddr fd10::/64 tcp dport 23 drop\n\t}\n}"})
+    assert config_delta({"r1": base}, {"r1": after}) == {
+        "+ r1 frr isisd: interface eth1 | isis metric 40",
+        "- r1 rule6 priority 1000 iif eth3 lookup 100",
+        "+ r1 nft inet tenant_fw/t1: ip6 daddr fd10::/64 tcp dport 23 drop",
+    }  # counters, banners and the unchanged SID are no change
+    assert config_delta({"r1": base}, {"r1": base}) == set()
+
+
+def test_configuration_f1_is_precision_over_the_agent_and_recall_over_the_reference() -> None:
+    from harness.config_f1 import config_f1
+
+    ref = {"+ r1 a", "+ r1 b"}
+    assert config_f1(ref, ref).f1 == 1.0
+    s = config_f1({"+ r1 a", "+ r1 c", "+ r1 d"}, ref)  # one of three right, one of two found
+    assert (round(s.precision, 3), s.recall, round(s.f1, 3)) == (0.333, 0.5, 0.4)
+    assert config_f1(set(), ref).f1 == 0.0 and config_f1({"+ r1 a"}, set()).f1 == 0.0
+    assert config_f1(set(), set()).f1 == 1.0
+
+
+@pytest.mark.lab
+def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_lab, tmp_path) -> None:
+    """On the shared lab: the scripted A1 reference scores F1 1.0; an agent that also leaves an
+    unrelated change (an extra static route) loses precision, not recall; the record and the
+    run's config_delta.json carry it."""
+    import json
+
+    from harness.run import CONFIG_DELTA_FILE, config_f1_of_run, execute_run, input_digests
+    from harness.templates.tasks import make_template_variant
+    from tests.test_harness import ani_spec
+
+    lab, sc = campaign_lab
+    v = make_template_variant("static-blackhole", sc, 0)
+    rec, _ = execute_run(lab, ani_spec("A1", "scripted", run_dir=tmp_path / "ref"), v)
+    assert rec.task_pass and rec.config_f1 == 1.0 and rec.config_precision == 1.0
+    delta = json.loads((tmp_path / "ref" / CONFIG_DELTA_FILE).read_text())
+    assert delta["agent"] == delta["reference"] and delta["agent"]
+    # the same change plus a detour, made out-of-band as an agent would leave it
+    from substrate.scenario.deploy import reset
+
+    reset(lab)
+    pe = v.parameters["pe"]["name"]
+    lab.vtysh(pe, "configure terminal", f"ipv6 route {v.parameters['prefix']} blackhole", "ipv6 route 2001:db8:3fff::/48 blackhole")
+    (tmp_path / "detour").mkdir()
+    score = config_f1_of_run(lab, v, input_digests(lab, v, []), tmp_path / "detour")
+    assert score.recall == 1.0 and score.precision == 0.5 and round(score.f1, 3) == 0.667
