@@ -193,7 +193,13 @@ def task_show(
     from harness.tasks import make_variant
     from substrate.scenario import build, load_manifest
 
-    sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
+    from harness.templates.tasks import is_template
+
+    if is_template(task_class):  # a template's instances share one scenario (NetConfArena V-A3)
+        path = TEMPLATE_MANIFEST if manifest == DEFAULT_MANIFEST else manifest
+        sc = build(load_manifest(_manifest_path(path)), seed=seed, density=density if path == manifest else 1)
+    else:
+        sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
     v = make_variant(task_class, sc, variant)
     out.print(f"[bold]prompt[/]\n{escape(v.prompt)}\n")
     for name, text in v.files.items():
