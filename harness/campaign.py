@@ -133,8 +133,11 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
     from substrate.scenario import load_manifest
 
     mode = mode if mode is not None else [None]
-    if task not in TASK_CLASSES:
-        raise AnibenchError(f"unknown task class {task!r}; known: {', '.join(TASK_CLASSES)}")
+    from harness.templates.tasks import is_template
+
+    if task not in TASK_CLASSES and not is_template(task):
+        raise AnibenchError(f"unknown task class {task!r}; known: {', '.join(TASK_CLASSES)} and the templates of "
+                            "harness task list")
     given: dict[str, list[Any]] = {"ani": ani, "agent": agent, "model": model, "mode": mode}
     for name, vals in given.items():
         if not vals:

@@ -99,6 +99,8 @@ class Cell:
     """Per metric of :data:`COST_METRICS`: ``{"mean": ..., "median": ...}`` over the runs where it is
     measured (None when it is measured in none: tokens of an external agent)."""
     mean_test_case_score: float | None
+    mean_config_f1: float | None
+    """Mean configuration F1 over the runs where it is measured (templates: harness.config_f1)."""
     mean_error_action_rate: float | None
     """Mean over the runs where the rate is defined (runs with configuration/validation actions)."""
     mean_repeat_action_rate: float | None
@@ -115,7 +117,7 @@ class Cell:
         row |= {f"label_{k}": v for k, v in self.outcome_labels.items()}
         row |= {f"mode_{k}": v for k, v in self.completion_modes.items()}
         row |= {f"{m}_{s}": v for m, d in self.cost.items() for s, v in d.items()}
-        row |= {"mean_test_case_score": self.mean_test_case_score,
+        row |= {"mean_test_case_score": self.mean_test_case_score, "mean_config_f1": self.mean_config_f1,
                 "mean_error_action_rate": self.mean_error_action_rate,
                 "mean_repeat_action_rate": self.mean_repeat_action_rate}
         return row
@@ -441,6 +443,7 @@ def _cell(setting: str, done: list[RunRecord], failed: int) -> Cell:
                      "median": statistics.median(_measured(get, done)) if _measured(get, done) else None}
               for name, get in COST_METRICS.items()},
         mean_test_case_score=_mean([r.test_case_score for r in done if r.test_case_score is not None]),
+        mean_config_f1=_mean([r.config_f1 for r in done if r.config_f1 is not None]),
         mean_error_action_rate=_mean([r.error_action_rate for r in done if r.error_action_rate is not None]),
         mean_repeat_action_rate=_mean([r.repeat_action_rate for r in done if r.repeat_action_rate is not None]),
     )
@@ -590,10 +593,10 @@ def _cost_table(cells: list[Cell]) -> TableData:
     for c in cells:
         mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
         mm = [NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else "–" if v == "– / –" else v for v in mm]
-        rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_error_action_rate),
+        rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_config_f1), _f(c.mean_error_action_rate),
                      _f(c.mean_repeat_action_rate)])
     return TableData("cost", "Cost and process metrics per run (mean / median)",
-                     _cols("setting", "steps", "tokens", "wall s", "reconciles", "drift events", "test-case score", "error-action",
+                     _cols("setting", "steps", "tokens", "wall s", "reconciles", "drift events", "test-case score", "config F1", "error-action",
                            "repeat-action"), rows)
 
 

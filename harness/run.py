@@ -152,6 +152,35 @@ def digests_of(scenario_file: str | bytes | None, variant: TaskVariant, schedule
     return out
 
 
+#: Beside the verdicts: the run's configuration deltas and their F1 (harness.config_f1).
+CONFIG_DELTA_FILE = "config_delta.json"
+
+
+def config_f1_of_run(lab: Lab, variant: TaskVariant, digests: dict[str, str], run_dir: Path) -> Any:
+    """The run's configuration F1 (:class:`harness.config_f1.ConfigF1`) when the variant has a
+    reference configuration (a protocol template's A0 reference), else None. Writes both deltas
+    to :data:`CONFIG_DELTA_FILE`; a delta that cannot be measured is noted there and gives None
+    (the run's verdicts do not depend on it)."""
+    reference = getattr(variant, "reference", None)
+    a0 = reference.get("A0") if isinstance(reference, dict) else None
+    if not isinstance(a0, dict):
+        return None
+    from harness import config_f1 as cf
+
+    try:
+        agent = cf.config_delta(cf.baseline_routers(lab), cf.capture_routers(lab))
+        key = f"{digests.get('scenario', 'none')[:16]}-{digests['task_variant'][:16]}"
+        ref = cf.reference_delta(lab, key, list(a0.items()), [(st.node, st.argv) for st in variant.setup])
+    except Exception as e:  # noqa: BLE001 - a metric that cannot be measured is noted, not fatal
+        (run_dir / CONFIG_DELTA_FILE).write_text(json.dumps({"error": f"{type(e).__name__}: {e}"[:2000]}, indent=1))
+        return None
+    score = cf.config_f1(agent, ref)
+    (run_dir / CONFIG_DELTA_FILE).write_text(json.dumps({
+        "precision": score.precision, "recall": score.recall, "f1": score.f1,
+        "agent": sorted(agent), "reference": sorted(ref), "common": sorted(agent & ref)}, indent=1))
+    return score
+
+
 def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecord, list[Verdict]]:
     """Run ``variant`` on ``lab`` with ``spec``; see module docstring.
 
@@ -267,6 +296,9 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         pass
     verdicts = observe(lab, [*variant.test_cases, *variant.damage_checks])
     observe_s = time.monotonic() - t2
+    # configuration F1 (NetConfArena III-D1): the agent's delta is read now, before the reference's
+    # is measured (which resets the lab: the verdicts above are already taken)
+    cfg = config_f1_of_run(lab, variant, digests, run_dir)
     tests = verdicts[: len(variant.test_cases)]
     damage = verdicts[len(variant.test_cases):]
     passed = sum(v.ok for v in tests)
@@ -307,6 +339,8 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         tokens_out=outcome.tokens_out, wall_s=time.monotonic() - t0, reset_s=reset_s, agent_s=agent_s,
         observe_s=observe_s, error_action_rate=metrics.error_action_rate(calls),
         repeat_action_rate=metrics.repeat_action_rate(calls),
+        config_f1=cfg.f1 if cfg else None, config_precision=cfg.precision if cfg else None,
+        config_recall=cfg.recall if cfg else None,
         faults=[e.model_dump() for e in injector.events], input_digests=digests, reconciles=reconciles,
         drift_events=drift_events, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
         agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,

@@ -221,6 +221,15 @@ class RunRecord(BaseModel):
     """Number of test cases passed."""
     test_cases_total: int | None = Field(default=None, ge=0)
     """Number of test cases of the task variant."""
+    config_f1: float | None = Field(default=None, ge=0, le=1)
+    """Configuration F1 (NetConfArena III-D1): harmonic mean of precision over the agent's
+    configuration delta and recall over the reference solution's, both normalised from device
+    captures of the routers (harness.config_f1); None where the task has no reference
+    configuration (the tenant classes) or it could not be computed."""
+    config_precision: float | None = Field(default=None, ge=0, le=1)
+    """Share of the agent's configuration changes that the reference solution makes too."""
+    config_recall: float | None = Field(default=None, ge=0, le=1)
+    """Share of the reference solution's configuration changes that the agent made."""
     damage_free: bool | None = None
     """Safety outcome: no baseline invariant is violated after the run (draft section 2)."""
     violated_invariants: list[str] = Field(default_factory=list)

@@ -241,7 +241,12 @@ def make_variant(task_class: str, sc: Scenario, variant: int, *, fault_seed: int
             enough sites, no spare circuit).
     """
     if task_class not in TASK_CLASSES:
-        raise AnibenchError(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
+        from harness.templates.tasks import is_template, make_template_variant
+
+        if is_template(task_class):  # a protocol template (harness.templates)
+            return make_template_variant(task_class, sc, variant, fault_seed=fault_seed)
+        raise AnibenchError(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)} "
+                            "and the templates of harness task list")
     seed = sc.seed * 1000 + variant
     rng = random.Random(f"task/{task_class}/{seed}")
     ipam = Ipam.from_scenario(sc)

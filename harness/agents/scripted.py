@@ -433,6 +433,11 @@ class ScriptedAgent:
 
         async with Client(ctx.server, mode="legacy") as client:
             tools = ToolSession(client, ctx.on_step)
+            from harness.templates.operator import run_reference, template_request
+
+            ticket = template_request(ctx.files)
+            if ticket is not None:  # a protocol template's variant: its reference for this level
+                return await run_reference(tools, ctx, *ticket)
             try:
                 req = read_request(ctx.files)
             except (KeyError, ValueError, yaml.YAMLError) as e:

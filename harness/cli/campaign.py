@@ -14,6 +14,8 @@ from rich.table import Table
 from harness.cli.common import err, fail, friendly_errors, out
 
 DEFAULT_MANIFEST = "manifests/srv6-brownfield.yaml"
+#: The scenario the protocol templates are validated on (3x3 grid with every template family's state).
+TEMPLATE_MANIFEST = "tests/data/templates-small.yaml"
 
 
 def _csv(value: str) -> list[str]:
@@ -161,12 +163,19 @@ task_app = typer.Typer(help="Task classes: list, show a variant, validate refere
 @task_app.command("list")
 @friendly_errors
 def task_list() -> None:
-    """List the task classes."""
+    """List the task classes and the protocol templates (harness/templates/library)."""
     from harness.tasks import PROMPTS, TASK_CLASSES
+    from harness.templates.schema import LEVELS
+    from harness.templates.tasks import templates
 
     t = Table("class", "request (prompt template, identical across variants)")
     for c in TASK_CLASSES:
         t.add_row(c, PROMPTS[c])
+    out.print(t)
+    t = Table("template", "family", "goal", "requires", "reference levels")
+    for name, tpl in sorted(templates().items(), key=lambda kv: (kv[1].family, kv[0])):
+        levels = [lv for lv in LEVELS if tpl.cannot(lv) is None]
+        t.add_row(name, tpl.family, escape(tpl.title), ", ".join(tpl.requires.layers) or "-", ", ".join(levels))
     out.print(t)
 
 
@@ -184,7 +193,13 @@ def task_show(
     from harness.tasks import make_variant
     from substrate.scenario import build, load_manifest
 
-    sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
+    from harness.templates.tasks import is_template
+
+    if is_template(task_class):  # a template's instances share one scenario (NetConfArena V-A3)
+        path = TEMPLATE_MANIFEST if manifest == DEFAULT_MANIFEST else manifest
+        sc = build(load_manifest(_manifest_path(path)), seed=seed, density=density if path == manifest else 1)
+    else:
+        sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
     v = make_variant(task_class, sc, variant)
     out.print(f"[bold]prompt[/]\n{escape(v.prompt)}\n")
     for name, text in v.files.items():
@@ -203,13 +218,20 @@ def task_show(
 def task_validate(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
     ani: Annotated[str, typer.Option(help="Levels whose reference solution to apply.")] = "A0,A1,A2,A3-T",
-    variants: Annotated[int, typer.Option(min=1, help="Variants to validate.")] = 3,
+    variants: Annotated[int | None, typer.Option(min=1, help="Variants to validate (default 3; a template: its 5 "
+                                                 "instances).")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
     density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
-    manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
+    manifest: Annotated[str, typer.Option(help="Scenario manifest (a template: default "
+                                          f"{TEMPLATE_MANIFEST}).")] = DEFAULT_MANIFEST,
+    lab: Annotated[str | None, typer.Option(help="A template: validate on this deployed scenario lab instead of "
+                                            "deploying one.")] = None,
 ) -> None:
     """Apply each level's reference solution (the scripted operator) to each variant in a real lab
-    and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C)."""
+    and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C).
+    TASK_CLASS may be a protocol template (harness task list): its instances share one lab."""
+    variants_given = variants
+    variants = variants or 3
     import tempfile
 
     from harness.ablations import parse_ani_settings
@@ -219,6 +241,12 @@ def task_validate(
     from substrate.scenario.deploy import deploy_scenario
 
     levels = parse_ani_settings(_csv(ani))
+    from harness.templates.tasks import is_template
+
+    if is_template(task_class):
+        _validate_template(task_class, [str(x) for x in levels], instances=variants_given or 5, seed=seed,
+                           density=density, manifest=manifest, lab_name=lab)
+        return
     if task_class not in TASK_CLASSES:
         fail(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
     m = load_manifest(_manifest_path(manifest))
@@ -242,4 +270,37 @@ def task_validate(
                                   "[green]valid[/]" if ok else f"[red]INVALID[/] {escape(', '.join(failed[:3]))}")
     out.print(table)
     if bad:
+        raise typer.Exit(1)
+
+
+def _validate_template(name: str, levels: list[str], *, instances: int, seed: int, density: int, manifest: str,
+                       lab_name: str | None) -> None:
+    """``harness task validate TEMPLATE``: every instance at every level on one lab (a level
+    the template cannot express is listed as skipped, with the reason)."""
+    import contextlib
+    import tempfile
+
+    from harness.templates.validate import validate_template
+    from substrate.lab import Lab
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario, load_scenario
+
+    with tempfile.TemporaryDirectory(prefix="anibench-validate-") as tmp, contextlib.ExitStack() as stack:
+        if lab_name:
+            lab = Lab.attach(lab_name)
+            sc = load_scenario(lab)
+        else:
+            path = TEMPLATE_MANIFEST if manifest == DEFAULT_MANIFEST else manifest
+            sc = build(load_manifest(_manifest_path(path)), seed=seed, density=density if path == manifest else 1)
+            with err.status("deploying the scenario"):
+                lab = stack.enter_context(deploy_scenario(sc, f"validate-{os.getpid() % 100000}"))
+        rows = validate_template(lab, sc, name, levels, Path(tmp), instances=instances)
+    table = Table("template", "instance", "level", "test cases", "damage checks", "config F1", "result")
+    for r in rows:
+        style = {"valid": "green", "INVALID": "red", "skipped": "yellow", "refused": "red"}[r.status]
+        f1 = "-" if r.config_f1 is None else f"{r.config_f1:.2f}"
+        table.add_row(r.template, str(r.instance), r.level, r.test_cases, r.damage_checks, f1,
+                      f"[{style}]{r.status}[/] {escape(r.detail)}")
+    out.print(table)
+    if any(r.status in ("INVALID", "refused") for r in rows):
         raise typer.Exit(1)

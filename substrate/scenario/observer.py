@@ -41,7 +41,9 @@ reaching a PE address that is gone through a cached entry (issue 19: a PE circui
 from ``fd10::1/64`` to ``fd10::77/64`` was scored clean). A host whose cache cannot be flushed
 fails every check probing from it, with the reason.
 
-Service classes add kinds of their own (``ServiceClass.checks``, :func:`class_checks`).
+Service classes add kinds of their own (``ServiceClass.checks``, :func:`class_checks`);
+:mod:`substrate.scenario.device_checks` adds the generic ``output_check`` and ``json_value``
+(a diagnostic command and a deterministic predicate on its output).
 
 Read-only commands whose output several checks share (routing table, IS-IS neighbours, an nft
 table) run once per node and observation pass.
@@ -521,10 +523,18 @@ def class_checks() -> dict[str, Callable[[ObserveContext, Invariant], tuple[bool
     return {k: fn for c in registry() for k, fn in c.checks.items()}
 
 
+def _device_checks() -> dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Evidence]]]]:
+    """The generic device-output kinds (``output_check``, ``json_value``:
+    :mod:`substrate.scenario.device_checks`), which the protocol templates' test cases use."""
+    from substrate.scenario.device_checks import CHECKS as DEVICE_CHECKS
+
+    return DEVICE_CHECKS
+
+
 def check_one(ctx: ObserveContext, inv: Invariant) -> Verdict:
     """Check one invariant; any failure to check is a failed verdict with the reason."""
     t0 = time.monotonic()
-    fn = CHECKS.get(inv.kind) or class_checks().get(inv.kind)
+    fn = CHECKS.get(inv.kind) or class_checks().get(inv.kind) or _device_checks().get(inv.kind)
     if fn is None:
         return Verdict(id=inv.id, kind=inv.kind, service=inv.service, ok=False, detail=f"unknown check kind {inv.kind!r}")
     bad = ctx.unflushed.get(str(inv.params.get("src")))

@@ -1,0 +1,111 @@
+"""Static checks of a parsed template: what pydantic cannot see in the Jinja strings.
+
+- every Jinja string parses;
+- every name an expression uses is a parameter, a registry function
+  (:attr:`harness.templates.registry.ValueRegistry.FUNCTIONS`) or a name the place binds
+  (``each``'s ``as``);
+- the parameters' dependencies have no cycle (Algorithm 1 would stop with "unresolved
+  dependency");
+- a reference solution uses only parameters the agent is shown (not ``hidden`` ones): the
+  scripted operator derives it from the ticket alone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from harness.templates.registry import ValueRegistry
+from harness.templates.render import names_in
+
+if TYPE_CHECKING:
+    from harness.templates.schema import Parameter, Template
+
+#: Jinja built-in names allowed in expressions besides parameters and registry functions.
+JINJA_NAMES = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none"})
+
+
+def dependencies(name: str, p: Parameter, params: set[str]) -> set[str]:
+    """The parameters ``p`` needs resolved first (its expressions' names, and ``depends_on``).
+
+    Raises:
+        jinja2.TemplateSyntaxError.
+    """
+    used: set[str] = set(p.depends_on)
+    for expr in (p.values, p.derive, p.where, *p.distinct_from):
+        if expr is not None:
+            used |= names_in(expr, is_expression=True)
+    return (used & params) - {name}
+
+
+def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
+    """Problems of ``t`` as (location, message); empty when it is sound (module docstring)."""
+    problems: list[tuple[tuple[Any, ...], str]] = []
+    params = set(t.parameters)
+    known = params | set(ValueRegistry.FUNCTIONS) | JINJA_NAMES
+    deps: dict[str, set[str]] = {}
+
+    def names(loc: tuple[Any, ...], value: Any, *, expr: bool = False, extra: frozenset[str] = frozenset()) -> set[str]:
+        try:
+            used = names_in(value, is_expression=expr)
+        except jinja2.TemplateSyntaxError as e:
+            problems.append((loc, f"Jinja syntax error: {e.message}"))
+            return set()
+        unknown = sorted(used - known - extra)
+        if unknown:
+            problems.append((loc, f"unknown name(s) {', '.join(unknown)}: not a parameter ({', '.join(sorted(params))}) "
+                                  f"nor a registry function"))
+        return used
+
+    for name, p in t.parameters.items():
+        for field in ("values", "derive", "where"):
+            v = getattr(p, field)
+            if v is not None:
+                names(("parameters", name, field), v, expr=True, extra=frozenset({name}) if field == "where" else frozenset())
+        for i, d in enumerate(p.distinct_from):
+            names(("parameters", name, "distinct_from", i), d, expr=True)
+        unknown_dep = [d for d in p.depends_on if d not in params]
+        if unknown_dep:
+            problems.append((("parameters", name, "depends_on"), f"unknown parameter(s) {', '.join(unknown_dep)}"))
+        try:
+            deps[name] = dependencies(name, p, params)
+        except jinja2.TemplateSyntaxError:
+            deps[name] = set()
+    # a cycle: Kahn's algorithm leaves some parameters unresolved
+    left, done = dict(deps), set()
+    while left:
+        ready = [n for n, d in left.items() if d <= done]
+        if not ready:
+            cyc = sorted(left)
+            problems.append((("parameters", cyc[0]), f"dependency cycle among {', '.join(cyc)}"))
+            break
+        for n in ready:
+            done.add(n)
+            del left[n]
+    names(("prompt",), t.prompt)
+    for i, s in enumerate(t.setup):
+        names(("setup", i), s.model_dump())
+    for i, tc in enumerate(t.test_cases):
+        bound: frozenset[str] = frozenset()
+        if tc.each is not None:
+            names(("test_cases", i, "each"), tc.each, expr=True)
+            bound = frozenset({tc.as_})
+        names(("test_cases", i, "params"), tc.params, extra=bound)
+        names(("test_cases", i, "id"), tc.id, extra=bound)
+        names(("test_cases", i, "description"), tc.description, extra=bound)
+    for i, pat in enumerate(t.invalidates):
+        names(("invalidates", i), pat)
+    hidden = {n for n, p in t.parameters.items() if p.hidden}
+    for level, sol in t.reference.items():
+        if isinstance(sol, dict):
+            used = names(("reference", level), sol)
+            scenario_bound = (used & set(ValueRegistry.FUNCTIONS)) - {"usid"}
+            if scenario_bound:
+                problems.append((("reference", level), f"uses registry function(s) {', '.join(sorted(scenario_bound))}: a "
+                                                       "reference solution is rendered from the ticket's parameters alone "
+                                                       "(draw the value as a parameter)"))
+            if used & hidden:
+                problems.append((("reference", level), f"uses hidden parameter(s) {', '.join(sorted(used & hidden))}: a "
+                                                       "reference solution may use only what the ticket shows"))
+    return problems

@@ -1,0 +1,231 @@
+"""The template file format: one YAML file per protocol template (NetConfArena section IV-D and
+Appendix C, Table I: intent, parameters with sampling rules and constraints, reference
+configuration, test cases), parsed with pydantic. Errors name the file, the LINE and the field
+(the YAML node marks are kept for that).
+
+A template::
+
+    id: isis-metric                 # unique; the task name (harness task validate isis-metric)
+    family: isis                    # the task table's family column
+    title: one line
+    requires: {layers: [underlay], capabilities: [isisd]}
+    parameters:                     # resolved by Algorithm 1 (harness.templates.instantiate)
+      link: {values: "core_links()"}                 # a Jinja expression over the value registry
+      metric: {range: [40, 60], step: 10}             # or choice: [..], or derive: "expr"
+      far: {values: "routers()", where: "far.name != link.a", distinct_from: ["link.b"]}
+    prompt: "Jinja text of the goal, with the parameters"
+    setup: [{node: "...", sh: "..."}]                # customer-side steps before the agent starts
+    test_cases: [{id, kind, params, description, each?, as?}]   # hidden; observer kinds
+    invalidates: ["underlay/fib/*"]                  # baseline invariants the task changes
+    reference:                      # per ANI level: device -> commands, or "cannot express: why"
+      A0: {"{{ link.a }}": ["vtysh -c ..."]}         # shell lines
+      A1: {"{{ link.a }}": ["interface {{ link.a_if }}", "isis metric {{ metric }}"]}
+      A3-T: "cannot express: A3-T's catalog has no IS-IS service class"
+
+Strings are Jinja templates (StrictUndefined: a name not defined is an error); a string that is
+one expression (``"{{ x }}"``) renders to the native value (a list stays a list).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from harness.errors import AnibenchError
+
+#: The ANI levels a reference solution can be written for (servers.registry's levels).
+LEVELS = ("A0", "A1", "A2", "A3-T", "A3-R", "A4")
+#: Levels every template must express (the scripted operator's shell and wrapper forms).
+REQUIRED_LEVELS = ("A0", "A1")
+CANNOT = "cannot express:"
+ID_RE = r"[a-z0-9][a-z0-9-]{1,62}"
+
+
+class TemplateError(AnibenchError):
+    """A template file is malformed (message: ``FILE:LINE: field: what is wrong``)."""
+
+
+class InstantiationRefused(AnibenchError):
+    """A template cannot be instantiated on a scenario (message names the parameter and why)."""
+
+    def __init__(self, template: str, parameter: str | None, reason: str):
+        self.template, self.parameter, self.reason = template, parameter, reason
+        where = f"parameter {parameter!r}" if parameter else "requirements"
+        super().__init__(f"template {template}: {where}: {reason}")
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Parameter(_M):
+    """One parameter: exactly one domain (``values``, ``choice``, ``range``, ``derive``), optional
+    constraints. Dependencies are the other parameters its expressions name (plus
+    ``depends_on``)."""
+
+    values: str | None = Field(default=None, description="Jinja expression giving the candidate list (value registry).")
+    choice: list[Any] | None = Field(default=None, description="A literal set of candidates.")
+    range: tuple[int, int] | None = Field(default=None, description="Integers lo..hi inclusive.")
+    step: int = Field(default=1, ge=1)
+    derive: str | None = Field(default=None, description="Jinja expression: the value, computed from others.")
+    where: str | None = Field(default=None, description="Jinja boolean expression every chosen value satisfies.")
+    distinct_from: list[str] = Field(default_factory=list, description="Jinja expressions the value must differ from.")
+    depends_on: list[str] = Field(default_factory=list)
+    hidden: bool = Field(default=False, description="Not shown to the agent (request.yaml); references may not use it.")
+
+    @model_validator(mode="after")
+    def _one_domain(self) -> Parameter:
+        given = [k for k in ("values", "choice", "range", "derive") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one domain of values, choice, range, derive (got {', '.join(given) or 'none'})")
+        if self.range is not None and self.range[0] > self.range[1]:
+            raise ValueError(f"range {list(self.range)} is empty (lo > hi)")
+        if self.choice is not None and not self.choice:
+            raise ValueError("choice is empty")
+        return self
+
+
+class TestCase(_M):
+    """A hidden test case: an observer check (``kind``: substrate.scenario.observer and
+    substrate.scenario.device_checks), its ``params`` rendered with the parameters. ``each``
+    (an expression giving a list) repeats it, the element bound to ``as``."""
+
+    __test__ = False  # not a pytest class
+
+    id: str
+    kind: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+    each: str | None = None
+    as_: str = Field(default="item", alias="as")
+
+
+class SetupStep(_M):
+    """A customer-side step the harness runs before the agent starts (a CE configured)."""
+
+    node: str
+    sh: str
+    why: str = ""
+
+
+class Requires(_M):
+    layers: list[str] = Field(default_factory=list, description="Scenario layers the template needs.")
+    capabilities: list[str] = Field(default_factory=list, description="Device capabilities (harness.templates.registry).")
+
+
+class Template(_M):
+    """One protocol template (module docstring)."""
+
+    id: str
+    family: str
+    title: str
+    requires: Requires = Field(default_factory=Requires)
+    parameters: dict[str, Parameter]
+    prompt: str
+    setup: list[SetupStep] = Field(default_factory=list)
+    test_cases: list[TestCase] = Field(min_length=1)
+    invalidates: list[str] = Field(default_factory=list, description="Baseline invariant ids (fnmatch patterns, Jinja) the task changes.")
+    reference: dict[str, dict[str, list[str]] | str]
+    source: str = Field(default="", exclude=True)
+
+    @field_validator("id", "family")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(ID_RE, v):
+            raise ValueError(f"{v!r} is not a name ({ID_RE})")
+        return v
+
+    @field_validator("reference")
+    @classmethod
+    def _levels(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for level, sol in v.items():
+            if level not in LEVELS:
+                raise ValueError(f"unknown level {level!r}; known: {', '.join(LEVELS)}")
+            if isinstance(sol, str) and not sol.startswith(CANNOT):
+                raise ValueError(f"{level}: a level's reference is device -> commands, or '{CANNOT} <reason>'")
+            if isinstance(sol, str) and not sol[len(CANNOT):].strip():
+                raise ValueError(f"{level}: '{CANNOT}' needs the reason")
+        for level in REQUIRED_LEVELS:
+            if not isinstance(v.get(level), dict) or not v[level]:
+                raise ValueError(f"every template has a reference solution at {level} (device -> commands)")
+        return v
+
+    def cannot(self, level: str) -> str | None:
+        """Why the template cannot be solved by a reference at ``level`` (None: it can)."""
+        sol = self.reference.get(level)
+        if sol is None:
+            return f"no reference solution written for {level}"
+        return sol[len(CANNOT):].strip() if isinstance(sol, str) else None
+
+
+# -- loading with line numbers ----------------------------------------------------------------
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
+    """The 1-based line of the YAML node at ``loc`` (pydantic's error location), or of the
+    deepest node on the way there that exists (a missing field: its mapping)."""
+    line = (node.start_mark.line + 1) if node is not None else 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = None
+            for k, v in node.value:
+                if str(k.value) == str(part):
+                    nxt = v
+                    break
+            if nxt is None:
+                continue  # a pydantic location step that is no YAML key (a union member's name)
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            node = node.value[part]
+        else:
+            continue
+        line = node.start_mark.line + 1
+    return line
+
+
+def parse_template(text: str, source: str = "<template>") -> Template:
+    """Parse and check one template file's text (see :mod:`harness.templates.check` for the
+    checks that need the expressions: names, dependencies, levels).
+
+    Raises:
+        TemplateError: ``SOURCE:LINE: field: message`` for a YAML syntax error, a missing or
+            malformed field, or a semantic error (harness.templates.check).
+    """
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise TemplateError(f"{source}:{line}: YAML: {getattr(e, 'problem', None) or e}") from None
+    if not isinstance(data, dict):
+        raise TemplateError(f"{source}:1: a template is a mapping (id, family, parameters, ...), got {type(data).__name__}")
+    try:
+        t = Template.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = tuple(err["loc"])
+        field = ".".join(str(x) for x in loc) or "(top)"
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise TemplateError(f"{source}:{_line_of(node, loc)}: {field}: {msg}{more}") from None
+    t.source = source
+    from harness.templates.check import check_template
+
+    for loc, msg in check_template(t):
+        raise TemplateError(f"{source}:{_line_of(node, loc)}: {'.'.join(str(x) for x in loc)}: {msg}")
+    return t
+
+
+def load_template(path: str | Path) -> Template:
+    """Read and parse one template file.
+
+    Raises:
+        TemplateError, OSError.
+    """
+    p = Path(path)
+    return parse_template(p.read_text(), str(p))
