@@ -167,6 +167,29 @@ async def test_kill9_mid_apply_then_restart_converges(lab: Lab, tmp_path: Path) 
         srv.close()
 
 
+def test_quiet_periods_skip_the_scan_and_a_port_down_is_still_seen(lab: Lab, sc: Scenario) -> None:
+    """Nothing changing: periods pass without a device scan (quiet_periods grows, no reconcile);
+    a port set down out of band is seen by the change watch (netlink) at the next period, long
+    before the full check (full_every 1000), and reverted."""
+    site = next(s for s in sc.all_sites() if s.id == SITE)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE, full_every=1000)
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        q0 = status(lab).quiet_periods
+        poll("quiet periods counted", lambda: status(lab).quiet_periods >= q0 + 3, 120)
+        n1 = status(lab).reconciles
+        lab.check([lab.exec(site.pe, ["ip", "link", "set", site.pe_if, "down"], timeout_s=10)])
+        poll("the port back up", lambda: "UP" in lab.exec(site.pe, ["ip", "-br", "link", "show", site.pe_if],
+                                                           timeout_s=10).stdout.split()[1:2], 120)  # fmt: skip
+        poll("the reconcile recorded", lambda: status(lab).drift_events >= 1 and status(lab).reconciles > n1)
+        rec = next(r for r in rc.read_log(lab, status(lab).epoch, 20) if r.drift)
+        assert rec.trigger == "change" and site.pe in rec.drift and rec.result == "drift_reverted", rec
+        assert f"kernel change on {site.pe}" in rec.message, rec
+    finally:
+        rc.stop(lab)
+    assert not pid_alive(pid)
+
+
 def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:
     """A reconciler whose owner (the server that started it) dies exits by itself; one left running
     is stopped by the lab's controller clean-up (what Lab.destroy and harness lab cleanup call)."""

@@ -517,3 +517,21 @@ def test_a_boolean_is_never_a_number_in_a_spec() -> None:
                                                   "ops[1].spec.rules[0].port: false is a boolean, not a port"]
     (op,) = parse_ops([{"op": "modify", "service_class": "rate_limit", "id": "rl1", "spec": {"rate_mbit": "20"}}])
     assert op.spec.rate_mbit == 20  # a number in a string is still read (the servers' argument policy)
+
+
+def test_drift_sees_a_port_down_and_the_repair_brings_it_up(sc: Scenario) -> None:
+    """A port the rendering brings up (links_up), found down: drift line 'link down: IF', and the
+    self-heal's repair sets it up (issue 13: a port set down out of band)."""
+    from servers.a3_intent.planner import drift, repair_delta
+    from substrate.devstate import LinkState
+
+    site = sc.all_sites()[0]
+    cfg = sc.node_config[site.pe]
+    assert site.pe_if in cfg.links_up
+    st = expected_state(site.pe, cfg)
+    st.links = {d: LinkState(up=True, mtu=1500) for d in cfg.links_up}
+    assert not [x for x in drift(site.pe, cfg, st) if x.startswith("link")]
+    st.links[site.pe_if] = LinkState(up=False, mtu=1500)
+    lines = drift(site.pe, cfg, st)
+    assert f"link down: {site.pe_if}" in lines
+    assert repair_delta(site.pe, cfg, lines).additions[0] == f"link set {site.pe_if} up"
