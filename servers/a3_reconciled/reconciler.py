@@ -47,7 +47,7 @@ from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
 from servers.a3_intent.planner import drift, repair_delta, underlay_frr
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
-from servers.a3_reconciled.source import STATE_DIR, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
+from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
@@ -316,9 +316,17 @@ class Reconciler:
             # included) makes the next period compare again
             self.watch.arm([n for n in scanned_nodes(sc) if n in sc.node_config and (self.allowed is None or n in self.allowed)])
         if head is not None and head != st.applied_commit and not (head == st.failed_commit and not st.failed_transient):
-            desired: Desired = self.repo.desired_at(head)
-            raw, _where = ops_toward(desired, desired_of(sc))
-            if not raw:
+            try:
+                desired: Desired = self.repo.desired_at(head)
+            except CommitInvalid as e:
+                st.failed_commit, st.failed_message, st.failed_transient = head, str(e), False
+                rec.result = "failed"
+                rec.message = f"{e}; the network stays at commit {(st.applied_commit or 'baseline')[:12]}"
+                desired = {}
+            raw, _where = ops_toward(desired, desired_of(sc)) if rec.result != "failed" else ([], [])
+            if rec.result == "failed":
+                pass
+            elif not raw:
                 st.applied_commit, st.failed_commit = head, None
                 rec.message = "the network already carries this commit's records"
             else:
