@@ -17,6 +17,7 @@ net/ipv4/devinet.c (inet_fill_link_af), net/ipv6/addrconf.c (inet6_fill_link_af)
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import socket
@@ -49,8 +50,8 @@ class NetlinkError(SubstrateError):
     """A namespace could not be entered or a dump failed."""
 
 
-def _socket_in(netns_path: str) -> socket.socket:
-    """A NETLINK_ROUTE socket bound to the network namespace at ``netns_path``."""
+def _socket_in(netns_path: str, family: int = socket.AF_NETLINK, proto: int = socket.NETLINK_ROUTE) -> socket.socket:
+    """A netlink socket (NETLINK_ROUTE unless ``proto`` says) bound to the network namespace at ``netns_path``."""
     own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         target = os.open(netns_path, os.O_RDONLY)
@@ -61,7 +62,7 @@ def _socket_in(netns_path: str) -> socket.socket:
         if _libc.setns(target, CLONE_NEWNET) != 0:
             raise NetlinkError(f"cannot enter {netns_path}: {os.strerror(ctypes.get_errno())}")
         try:
-            return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            return socket.socket(family, socket.SOCK_RAW, proto)
         finally:
             if _libc.setns(own, CLONE_NEWNET) != 0:  # never go on in a node's namespace
                 os._exit(70)
@@ -156,3 +157,74 @@ def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
         if table:
             neigh[f"{table}/{dev}"] = ",".join(sorted(params))
     return links, neigh
+
+
+# -- change monitor -------------------------------------------------------------------------------
+
+#: rtnetlink multicast groups a :class:`ChangeMonitor` joins (linux/rtnetlink.h, enum
+#: rtnetlink_groups): interfaces, traffic control, addresses, routes, rules, per-family netconf
+#: (forwarding and the like), MPLS routes, nexthop objects. Neighbour entries are left out: they
+#: move by themselves.
+RTNLGRP_WATCHED = (1, 4, 5, 7, 8, 9, 11, 19, 24, 25, 27, 29, 32)
+#: nf_tables' multicast group (linux/netfilter/nfnetlink.h: NFNLGRP_NFTABLES) on NETLINK_NETFILTER.
+NFNLGRP_NFTABLES = 7
+NETLINK_NETFILTER = 12
+SOL_NETLINK, NETLINK_ADD_MEMBERSHIP = 270, 1
+
+
+class ChangeMonitor:
+    """Whether a network namespace's kernel state may have changed since last asked: a netlink
+    socket (from the host, opened in the namespace) subscribed to the rtnetlink groups of
+    :data:`RTNLGRP_WATCHED` and to nf_tables' group, read without blocking. Every change the kernel
+    makes to links, addresses, routes, rules, qdiscs, netconf settings or nftables is announced
+    there (rtnetlink(7), nfnetlink); a lost announcement (``ENOBUFS``: the receive buffer
+    overflowed) counts as a change. Costs nothing while nothing changes.
+
+    Raises (constructor):
+        NetlinkError: the namespace could not be entered or the groups could not be joined.
+    """
+
+    def __init__(self, netns_path: str):
+        self.path = netns_path
+        self.inode = os.stat(netns_path).st_ino
+        self.socks: list[socket.socket] = []
+        try:
+            with _lock:
+                route = _socket_in(netns_path)
+                self.socks.append(route)
+                nft = _socket_in(netns_path, socket.AF_NETLINK, NETLINK_NETFILTER)
+                self.socks.append(nft)
+            for sock, groups in ((route, RTNLGRP_WATCHED), (nft, (NFNLGRP_NFTABLES,))):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                sock.bind((0, 0))
+                for g in groups:
+                    with contextlib.suppress(OSError):  # a group this kernel lacks (MPLS, nexthop objects)
+                        sock.setsockopt(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, g)
+                sock.setblocking(False)
+        except OSError as e:
+            self.close()
+            raise NetlinkError(f"cannot watch {netns_path}: {e.strerror or e}") from None
+
+    def changed(self) -> bool:
+        """Whether anything was announced since the last call (reads every pending message), or
+        the namespace at the path is another one now (re-created)."""
+        got = False
+        for sock in self.socks:
+            while True:
+                try:
+                    if not sock.recv(1 << 16):
+                        break
+                    got = True
+                except BlockingIOError:
+                    break
+                except OSError:  # ENOBUFS: announcements were lost
+                    got = True
+        try:
+            return got or os.stat(self.path).st_ino != self.inode
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        for sock in self.socks:
+            sock.close()
+        self.socks = []

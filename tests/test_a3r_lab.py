@@ -113,6 +113,41 @@ async def test_invalid_record_refused_without_commit(lab: Lab, tmp_path: Path) -
         srv.close()
 
 
+async def test_hand_made_bad_commit_is_refused_and_never_applied(lab: Lab, tmp_path: Path) -> None:
+    """A commit made with git behind A3-R's back, holding a record with a YAML alias and one with
+    a NUL character: the reconcile fails naming the commit, each file and field; nothing reaches
+    the devices; the tools read the bad record with a clear error."""
+    before = everything(lab)
+    srv = a3r(lab, tmp_path, reconciler=False)
+    try:
+        repo = Repo(lab)
+        rec = rc.Reconciler(lab)
+        rec.reconcile_once("start")
+        good = status(lab).applied_commit
+        (repo.dir / "records" / "tenant_site" / "t3s9.yaml").write_text("tenant: &t t3\npe: r2\npe_interface: *t\nprefix6: auto\n")
+        (repo.dir / "records" / "tenant" / "t9.yaml").write_text('name: "bad\\0"\n')
+        repo.git("add", "-A", "records")
+        repo.git("commit", "-q", "-m", "by hand")
+        bad = repo.head()
+        r = rec.reconcile_once("commit")
+        assert r.result == "failed" and not r.devices, r
+        assert f"commit {bad[:12]} holds records that do not validate (never applied)" in r.message, r.message  # type: ignore[index]
+        assert "records/tenant_site/t3s9.yaml: spec: not a valid YAML record: YAML alias *t is not accepted" in r.message, r.message
+        assert "records/tenant/t9.yaml: spec." in r.message and "U+0000" in r.message, r.message
+        st = status(lab)
+        assert st.applied_commit == good and st.failed_commit == bad and not st.failed_transient
+        async with connect(srv) as c:
+            e = await c.call_tool("read_record", {"service_class": "tenant_site", "id": "t3s9"})
+            assert e.is_error and "alias *t is not accepted" in text(e), text(e)
+            s = data(await c.call_tool("reconcile_status", {}))
+            assert "never applied" in (s.get("failed_message") or ""), s
+    finally:
+        srv.close()
+    after = everything(lab)
+    changed = {n: before[n].diff(after[n]) for n in before if not before[n].same_as(after[n])}
+    assert not changed, changed
+
+
 async def test_commit_then_revert_restores_the_network(lab: Lab, tmp_path: Path) -> None:
     """Deleting a steering policy's record changes the network once reconciled; reverting to the
     baseline commit brings every device back to its state before (full device state)."""
@@ -165,6 +200,29 @@ async def test_kill9_mid_apply_then_restart_converges(lab: Lab, tmp_path: Path) 
     finally:
         rc.stop(lab)
         srv.close()
+
+
+def test_quiet_periods_skip_the_scan_and_a_port_down_is_still_seen(lab: Lab, sc: Scenario) -> None:
+    """Nothing changing: periods pass without a device scan (quiet_periods grows, no reconcile);
+    a port set down out of band is seen by the change watch (netlink) at the next period, long
+    before the full check (full_every 1000), and reverted."""
+    site = next(s for s in sc.all_sites() if s.id == SITE)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE, full_every=1000)
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        q0 = status(lab).quiet_periods
+        poll("quiet periods counted", lambda: status(lab).quiet_periods >= q0 + 3, 120)
+        n1 = status(lab).reconciles
+        lab.check([lab.exec(site.pe, ["ip", "link", "set", site.pe_if, "down"], timeout_s=10)])
+        poll("the port back up", lambda: "UP" in lab.exec(site.pe, ["ip", "-br", "link", "show", site.pe_if],
+                                                           timeout_s=10).stdout.split()[1:2], 120)  # fmt: skip
+        poll("the reconcile recorded", lambda: status(lab).drift_events >= 1 and status(lab).reconciles > n1)
+        rec = next(r for r in rc.read_log(lab, status(lab).epoch, 20) if r.drift)
+        assert rec.trigger == "change" and site.pe in rec.drift and rec.result == "drift_reverted", rec
+        assert f"kernel change on {site.pe}" in rec.message, rec
+    finally:
+        rc.stop(lab)
+    assert not pid_alive(pid)
 
 
 def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:

@@ -517,3 +517,44 @@ def test_a_boolean_is_never_a_number_in_a_spec() -> None:
                                                   "ops[1].spec.rules[0].port: false is a boolean, not a port"]
     (op,) = parse_ops([{"op": "modify", "service_class": "rate_limit", "id": "rl1", "spec": {"rate_mbit": "20"}}])
     assert op.spec.rate_mbit == 20  # a number in a string is still read (the servers' argument policy)
+
+
+def test_drift_sees_a_port_down_and_the_repair_brings_it_up(sc: Scenario) -> None:
+    """A port the rendering brings up (links_up), found down: drift line 'link down: IF', and the
+    self-heal's repair sets it up (issue 13: a port set down out of band)."""
+    from servers.a3_intent.planner import drift, repair_delta
+    from substrate.devstate import LinkState
+
+    site = sc.all_sites()[0]
+    cfg = sc.node_config[site.pe]
+    assert site.pe_if in cfg.links_up
+    st = expected_state(site.pe, cfg)
+    st.links = {d: LinkState(up=True, mtu=1500) for d in cfg.links_up}
+    assert not [x for x in drift(site.pe, cfg, st) if x.startswith("link")]
+    st.links[site.pe_if] = LinkState(up=False, mtu=1500)
+    lines = drift(site.pe, cfg, st)
+    assert f"link down: {site.pe_if}" in lines
+    assert repair_delta(site.pe, cfg, lines).additions[0] == f"link set {site.pe_if} up"
+
+
+def test_a3r_record_reader_refuses_aliases_control_characters_and_non_utf8() -> None:
+    """A3-R's record reader (issue 13, Bad input): a YAML alias (the billion-laughs expansion), a
+    control character in any field (an escaped NUL is valid YAML), bytes that are not UTF-8 and
+    text that is not YAML are each refused with the field path and reason."""
+    from servers.a3_reconciled.source import RecordRejected, load_record, normalize
+
+    def refused(fn: Any) -> str:
+        with pytest.raises(RecordRejected) as e:
+            fn()
+        msg = "; ".join(f"{p.path}: {p.message}" for p in e.value.problems)
+        assert msg and "Traceback" not in msg and "object at 0x" not in msg
+        return msg
+
+    assert "alias *a is not accepted" in refused(lambda: load_record("a: &a [x, x]\nb: *a\n"))
+    assert "not UTF-8" in refused(lambda: load_record(b"tenant: t\xff\n"))
+    assert "not a valid YAML record" in refused(lambda: load_record("tenant: [unclosed\n"))
+    site = {"tenant": "t3", "pe": "r2", "pe_interface": "eth5", "prefix6": "auto"}
+    assert normalize("tenant_site", load_record("tenant: t3\npe: r2\npe_interface: eth5\nprefix6: auto\n"))["pe"] == "r2"
+    msg = refused(lambda: normalize("tenant_site", load_record('tenant: "t3\\0"\npe: r2\npe_interface: eth5\nprefix6: auto\n')))
+    assert msg == "spec.tenant: holds the control character U+0000; not accepted", msg
+    assert "spec.pe: holds the control character U+0085" in refused(lambda: normalize("tenant_site", {**site, "pe": "r2\x85"}))

@@ -450,6 +450,8 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
             w = r.split()
             if ("iif" in w and w[w.index("iif") + 1] in ports) or ("lookup" in w and w[w.index("lookup") + 1] in lookups):
                 out.append(f"rule extra: ip -{fam} rule {r}")
+    # a port the rendering brings up, found down (``ip link set IF down`` out of band)
+    out += [f"link down: {dev}" for dev in expected.links_up if dev in state.links and not state.links[dev].up]
     have_addr = set(state.addresses)
     out += [f"address missing: {x}" for x in exp.addresses if x not in have_addr]
     ports = {x.split(" dev ")[-1] for x in exp.addresses}
@@ -546,7 +548,7 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
     """The commands that drive ``node`` back to its rendering ``cfg`` from the drift ``lines``
     :func:`drift` found there (a reconciler's self-heal, issue 13): a missing or differing route,
     rule or address is (re)added, an extra one removed, a differing nftables table or root qdisc
-    set to the rendering's, a missing FRR line added and an extra one negated. Lines this does
+    set to the rendering's, a port found down set up, a missing FRR line added and an extra one negated. Lines this does
     not know are left alone (reported by :func:`drift` still).
     """
     d = ConfigDelta(node=node)
@@ -561,6 +563,8 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
         elif what in ("rule missing", "rule extra") and rest.startswith("ip -"):
             fam, rule = rest[4], rest.split(" rule ", 1)[1]
             (d.additions if what == "rule missing" else d.removals).append(f"-{fam} rule {'add' if what == 'rule missing' else 'del'} {rule}")
+        elif what == "link down":
+            d.additions.append(f"link set {rest} up")
         elif what == "address missing":
             d.additions.append(f"addr replace {rest}")
         elif what == "address extra":

@@ -47,7 +47,7 @@ from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
 from servers.a3_intent.planner import drift, repair_delta, underlay_frr
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
-from servers.a3_reconciled.source import STATE_DIR, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
+from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
 from substrate.errors import SubstrateError
 from substrate.locks import ConfigLockHeld
@@ -69,6 +69,10 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_RETRY_S = 1.0
 #: Most drift lines kept per device in a record.
 DRIFT_LINES = 12
+#: Periods in a row a reconcile may be skipped because no change was seen (see :class:`ChangeWatch`):
+#: every this-many-th period compares the devices regardless (what no announcement covers: sysctl
+#: files outside netconf, a node whose watch could not be opened).
+DEFAULT_FULL_EVERY = 12
 #: Bound on the wait for a started reconciler to register (seconds).
 START_TIMEOUT_S = 30.0
 
@@ -81,7 +85,7 @@ class ReconcileRecord(BaseModel):
     n: int = Field(description="Reconcile number since the reconciler's state was made (per baseline epoch).")
     started: float = Field(description="Unix time.")
     commit: str | None = Field(description="HEAD commit reconciled.")
-    trigger: str = Field(description="commit | period | retry | start")
+    trigger: str = Field(description="commit | change (a device change was seen) | period (the full check due) | retry | start")
     result: str = Field(description="in_sync | applied | drift_reverted | drift_reported | failed | retry")
     change_id: str | None = Field(default=None, description="The A3-T change applying the commit (get it with reconcile_status).")
     repair_change_id: str | None = None
@@ -104,6 +108,79 @@ class ReconcileStatus(BaseModel):
     drift_events: int = Field(default=0, description="Reconciles that found drift.")
     applies: int = Field(default=0, description="Reconciles that changed devices (commit applied or drift reverted).")
     mode: Mode = "revert"
+    quiet_periods: int = Field(default=0, description="Periods skipped because no device change was seen (ChangeWatch).")
+
+
+class ChangeWatch:
+    """Whether a lab's devices may have changed since :meth:`arm`: per node, a netlink
+    :class:`substrate.netlink.ChangeMonitor` (kernel: links, addresses, routes, rules, qdiscs,
+    netconf, nftables) and, per router, a fingerprint of each FRR daemon's running configuration
+    read from its vty socket (no process is started). What makes an idle reconciler cheap: a period
+    in which nothing was seen skips the device scan. A node that cannot be watched, or a daemon that
+    does not answer, always counts as changed."""
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self.monitors: dict[str, Any] = {}
+        self.frr: dict[str, tuple[tuple[str, str], ...] | None] = {}
+        self.nodes: list[str] = []
+
+    def _fingerprint(self, node: str) -> tuple[tuple[str, str], ...] | None:
+        from substrate.vty import VtyError
+
+        out = []
+        try:
+            for d in self.lab.state(node).daemons:
+                text, status = self.lab.vty(node, d, "show running-config", timeout_s=2.0)[0]
+                out.append((d, f"{status}:{text}"))
+        except (VtyError, SubstrateError):
+            return None
+        return tuple(out)
+
+    def arm(self, nodes: list[str]) -> None:
+        """Start watching ``nodes`` from now (pending announcements dropped, fingerprints taken)."""
+        from substrate import netlink
+        from substrate.topology import Role
+
+        self.nodes = list(nodes)
+        for n in list(self.monitors):
+            if n not in nodes:
+                self.monitors.pop(n).close()
+        for n in nodes:
+            m = self.monitors.get(n)
+            if m is not None and m.changed():  # drained; re-opened when the namespace was re-created
+                try:
+                    same = os.stat(m.path).st_ino == m.inode
+                except OSError:
+                    same = False
+                if not same:
+                    self.monitors.pop(n).close()
+            if n not in self.monitors:
+                try:
+                    self.monitors[n] = netlink.ChangeMonitor(f"/run/netns/{self.lab.state(n).netns}")
+                except (SubstrateError, OSError) as e:
+                    log.info("A3-R reconciler: %s not watched (%s); compared every period", n, e)
+        routers = [n for n in nodes if self.lab.state(n).role is not Role.HOST]
+        self.frr = dict(zip(routers, self.lab.map(self._fingerprint, routers), strict=True))
+
+    def changed(self) -> str | None:
+        """Why the devices may have changed since :meth:`arm` (first reason found), or None."""
+        for n in self.nodes:
+            m = self.monitors.get(n)
+            if m is None:
+                return f"{n} is not watched"
+            if m.changed():
+                return f"kernel change on {n}"
+        routers = list(self.frr)
+        for n, now in zip(routers, self.lab.map(self._fingerprint, routers), strict=True):
+            if now is None or now != self.frr[n]:
+                return f"FRR configuration of {n} changed or could not be read"
+        return None
+
+    def close(self) -> None:
+        for m in self.monitors.values():
+            m.close()
+        self.monitors = {}
 
 
 def state_dir(lab: Lab) -> Path:
@@ -155,6 +232,9 @@ class Reconciler:
         self.repo = Repo(lab)
         #: held through each reconcile (re-entrant: an A4 server holds it from its commit to its reconcile)
         self.lock = FileLock(state_dir(lab) / RECONCILE_LOCK)
+        #: set by :meth:`run`: armed at each reconcile, asked each period
+        self.watch: ChangeWatch | None = None
+        self._why = ""
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -163,6 +243,16 @@ class Reconciler:
             sc, _ = self.engine.inventory()
             self.repo.ensure(sc, epoch)
         return epoch
+
+    def _count_quiet(self) -> None:
+        """A period skipped (nothing seen): counted in status.json (read-modify-write under the lock)."""
+        with self.lock.held():
+            d = state_dir(self.lab)
+            st = read_status(self.lab, self.engine.records.epoch())
+            st.quiet_periods += 1
+            tmp = d / f".{STATUS_FILE}.tmp"
+            tmp.write_text(st.model_dump_json())
+            tmp.replace(d / STATUS_FILE)
 
     def _save(self, st: ReconcileStatus, rec: ReconcileRecord) -> None:
         d = state_dir(self.lab)
@@ -200,7 +290,8 @@ class Reconciler:
         st.mode = self.mode
         st.reconciles += 1
         head = self.repo.head()
-        rec = ReconcileRecord(n=st.reconciles, started=time.time(), commit=head, trigger=trigger, result="in_sync")
+        rec = ReconcileRecord(n=st.reconciles, started=time.time(), commit=head, trigger=trigger, result="in_sync",
+                              message=f"({self._why})" if trigger == "change" and self._why else "")  # fmt: skip
         try:
             self._reconcile(st, rec, head)
         except ConfigLockHeld as e:
@@ -220,10 +311,22 @@ class Reconciler:
 
     def _reconcile(self, st: ReconcileStatus, rec: ReconcileRecord, head: str | None) -> None:
         sc, _ = self.engine.inventory()
+        if self.watch is not None:
+            # armed before the devices are read: a change made from now on (our own repair
+            # included) makes the next period compare again
+            self.watch.arm([n for n in scanned_nodes(sc) if n in sc.node_config and (self.allowed is None or n in self.allowed)])
         if head is not None and head != st.applied_commit and not (head == st.failed_commit and not st.failed_transient):
-            desired: Desired = self.repo.desired_at(head)
-            raw, _where = ops_toward(desired, desired_of(sc))
-            if not raw:
+            try:
+                desired: Desired = self.repo.desired_at(head)
+            except CommitInvalid as e:
+                st.failed_commit, st.failed_message, st.failed_transient = head, str(e), False
+                rec.result = "failed"
+                rec.message = f"{e}; the network stays at commit {(st.applied_commit or 'baseline')[:12]}"
+                desired = {}
+            raw, _where = ops_toward(desired, desired_of(sc)) if rec.result != "failed" else ([], [])
+            if rec.result == "failed":
+                pass
+            elif not raw:
                 st.applied_commit, st.failed_commit = head, None
                 rec.message = "the network already carries this commit's records"
             else:
@@ -278,36 +381,57 @@ class Reconciler:
     # -- the loop ------------------------------------------------------------------------------------
 
     def run(self, interval_s: float, retry_s: float, stop: threading.Event, wake: threading.Event,
-            alive: Any = lambda: True) -> None:  # fmt: skip
+            alive: Any = lambda: True, full_every: int = DEFAULT_FULL_EVERY) -> None:  # fmt: skip
         """Reconcile at start, on every HEAD move or wake-up, every ``interval_s`` and ``retry_s``
-        after a ``retry`` result, until ``stop`` is set or ``alive()`` is false."""
+        after a ``retry`` result, until ``stop`` is set or ``alive()`` is false.
+
+        A period in which :class:`ChangeWatch` saw no device change (and HEAD did not move) is
+        skipped, counted in ``quiet_periods``, unless ``full_every`` periods in a row were: drift
+        the watch sees is reverted at the next period, any other within ``full_every`` periods."""
         for note in self.engine.recover_at_start():
             log.warning("A3-R reconciler on %s: %s", self.lab.name, note)
+        self.watch = ChangeWatch(self.lab)
         trigger = "start"
-        while not stop.is_set() and alive():
+        try:
             rec = self.reconcile_once(trigger)
-            seen = self.repo.head_fast()
-            due = time.monotonic() + (retry_s if rec.result == "retry" else interval_s)
-            trigger = "period"
-            while not stop.is_set() and time.monotonic() < due:
-                if wake.wait(timeout=min(0.5, max(0.0, due - time.monotonic()))):
-                    wake.clear()
-                    trigger = "commit"
-                    break
-                if self.repo.head_fast() != seen:
-                    trigger = "commit"
-                    break
-                if not alive():
+            skipped = 0
+            while not stop.is_set() and alive():
+                seen = self.repo.head_fast()
+                due = time.monotonic() + (retry_s if rec.result == "retry" else interval_s)
+                trigger = "period"
+                while not stop.is_set() and time.monotonic() < due:
+                    if wake.wait(timeout=min(0.5, max(0.0, due - time.monotonic()))):
+                        wake.clear()
+                        trigger = "commit"
+                        break
+                    if self.repo.head_fast() != seen:
+                        trigger = "commit"
+                        break
+                    if not alive():
+                        return
+                if stop.is_set():
                     return
-            if rec.result == "retry" and trigger == "period":
-                trigger = "retry"
+                if rec.result == "retry" and trigger == "period":
+                    trigger = "retry"
+                if trigger == "period":
+                    self._why = self.watch.changed() or ""
+                    if self._why:
+                        trigger = "change"
+                    elif skipped + 1 < max(1, full_every):
+                        skipped += 1
+                        self._count_quiet()
+                        continue
+                skipped = 0
+                rec = self.reconcile_once(trigger)
+        finally:
+            self.watch.close()
 
 
 # -- the process ------------------------------------------------------------------------------------
 
 
 def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT_INTERVAL_S, mode: Mode = "revert",
-          devices: list[str] | None = None, options: dict[str, float] | None = None) -> int:  # fmt: skip
+          devices: list[str] | None = None, options: dict[str, float] | None = None, full_every: int = DEFAULT_FULL_EVERY) -> int:  # fmt: skip
     """Start the lab's reconciler process unless one runs; returns its pid.
 
     Raises:
@@ -319,7 +443,7 @@ def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT
     d = state_dir(lab)
     d.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "servers.a3_reconciled.reconciler", lab.name, "--owner", str(owner_pid or os.getpid()),
-           "--interval", str(interval_s), "--mode", mode]  # fmt: skip
+           "--interval", str(interval_s), "--mode", mode, "--full-every", str(full_every)]  # fmt: skip
     if devices is not None:
         cmd += ["--devices", ",".join(devices)]
     for k, v in (options or {}).items():
@@ -377,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
     ap.add_argument("--retry", type=float, default=DEFAULT_RETRY_S)
     ap.add_argument("--mode", choices=["revert", "report"], default="revert")
+    ap.add_argument("--full-every", type=int, default=DEFAULT_FULL_EVERY)
     ap.add_argument("--devices", default=None)
     ap.add_argument("--option", action="append", default=[])
     a = ap.parse_args(argv)
@@ -400,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         return (lab_dir / "lab.json").exists() and pid_alive(a.owner, owner_start)
 
     try:
-        rc.run(a.interval, a.retry, stop_ev, wake_ev, alive)
+        rc.run(a.interval, a.retry, stop_ev, wake_ev, alive, full_every=a.full_every)
     finally:
         with contextlib.suppress(OSError):
             data = json.loads((lab_dir / controllers.DIR / f"{CONTROLLER}.json").read_text())

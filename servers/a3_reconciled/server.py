@@ -35,7 +35,8 @@ from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key, p
 from servers.a3_intent.transaction import Engine, EngineOptions
 from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import (
-    RecordRejected, Repo, SourceError, blame, check_id, desired_of, normalize, ops_toward, record_path, writable_classes,
+    RecordRejected, Repo, SourceError, blame, check_id, desired_of, load_record, normalize, ops_toward, record_path,
+    writable_classes,
 )  # fmt: skip
 from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
 from substrate.errors import SubstrateError
@@ -275,11 +276,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 head = repo.desired_at("HEAD").get(cls, {}).get(iid)
             except SourceError:
                 head = None
-        import yaml
 
         try:
-            spec = normalize(cls, yaml.safe_load(text))
-        except (RecordRejected, yaml.YAMLError) as e:
+            spec = normalize(cls, load_record(text))
+        except RecordRejected as e:
             raise ToolError(f"{record_path(cls, iid)} does not validate: {e}") from None
         return RecordView(path=record_path(cls, iid), service_class=cls, id=iid, spec=spec, text=text,
                           in_head=head is not None and normalize(cls, head) == spec)  # fmt: skip
@@ -322,7 +322,6 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     ) -> WriteResult:
         """Change some fields of an existing record in the working tree (merge patch); the result is validated as
         write_record's (field paths on error, nothing written)."""
-        import yaml
 
         cls = known_class(service_class)
         iid = checked_id(cls, id)
@@ -331,11 +330,9 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         if text is None:
             raise ToolError(f"no {cls} record {iid!r} to patch (write_record creates one)")
         try:
-            norm = normalize(cls, _merge(yaml.safe_load(text) or {}, patch))
+            norm = normalize(cls, _merge(load_record(text) or {}, patch))
         except RecordRejected as e:
             raise _problems(e, f"record {record_path(cls, iid)} rejected; nothing was written") from None
-        except yaml.YAMLError as e:
-            raise ToolError(f"{record_path(cls, iid)} cannot be read: {e}") from None
         return _write(cls, iid, norm)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, idempotent=True, title="Delete a record")

@@ -68,6 +68,61 @@ class RecordRejected(Exception):
         super().__init__("record rejected; nothing was written:\n" + "\n".join(f"- {p}" for p in problems))
 
 
+class CommitInvalid(SourceError):
+    """A commit's records do not validate (made by hand outside A3-R): never applied; names the
+    commit, the file and the field path."""
+
+
+class _RecordLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: a record is a plain mapping, and an alias is how a
+    small file expands into a huge document (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            ev = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"YAML alias *{ev.anchor} is not accepted in a record", ev.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_record(text: str | bytes, *, where: str = "spec") -> Any:
+    """The YAML document of a record file (no aliases, at most MAX_RECORD_BYTES, UTF-8).
+
+    Raises:
+        RecordRejected: it cannot be read (path ``where``), with the reason.
+    """
+    if len(text) > MAX_RECORD_BYTES:
+        raise RecordRejected([Problem(path=where, message=f"the file is {len(text)} bytes, more than {MAX_RECORD_BYTES}")])
+    if isinstance(text, bytes):
+        try:
+            text = text.decode()
+        except UnicodeDecodeError as e:
+            raise RecordRejected([Problem(path=where, message=f"not UTF-8 text: {e.reason} at byte {e.start}")]) from None
+    try:
+        return yaml.load(text, Loader=_RecordLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise RecordRejected([Problem(path=where, message=f"not a valid YAML record: {' '.join(str(e).split())[:300]}")]) from None
+
+
+#: C0 and C1 control characters and DEL: no record field holds one (ids, names, prefixes, ports).
+_CONTROL = {c for c in range(0x20)} | {0x7F} | set(range(0x80, 0xA0))
+
+
+def _control_chars(value: Any, where: str) -> list[Problem]:
+    """A Problem per string (key or value) in ``value`` holding a control character."""
+    if isinstance(value, str):
+        bad = next((c for c in value if ord(c) in _CONTROL), None)
+        return [] if bad is None else [Problem(path=where, message=f"holds the control character U+{ord(bad):04X}; not accepted")]
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out += _control_chars(k, where) if isinstance(k, str) else []
+            out += _control_chars(v, f"{where}.{k}")
+        return out
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _control_chars(v, f"{where}.{i}")]
+    return []
+
+
 def record_path(service_class: str, iid: str) -> str:
     """Path of a record in the repository."""
     return f"{RECORDS}/{service_class}/{iid}.yaml"
@@ -85,6 +140,8 @@ def normalize(service_class: str, spec: Any, *, where: str = "spec") -> dict[str
         RecordRejected: every violation, with its field path under ``where``.
     """
     model = cat.SPEC_MODELS[service_class]
+    if bad := _control_chars(spec, where):
+        raise RecordRejected(bad)
     try:
         return model.model_validate(spec).model_dump(mode="json")
     except ValidationError as e:
@@ -300,11 +357,12 @@ class Repo:
         return out
 
     def desired_at(self, rev: str = "HEAD") -> Desired:
-        """The records of a commit (read from git objects, not the working tree).
+        """The records of a commit (read from git objects, not the working tree), each validated
+        as when it is written: a commit made by hand outside A3-R is read like any input.
 
         Raises:
-            SourceError: git failed; RecordRejected: a committed record does not validate (cannot
-                happen through A3-R: commits are validated).
+            SourceError: git failed. CommitInvalid: a file of the commit is not a record of a
+                known class and valid id, or does not parse or validate (every problem named).
         """
         listing = self.git("ls-tree", "-r", "-z", rev, "--", RECORDS)
         entries = []
@@ -316,12 +374,28 @@ class Repo:
                 entries.append((meta.split()[2], path))
         texts = self._blobs([sha for sha, _ in entries])
         out: Desired = {}
+        problems: list[Problem] = []
         for (_sha, path), text in zip(entries, texts, strict=True):
-            cls, iid = path.split("/")[1], path.split("/")[2].removesuffix(".yaml")
-            out.setdefault(cls, {})[iid] = yaml.safe_load(text) or {}
+            parts = path.split("/")
+            try:
+                if len(parts) != 3:
+                    raise RecordRejected([Problem(path="path", message="not records/<service_class>/<id>.yaml")])
+                cls, iid = parts[1], parts[2].removesuffix(".yaml")
+                if cls not in cat.SPEC_MODELS:
+                    raise RecordRejected([Problem(path="service_class", message=f"unknown class {cls[:64]!r}")])
+                check_id(cls, iid)
+                out.setdefault(cls, {})[iid] = normalize(cls, load_record(text) or {})
+            except RecordRejected as e:
+                problems += [Problem(path=f"{path[:120]!r}: {p.path}" if any(ord(c) < 32 for c in path) else f"{path[:120]}: {p.path}",
+                                     message=p.message) for p in e.problems]  # fmt: skip
+        if problems:
+            commit = self.git("rev-parse", "--short=12", rev, check=False).strip() or rev[:40]
+            raise CommitInvalid(f"commit {commit} holds records that do not validate (never applied): "
+                                + "; ".join(f"{p.path}: {p.message}" for p in problems[:8])
+                                + (f"; ... {len(problems) - 8} more" if len(problems) > 8 else ""))  # fmt: skip
         return out
 
-    def _blobs(self, shas: list[str]) -> list[str]:
+    def _blobs(self, shas: list[str]) -> list[bytes]:
         if not shas:
             return []
         out = subprocess.run(["git", "cat-file", "--batch"], cwd=self.dir, input=("\n".join(shas) + "\n").encode(), capture_output=True,
@@ -330,7 +404,7 @@ class Repo:
         for _ in shas:
             nl = out.index(b"\n", pos)
             size = int(out[pos:nl].split()[2])
-            texts.append(out[nl + 1:nl + 1 + size].decode())
+            texts.append(out[nl + 1:nl + 1 + size])
             pos = nl + 1 + size + 1
         return texts
 
@@ -347,11 +421,11 @@ class Repo:
                 if cls not in cat.SPEC_MODELS:
                     raise RecordRejected([Problem(path="service_class", message=f"unknown class {cls!r}")])
                 check_id(cls, iid)
-                data = yaml.safe_load(path.read_text())
+                data = load_record(path.read_bytes())
                 out.setdefault(cls, {})[iid] = normalize(cls, data)
             except RecordRejected as e:
                 problems += [Problem(path=f"{rel}: {p.path}", message=p.message) for p in e.problems]
-            except (OSError, yaml.YAMLError) as e:
+            except OSError as e:
                 problems.append(Problem(path=rel, message=f"cannot be read: {e}"))
         return out, problems
 
