@@ -537,7 +537,7 @@ def loopback_cluster(nodes: int = 2, *, cpus: int = 1, object_store_mb: int = 10
     reach the cluster and it reaches no other Ray cluster; no dashboard; ``object_store_mb`` of
     shared memory per node. Labs deployed by its workers are ordinary labs of this host.
 
-    On exit every process of the namespace is ended (SIGTERM, then SIGKILL, each with a bounded
+    On exit every process of the namespace is ended (SIGTERM, the GCS last, then SIGKILL, each with a bounded
     wait) and the namespace removed: no Ray process outlives the block (``ray stop`` is never used: it
     would stop every Ray process of the host).
 
@@ -563,15 +563,26 @@ def loopback_cluster(nodes: int = 2, *, cpus: int = 1, object_store_mb: int = 10
             cluster.add_node(cpus, object_store_mb)
         yield cluster
     finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in _netns_pids(ns):
+        # SIGTERM to everything but the GCS first, then to the GCS, then SIGKILL to what is left,
+        # each with a bounded wait. A raylet told to stop at the same moment as its GCS waits on
+        # the GCS it can no longer reach and outlives SIGTERM (it was always SIGKILLed 30 s
+        # later); Ray's own ``ray stop`` ends the raylets before the GCS for the same reason.
+        def gcs(pid: int) -> bool:
+            try:
+                return Path(f"/proc/{pid}/comm").read_text().strip() == "gcs_server"
+            except OSError:
+                return False
+
+        for sig, which in ((signal.SIGTERM, lambda p: not gcs(p)), (signal.SIGTERM, gcs), (signal.SIGKILL, None)):
+            targets = [p for p in _netns_pids(ns) if which is None or which(p)]
+            for pid in targets:
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 30
-            while _netns_pids(ns) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            while set(targets) & set(_netns_pids(ns)) and time.monotonic() < deadline:
+                time.sleep(0.05)  # poll interval: the loop exits as soon as they are gone
             if not _netns_pids(ns):
                 break
         subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
