@@ -28,7 +28,8 @@ def change_set():  # noqa: ANN201
 
 def _env(level: str, t, sc) -> DeviceEnv:  # noqa: ANN001
     other = next(x for x in sc.tenants if x.id != t.id)
-    rules = {pe: [{"priority": 1000, "iif": "eth9", "table": str(other.table)}] for pe in t.dt6_functions}
+    rules = {pe: [{"priority": 1000, "iif": "eth9", "table": str(other.table)},
+                  {"priority": 1000, "iif": "eth8", "table": str(t.table)}] for pe in t.dt6_functions}
     return DeviceEnv(level=level, pes=sorted(t.dt6_functions), table=t.table, rules6=rules,
                      used={pe: {0xE000} for pe in t.dt6_functions})
 
@@ -97,6 +98,7 @@ def test_device_kinds_are_not_expressed_where_the_change_cannot_carry_them(chang
     assert device_mistake("other_tenant", only_add, "r1", env) is None  # no other tenant's rule read
     assert device_mistake("overwrite_shared_key", only_add, "r1", env) is None  # no function in use
     assert device_mistake("uncommitted", only_add, "r1", env) is None  # A1 has no commit step
+    assert device_mistake("overbroad_delete", only_add, "r1", env) is None  # its table is not live there yet
 
 
 @pytest.mark.parametrize("kind", KINDS)
