@@ -404,8 +404,9 @@ def _leftover_checks(before: Scenario, after: Scenario, ch: Changes) -> list[Inv
     - the End.DT6 SID of a PE the tenant left and the End.DX4 SID of a site removed or moved to
       another PE, unless the expected state keeps them: their binding gone from the PE (the
       function may serve another service since: only the old binding is checked);
-    - every PE the tenant has left: its table holds exactly what the expected state renders
-      there (nothing, unless another service still uses the table: a floating IP's route).
+    - every PE the tenant has left and where no other service still uses its table: the table
+      holds nothing (where another service uses it, e.g. a floating IP's return route, what
+      else the operator keeps there is not pinned).
     """
     from substrate.scenario.layers.l3vpn import sid_of
 
@@ -453,6 +454,11 @@ def _leftover_checks(before: Scenario, after: Scenario, ch: Changes) -> list[Inv
         for fam in (6, 4):
             routes = [x for x in (getattr(cfg, f"routes{fam}") if cfg else []) if f" table {tb.table} " in f" {x} "
                       and "seg6local" not in x]
+            if routes:
+                # another service still uses the table here (a floating IP's return route): what
+                # else of the tenant's a careful operator keeps in it is its choice, so only an
+                # emptied table is pinned (the reference keeps the table whole: test_issue_19)
+                continue
             out.append(Invariant(
                 id=f"task/leftover/table/{pe}/{fam}", kind="table_routes", service=own,
                 params={"node": pe, "table": tb.table, "family": fam, "routes": routes, "ces": ces},
