@@ -200,7 +200,9 @@ def _serve_http(ctx: AgentContext, log_path: Path) -> tuple[subprocess.Popen[byt
     import secrets
     import time
 
-    token = secrets.token_urlsafe(24)
+    # hex, not token_urlsafe: a token that starts with '-' is read as an option by an agent's
+    # argument parser when substituted as '--token {token}' (a CI run failed so, 1 in 64)
+    token = secrets.token_hex(24)
     argv = [*ctx.serve_argv, "--transport", "http", "--host", "127.0.0.1", "--port", "0"]
     with log_path.open("w") as log:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
