@@ -70,11 +70,7 @@ def nft_items(text: str) -> set[str]:
         elif s.startswith("chain "):
             chain = s[len("chain "):].rstrip(" {")
             out.add(f"nft {table}/{chain}")
-        elif s in ("}", "") or not chain:
-            continue
-        elif s.startswith(("type ", "policy ")):
-            out.add(f"nft {table}/{chain}: {s}")
-        else:
+        elif s not in ("}", "") and chain:  # a rule, or the chain's type/policy line
             out.add(f"nft {table}/{chain}: {s}")
     return out
 
