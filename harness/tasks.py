@@ -15,9 +15,11 @@ share devices, tables and SID spaces). Each variant carries:
   cases (new or changed services) and the damage checks (pre-existing services);
 - reference solutions per ANI level are derived from the same change (see harness.agents).
 
-Classes: ``onboarding`` (a new site for an existing tenant), ``change-set`` (two additions, two
-moves, one removal on one live tenant: the draft's pilot task, section 7.1), ``decommissioning``
-(remove a site, leaving the tenant's other sites and every other tenant intact).
+Classes live in a registry (:data:`TASK_CLASSES`, name -> :class:`TaskClass`; add one with
+:func:`register_task`). The site-change classes (:data:`SITE_TASK_CLASSES`): ``onboarding`` (a
+new site for an existing tenant), ``change-set`` (two additions, two moves, one removal on one
+live tenant: the draft's pilot task, section 7.1), ``decommissioning`` (remove a site, leaving
+the tenant's other sites and every other tenant intact).
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from __future__ import annotations
 import csv
 import io
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from harness.errors import AnibenchError
 from substrate.scenario import Invariant, Scenario, render_scenario, scenario_invariants
@@ -38,7 +41,8 @@ from substrate.scenario.layers.base import registry
 from substrate.scenario.layers.l3vpn import ce_addr, ce_iface
 from substrate.scenario.model import Site, SpareCircuit
 
-TASK_CLASSES = ("onboarding", "change-set", "decommissioning")
+#: The classes that change a tenant's VPN sites (the first three registered).
+SITE_TASK_CLASSES = ("onboarding", "change-set", "decommissioning")
 
 DESIGN_MD = """\
 # How tenant services are built in this network
@@ -138,9 +142,22 @@ class TaskVariant(BaseModel):
     prompt: str
     files: dict[str, str]
     setup: list[SetupStep]
-    changes: Changes
+    changes: Changes | None = Field(default=None, description="Site operations (site-change classes only).")
+    ops: list[dict] = Field(default_factory=list, description="The intended change as an A3-T change set "
+                            "(service-change classes; hidden: the reference derives it from the HAI).")
+    breakage: dict | None = Field(default=None, description="What the troubleshooting class broke (hidden).")
     test_cases: list[Invariant] = Field(description="Invariants of new or changed services (hidden from the agent).")
     damage_checks: list[Invariant] = Field(description="Baseline invariants of services the task must not change.")
+
+    @model_serializer(mode="wrap")
+    def _drop_unused(self, handler: Any) -> dict[str, Any]:
+        """Fields a class does not use are left out of the dump, so that a site-change variant
+        (and its input digest, :func:`harness.run.digests_of`) reads as before they existed."""
+        d = handler(self)
+        for k in ("ops", "breakage", "changes"):
+            if k in d and not d[k]:
+                del d[k]
+        return d
 
 
 def apply_changes(sc: Scenario, ch: Changes) -> Scenario:
@@ -232,23 +249,9 @@ def _pick_spare(rng: random.Random, sc: Scenario, avoid: set[str], prefer_pes: s
     return rng.choice(busy or free)
 
 
-def make_variant(task_class: str, sc: Scenario, variant: int, *, fault_seed: int | None = None) -> TaskVariant:
-    """Draw variant ``variant`` of ``task_class`` in scenario ``sc`` (pure; seeded by the
-    scenario seed and the variant number).
-
-    Raises:
-        AnibenchError: unknown task class, or the scenario cannot host the task (no tenant with
-            enough sites, no spare circuit).
-    """
-    if task_class not in TASK_CLASSES:
-        from harness.templates.tasks import is_template, make_template_variant
-
-        if is_template(task_class):  # a protocol template (harness.templates)
-            return make_template_variant(task_class, sc, variant, fault_seed=fault_seed)
-        raise AnibenchError(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)} "
-                            "and the templates of harness task list")
-    seed = sc.seed * 1000 + variant
-    rng = random.Random(f"task/{task_class}/{seed}")
+def _site_variant(task_class: str, sc: Scenario, variant: int, seed: int, rng: random.Random,
+                  fault_seed: int | None) -> TaskVariant:
+    """A variant of a site-change class (see :func:`make_variant`)."""
     ipam = Ipam.from_scenario(sc)
     busy_pes = {s.pe for s in sc.all_sites()}
     setup: list[SetupStep] = []
@@ -323,6 +326,98 @@ def make_variant(task_class: str, sc: Scenario, variant: int, *, fault_seed: int
         setup=setup, changes=changes, test_cases=test_cases, damage_checks=damage,
     )
 
+
+
+# -- the registry of task classes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskClass:
+    """A task class (draft section 4.3): a name, a fixed prompt, and how a variant is drawn.
+
+    ``make(sc, variant, seed, rng, fault_seed)`` returns the :class:`TaskVariant` (pure: seeded
+    by ``rng``, placed in ``sc``); it raises :class:`AnibenchError` when ``sc`` cannot host the
+    task. ``inexpressible``: ANI level -> why the scripted reference solution cannot be stated
+    at that level (``harness task validate`` and campaigns of the scripted/noisy agents skip
+    such a level and say why). ``kind``: the family, shown by ``harness task list``
+    (``site-change``, ``service-change``, ``troubleshooting``, ``template``, ...).
+    """
+
+    name: str
+    prompt: str
+    make: Callable[[Scenario, int, int, random.Random, int | None], TaskVariant]
+    kind: str = "site-change"
+    inexpressible: dict[str, str] = field(default_factory=dict)
+
+
+#: Every task class, by name, in registration order.
+TASK_CLASSES: dict[str, TaskClass] = {}
+
+
+def register_task(tc: TaskClass) -> TaskClass:
+    """Add ``tc`` to :data:`TASK_CLASSES`.
+
+    Raises:
+        AnibenchError: a class of that name is registered already.
+    """
+    if tc.name in TASK_CLASSES:
+        raise AnibenchError(f"task class {tc.name!r} is registered twice")
+    TASK_CLASSES[tc.name] = tc
+    return tc
+
+
+def task_class(name: str) -> TaskClass:
+    """The registered class ``name``.
+
+    Raises:
+        AnibenchError: unknown name (the message lists the known ones).
+    """
+    try:
+        return TASK_CLASSES[name]
+    except KeyError:
+        raise AnibenchError(f"unknown task class {name!r}; known: {', '.join(TASK_CLASSES)} "
+                            "and the templates of harness task list") from None
+
+
+def skipped_levels(name: str, levels: list[str]) -> dict[str, str]:
+    """Of ``levels`` (ANI settings, ``A1+blocklist`` allowed), those at which class ``name``'s
+    reference solution cannot be stated, each with the reason (:attr:`TaskClass.inexpressible`)."""
+    inex = task_class(name).inexpressible
+    return {lv: inex[lv.split("+")[0]] for lv in levels if lv.split("+")[0] in inex}
+
+
+def variant_skips(variant: TaskVariant, levels: list[str]) -> dict[str, str]:
+    """Of ``levels``, those at which this variant has no reference solution, with the reason:
+    the class's (:func:`skipped_levels`) and the variant's own (a troubleshooting breakage whose
+    repair a level cannot state: ``breakage["no_reference"]``)."""
+    out = skipped_levels(variant.task_class, levels)
+    own = (variant.breakage or {}).get("no_reference") or {}
+    out.update({lv: own[lv.split("+")[0]] for lv in levels if lv.split("+")[0] in own and lv not in out})
+    return out
+
+
+def make_variant(task_class_name: str, sc: Scenario, variant: int, *, fault_seed: int | None = None) -> TaskVariant:
+    """Draw variant ``variant`` of class ``task_class_name`` in scenario ``sc`` (pure; seeded by
+    the scenario seed and the variant number).
+
+    Raises:
+        AnibenchError: unknown task class, or the scenario cannot host the task (no tenant with
+            enough sites, no spare circuit, ...).
+    """
+    if task_class_name not in TASK_CLASSES:
+        from harness.templates.tasks import is_template, make_template_variant
+
+        if is_template(task_class_name):  # a protocol template (harness.templates)
+            return make_template_variant(task_class_name, sc, variant, fault_seed=fault_seed)
+    tc = task_class(task_class_name)
+    seed = sc.seed * 1000 + variant
+    rng = random.Random(f"task/{tc.name}/{seed}")
+    return tc.make(sc, variant, seed, rng, fault_seed)
+
+
+for _name in SITE_TASK_CLASSES:
+    register_task(TaskClass(name=_name, prompt=PROMPTS[_name],
+                            make=lambda sc, v, seed, rng, fs, _n=_name: _site_variant(_n, sc, v, seed, rng, fs)))
 
 def _next_site_no(t) -> int:  # noqa: ANN001
     nums = [int(s.id.split("s")[-1]) for s in t.sites if s.id.split("s")[-1].isdigit()]
@@ -537,3 +632,8 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
                 ))  # fmt: skip
     return tests, damage
 
+
+
+# the other task classes register themselves (they import this module's definitions)
+from harness import service_tasks as _service_tasks  # noqa: E402,F401
+from harness import troubleshooting as _troubleshooting  # noqa: E402,F401

@@ -124,7 +124,7 @@ def _server_digests(sc: Any) -> dict[str, str]:
 
 def digests() -> dict[str, str]:
     """Name -> SHA-256 of one piece of behaviour (see module docstring)."""
-    from harness.tasks import TASK_CLASSES, make_variant
+    from harness.tasks import SITE_TASK_CLASSES, make_variant
     from servers.a3_intent import catalog as cat
     from substrate.scenario import build, load_manifest
 
@@ -145,7 +145,7 @@ def digests() -> dict[str, str]:
         out[f"plan/{k}"] = _h(_plan_digest(sc, ops))
     out.update(_server_digests(sc))
     big = build(six, seed=7, density=2)
-    for task in TASK_CLASSES:
+    for task in SITE_TASK_CLASSES:
         for v in range(3):
             out[f"task/{task}/{v}"] = _h(make_variant(task, big, v).model_dump(mode="json"))
     return out

@@ -17,7 +17,7 @@ from harness.campaign import make_spec, run_campaign
 from harness.errors import AnibenchError
 from harness.run import RunSpec, execute_run
 from harness.store import CampaignStore, RunStatus
-from harness.tasks import PROMPTS, TASK_CLASSES, apply_changes, make_variant
+from harness.tasks import PROMPTS, SITE_TASK_CLASSES, apply_changes, make_variant
 from substrate.scenario import build, load_manifest
 from tests.conftest import REPO
 from tests.fake_openai import FakeOpenAI
@@ -35,7 +35,7 @@ def ani_spec(level: str, agent: str, *, run_dir: Path, k: int = 0, **kw: object)
 # -- task classes (pure) --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task_class", TASK_CLASSES)
+@pytest.mark.parametrize("task_class", SITE_TASK_CLASSES)
 def test_variants_are_deterministic_and_worded_identically(task_class: str) -> None:
     m = load_manifest(MANIFEST)
     a = make_variant(task_class, build(m, seed=7), 0)
@@ -71,7 +71,7 @@ def test_change_set_is_two_additions_two_moves_one_removal_on_one_tenant() -> No
     assert any(d.service.startswith("l3vpn/") and d.service != f"l3vpn/{ch.tenant}" for d in v.damage_checks)
 
 
-@pytest.mark.parametrize("task_class", TASK_CLASSES)
+@pytest.mark.parametrize("task_class", SITE_TASK_CLASSES)
 def test_checks_are_split_by_structure_not_by_substrings(task_class: str) -> None:
     """Found by an audit: CE c1 matched c10-c19 and a reused (overlapping) address matched other
     tenants' checks, so damage to another tenant became a failed test case instead of damage.
@@ -151,7 +151,7 @@ def test_campaign_options_are_validated() -> None:
 
 @pytest.mark.lab
 @pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
-@pytest.mark.parametrize("task_class", TASK_CLASSES)
+@pytest.mark.parametrize("task_class", SITE_TASK_CLASSES)
 def test_scripted_reference_solution_passes_without_damage(campaign_lab, tmp_path, level: str, task_class: str) -> None:
     lab, sc = campaign_lab
     v = make_variant(task_class, sc, 0)
@@ -410,7 +410,7 @@ def test_ctrl_c_stops_cleanly_destroys_the_lab_and_resumes(tmp_path) -> None:
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("task_class", TASK_CLASSES)
+@pytest.mark.parametrize("task_class", SITE_TASK_CLASSES)
 def test_an_agent_that_does_nothing_fails_cleanly(campaign_lab, tmp_path, task_class: str) -> None:
     """Doing nothing never counts as damage: what the customer changed (a moved site's old CE
     unplugged) is the task's to repair, so it is a test case, not a damage check."""

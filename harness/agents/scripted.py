@@ -101,6 +101,29 @@ def intent_ops(r: Request) -> list[dict[str, Any]]:
     return ops
 
 
+def service_ops(req: dict[str, Any]) -> list[dict[str, Any]]:
+    """A service-change request (request.yaml of :mod:`harness.service_tasks`) as an A3-T change set.
+
+    Raises:
+        KeyError, ValueError: a request of no known form.
+    """
+    cls, action = req["service_class"], req["action"]
+    if cls == "steering_policy":
+        if action == "create":
+            spec = {k: req[k] for k in ("tenant", "ingress_pe", "dst_site", "waypoint")}
+            return [{"op": "create", "service_class": cls, "id": req["policy"], "spec": spec}]
+        return [{"op": "modify", "service_class": cls, "id": req["policy"], "spec": {"waypoint": req["waypoint"]}}]
+    if cls == "firewall_rule_set":
+        spec = {"rules": req["rules"]} if action == "modify" else {"tenant": req["tenant"], "rules": req["rules"]}
+        return [{"op": "modify" if action == "modify" else "create", "service_class": cls, "id": req["rule_set"], "spec": spec}]
+    if cls == "floating_ip":
+        if action == "add":
+            return [{"op": "create", "service_class": cls, "id": req["floating_ip"],
+                     "spec": {"site": req["to_site"], "address": req["address"]}}]
+        return [{"op": "modify", "service_class": cls, "id": req["floating_ip"], "spec": {"site": req["to_site"]}}]
+    raise ValueError(f"no scripted form for service class {cls!r}")
+
+
 # -- A0 / A1: operate the devices ---------------------------------------------------------------
 
 
@@ -438,6 +461,11 @@ class ScriptedAgent:
             ticket = template_request(ctx.files)
             if ticket is not None:  # a protocol template's variant: its reference for this level
                 return await run_reference(tools, ctx, *ticket)
+            kind = _kind_of(ctx.files)
+            if kind == "troubleshooting":
+                return await self._troubleshoot(tools, ctx)
+            if kind == "service":
+                return await self._service(tools, ctx, mistakes)
             try:
                 req = read_request(ctx.files)
             except (KeyError, ValueError, yaml.YAMLError) as e:
@@ -459,6 +487,102 @@ class ScriptedAgent:
                 return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=mistakes.note())
             await tools.call("submit", {})
         return AgentOutcome(note=mistakes.note())
+
+    async def _service(self, tools: ToolSession, ctx: AgentContext, mistakes: Mistakes) -> AgentOutcome:
+        """A service-class change (:mod:`harness.service_tasks`): the request as a change set at
+        A3-T/A4 (plan, then apply) and as records at A3-R; other levels have no reference
+        (``harness.service_tasks.INEXPRESSIBLE``) and submit with an error saying so."""
+        try:
+            ops = service_ops(yaml.safe_load(ctx.files["request.yaml"]))
+            req = Request(tenant="", sites=[])
+            if ctx.level in ("A3-T", "A4"):
+                await self._intent(tools, req, mistakes, ctx.level, ops=ops)
+            elif ctx.level == "A3-R":
+                await self._records(tools, req, mistakes, ops=ops)
+            elif ctx.level in ("A0", "A1", "A2") and ops[0]["service_class"] == "steering_policy":
+                await self._steering_devices(tools, ctx, ctx.level)
+            else:
+                await tools.call("submit", {})
+                return AgentOutcome(error=f"no scripted reference of this service change at {ctx.level}")
+        except Exception as e:  # noqa: BLE001 - an operator who cannot go on says so and submits
+            await tools.call("submit", {})
+            return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}", note=mistakes.note())
+        await tools.call("submit", {})
+        return AgentOutcome(note=mistakes.note())
+
+    async def _steering_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+        """A steering request at A0/A1/A2 (:mod:`harness.agents.steering_ops`): read the routers
+        involved, derive each one's change, apply it device by device."""
+        from harness.agents.steering_ops import plan_steering
+
+        req = yaml.safe_load(ctx.files["request.yaml"])
+        sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
+        dst = next(s for s in sites if s["site"] == req["dst_site"])
+        nodes = sorted({req["ingress_pe"], req["waypoint"], dst["pe"]} | ({req["was_waypoint"]} if req.get("was_waypoint") else set()))
+        if level == "A2":
+            from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts, table_routes
+
+            async def get(device: str, flt: str) -> str:
+                text, offset = "", 0
+                while offset is not None:
+                    r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
+                    if not r.ok or r.data is None:
+                        raise ValueError(f"reading {device} failed: {r.text[:300]}")
+                    text += r.data["xml"]["text"]
+                    offset = r.data["xml"]["next_offset"]
+                return text
+
+            facts = {}
+            for n in nodes:
+                rules6, routes6, rules4 = pe_facts(await get(n, PE_FILTER))
+                facts[n] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
+        else:
+            facts = await self._read_pes(tools, nodes, level == "A1")
+        own = sorted(s["pe_port"] for s in sites if s["pe"] == req["ingress_pe"])
+        table = next((t for p in own if (t := facts[req["ingress_pe"]].table_of_port(p)) is not None), None)
+        routes: list[dict[str, Any]] = []
+        if table is not None and req.get("was_waypoint"):
+            if level == "A2":
+                xml = await get(req["ingress_pe"], f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
+                routes = table_routes(xml, table)
+            else:
+                routes = await self._read(tools, req["ingress_pe"], f"ip -6 -d -j route show table {table}", level=level)
+        deltas = plan_steering(req, sites, facts, routes)
+        for node, delta in deltas.items():
+            if level == "A2":
+                r = await tools.call("edit_config", {"device": node, "config": edit_payload(delta)})
+                if not r.ok:
+                    await tools.call("discard_changes", {"device": node})
+                    continue
+                r = await self._mutate(tools, "commit", {"device": node}, has_wait=True)
+                if not r.ok:
+                    await tools.call("discard_changes", {"device": node})
+            elif level == "A1":
+                await self._mutate(tools, "apply_config", {"commands": {node: a1_commands(delta)}}, has_wait=True)
+            else:
+                await self._mutate(tools, "run_shell", {"device": node, "command": a0_script(delta)}, has_wait=False)
+
+    async def _troubleshoot(self, tools: ToolSession, ctx: AgentContext) -> AgentOutcome:
+        """A troubleshooting ticket (:mod:`harness.agents.troubleshoot`): diagnose and repair at
+        A0/A1, confirm the reconciler's repair at A3-R/A4; other levels have no reference
+        (``harness.troubleshooting.INEXPRESSIBLE``) and submit with an error saying so."""
+        from harness.agents.troubleshoot import await_reconciled, troubleshoot
+
+        try:
+            if ctx.level in ("A0", "A1"):
+                done = await troubleshoot(tools, ctx.files, ctx.level)
+                note = "; ".join(done) or "nothing found to repair"
+            elif ctx.level in ("A3-R", "A4"):
+                ok = await await_reconciled(tools)
+                note = "reconciler in sync" if ok else "reconciler not in sync"
+            else:
+                await tools.call("submit", {})
+                return AgentOutcome(error=f"no scripted troubleshooting at {ctx.level}")
+        except Exception as e:  # noqa: BLE001 - an operator who cannot go on says so and submits
+            await tools.call("submit", {})
+            return AgentOutcome(error=f"gave up: {type(e).__name__}: {e}")
+        await tools.call("submit", {})
+        return AgentOutcome(note=note[:2000])
 
     async def _mutate(self, tools: ToolSession, name: str, args: dict[str, Any], *, has_wait: bool) -> Any:
         """Call a mutating tool; when the change is refused or rolled back for a transient reason
@@ -502,8 +626,9 @@ class ScriptedAgent:
                 out.append({"id": iid, "tenant": spec["tenant"]})
         return out
 
-    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes, level: str) -> None:
-        ops = intent_ops(req)
+    async def _intent(self, tools: ToolSession, req: Request, mistakes: Mistakes, level: str,
+                      ops: list[dict[str, Any]] | None = None) -> None:
+        ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=False)
         since = len(mistakes.made)
         noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes)
@@ -518,10 +643,11 @@ class ScriptedAgent:
             return
         await self._mutate(tools, "apply_change_set", {"ops": noisy}, has_wait=False)
 
-    async def _records(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
+    async def _records(self, tools: ToolSession, req: Request, mistakes: Mistakes,
+                       ops: list[dict[str, Any]] | None = None) -> None:
         """A3-R: the request written as records (create: write_record, modify: patch_record, delete:
         delete_record), committed, then waited for until the reconciler has applied it."""
-        ops = intent_ops(req)
+        ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=True)
         since = len(mistakes.made)
         noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes)
@@ -710,6 +836,20 @@ class NoisyAgent(ScriptedAgent):
 
     def __init__(self, rate: str | float = 0.3, **options: str):
         super().__init__(rate=rate, **options)
+
+
+def _kind_of(files: dict[str, str]) -> str:
+    """Which kind of ticket the HAI files hold: ``troubleshooting`` (a customer's report),
+    ``service`` (a service-class change: ``service_class`` in request.yaml) or ``sites``."""
+    try:
+        req = yaml.safe_load(files.get("request.yaml", "")) or {}
+    except yaml.YAMLError:
+        return "sites"
+    if isinstance(req, dict) and "report" in req:
+        return "troubleshooting"
+    if isinstance(req, dict) and "service_class" in req:
+        return "service"
+    return "sites"
 
 
 def _json_outputs(transcript: str) -> list[Any]:

@@ -86,8 +86,22 @@ def campaign(
         fail("--ray-address and --labs-per-node are for --executor ray", code=2)
     if executor == "local":
         check_root_and_tools()  # the Ray executor checks every node instead (harness.cluster)
+    levels = _csv(ani)
+    if set(_csv(agent)) <= {"scripted", "noisy"}:
+        # the scripted operator has no reference solution at some levels of some classes: skip
+        # those runs, and say so (a run that could only fail would be counted as the level's)
+        from harness.campaign import parse_levels
+        from harness.tasks import skipped_levels
+
+        skipped = skipped_levels(task, parse_levels(levels))
+        for lv, why in skipped.items():
+            err.print(f"skipped {lv}: the {','.join(_csv(agent))} agent has no reference solution of {task} at this "
+                      f"level ({why})", highlight=False, markup=False)
+        levels = [lv for lv in parse_levels(levels) if lv not in skipped]
+        if not levels:
+            fail(f"no level of --ani {ani} can express a reference solution of {task}")
     spec = make_spec(
-        ani=_csv(ani), agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
+        ani=levels, agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
         manifest=_manifest_path(manifest), seed=seed, density=density, fault_rate=faults, budget_steps=budget_steps,
         wall_cap_s=wall_cap, agent_options=_opts(agent_opt), campaign_id=campaign_id,
         mode=_csv(mode) if mode else None, budget_tokens=budget_tokens,
@@ -163,14 +177,15 @@ task_app = typer.Typer(help="Task classes: list, show a variant, validate refere
 @task_app.command("list")
 @friendly_errors
 def task_list() -> None:
-    """List the task classes and the protocol templates (harness/templates/library)."""
-    from harness.tasks import PROMPTS, TASK_CLASSES
+    """List the task classes (kind, prompt template, levels without a reference solution) and
+    the protocol templates (harness/templates/library)."""
+    from harness.tasks import TASK_CLASSES
     from harness.templates.schema import LEVELS
     from harness.templates.tasks import templates
 
-    t = Table("class", "request (prompt template, identical across variants)")
-    for c in TASK_CLASSES:
-        t.add_row(c, PROMPTS[c])
+    t = Table("class", "kind", "request (prompt template, identical across variants)", "no reference at")
+    for c in TASK_CLASSES.values():
+        t.add_row(c.name, c.kind, escape(c.prompt), escape("; ".join(f"{k}: {v}" for k, v in c.inexpressible.items())))
     out.print(t)
     t = Table("template", "family", "goal", "requires", "reference levels")
     for name, tpl in sorted(templates().items(), key=lambda kv: (kv[1].family, kv[0])):
@@ -236,7 +251,7 @@ def task_validate(
 
     from harness.ablations import parse_ani_settings
     from harness.run import RunSpec, execute_run
-    from harness.tasks import TASK_CLASSES, make_variant
+    from harness.tasks import TASK_CLASSES, make_variant, skipped_levels, variant_skips
     from substrate.scenario import build, load_manifest
     from substrate.scenario.deploy import deploy_scenario
 
@@ -249,6 +264,12 @@ def task_validate(
         return
     if task_class not in TASK_CLASSES:
         fail(f"unknown task class {task_class!r}; known: {', '.join(TASK_CLASSES)}")
+    skipped = skipped_levels(task_class, [str(lv) for lv in levels])
+    for lv, why in skipped.items():
+        err.print(f"skipped {lv}: no reference solution at this level ({why})", highlight=False, markup=False)
+    levels = [lv for lv in levels if str(lv) not in skipped]
+    if not levels:
+        fail(f"no level of --ani {ani} can express a reference solution of {task_class}")
     m = load_manifest(_manifest_path(manifest))
     table = Table("variant", "level", "test cases", "damage checks", "result")
     bad = 0
@@ -256,8 +277,11 @@ def task_validate(
         for v in range(variants):
             sc = build(m, seed=seed + v, density=density)
             var = make_variant(task_class, sc, v)
+            own = variant_skips(var, [str(lv) for lv in levels])
+            for lv, why in own.items():
+                err.print(f"variant {v}: skipped {lv}: no reference solution ({why})", highlight=False, markup=False)
             with err.status(f"variant {v}: deploying"), deploy_scenario(sc, f"validate-{os.getpid() % 100000}") as lab:
-                for level in levels:
+                for level in [lv for lv in levels if str(lv) not in own]:
                     spec = RunSpec(campaign_id="validate", run_key=f"validate/{level}/{v}", factor="ani",
                                    setting=str(level), level=level.level, ablations=list(level.ablations),
                                    agent="scripted", density=density, run_dir=Path(tmp) / str(level) / str(v))

@@ -5,6 +5,8 @@ returns a verdict with evidence (command, exit code, output excerpt) for each.
 Check kinds (``Invariant.kind``):
 
 - ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
+- ``reach_at`` {src, dst, family, dst_node, dst_at}: pings from ``src`` to ``dst`` get replies and
+  arrive at host ``dst_node`` addressed to ``dst_at`` (after any NAT; default ``dst``);
 - ``isolated`` {src, dst, family, dst_node}: no ping from ``src`` gets an answer from ``dst``,
   and none arrives at host ``dst_node`` when given (counted there: a one-way leak fails);
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
@@ -109,7 +111,7 @@ class Verdict(BaseModel):
 
 #: Check kinds that send probes from a host (``src``): their hosts' neighbour caches are flushed
 #: first. Service classes' data-plane kinds name themselves in ``ServiceClass.probe_kinds``.
-PROBE_KINDS = frozenset({"reach", "isolated", "steered_path", "tcp_verdict"})
+PROBE_KINDS = frozenset({"reach", "reach_at", "isolated", "steered_path", "tcp_verdict"})
 #: Payload sizes of isolation probes start here (ping's default is 56; sizes stay under the
 #: 1280-byte IPv6 minimum MTU minus the SRv6 encapsulation for a few hundred probes).
 PROBE_SIZE_MIN, PROBE_SIZE_MAX = 100, 1100
@@ -242,29 +244,61 @@ def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list
         r = _ping(ctx, p["src"], p["dst"], fam, 2, 0.5)
         got = _received(r.stdout)
         return got == 0, f"{p['src']} -> {p['dst']}: {got} replies (expected none)", [_ev(r)]
+    counted = _counted_ping(ctx, p["src"], p["dst"], fam, receiver, p["dst"])
+    if len(counted) == 2:
+        return False, str(counted[0]), list(counted[1])
+    got, arrived, ev = counted  # type: ignore[misc]
+    ok = got == 0 and arrived == 0
+    return ok, f"{p['src']} -> {p['dst']} ({receiver}): {arrived} probes arrived, {got} replies (expected none)", ev
+
+
+def _counted_ping(ctx: ObserveContext, src: str, dst: str, fam: int, receiver: str, dst_at: str,
+                  count: int = 2) -> tuple[int, int, list[Evidence]] | tuple[str, list[Evidence]]:
+    """``count`` pings from ``src`` to ``dst``, each counted on arrival at ``receiver`` (an
+    nftables counter in its namespace, prerouting at priority -400, ahead of any filter or NAT)
+    as an echo request to ``dst_at`` (``dst`` itself, or the address a NAT on the way rewrote it
+    to) whose length is unique in the pass. Returns (replies, arrivals, evidence), or
+    (why the check could not run, evidence)."""
     size = ctx.probe_size()
     length = size + (48 if fam == 6 else 28)
     table = f"anibench_probe_{size}"
     text = (f"table inet {table} {{\n\tchain c {{\n\t\ttype filter hook prerouting priority -400; policy accept;\n"
-            f"\t\t{_arrival_rule(fam, p['dst'], length)} counter\n\t}}\n}}\n")
+            f"\t\t{_arrival_rule(fam, dst_at, length)} counter\n\t}}\n}}\n")
     r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=10)
     if r0.returncode != 0:
-        return False, f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
+        return f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
     try:
-        argv = ["ping", f"-{fam}", "-n", "-q", "-c", "2", "-i", "0.2", "-W", "0.5", "-s", str(size), p["dst"]]
-        r = ctx.run(p["src"], argv, timeout_s=7)
+        argv = ["ping", f"-{fam}", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "0.5", "-s", str(size), dst]
+        r = ctx.run(src, argv, timeout_s=7)
         got = _received(r.stdout)
         r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=10)
     finally:
         ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=10)
     m = re.search(r'"counter":\s*\{"packets":\s*(\d+)', r1.stdout)
     if m is None:
-        return False, f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
+        return f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
     arrived = int(m.group(1))
-    ok = got == 0 and arrived == 0
-    return ok, f"{p['src']} -> {p['dst']} ({receiver}): {arrived} probes arrived, {got} replies (expected none)", [
-        _ev(r), Evidence(node=receiver, command=f"nft -j list table inet {table}", exit_code=r1.returncode,
-                         output=f"echo requests of this probe counted at {receiver}: {arrived}")]
+    return got, arrived, [_ev(r), Evidence(node=receiver, command=f"nft -j list table inet {table}", exit_code=r1.returncode,
+                                           output=f"echo requests of this probe counted at {receiver}: {arrived}")]
+
+
+def check_reach_at(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """Pings from ``src`` to ``dst`` get replies *and* arrive at host ``dst_node`` as packets to
+    ``dst_at`` (default ``dst``): a floating IP NATed to the wrong CE answers too, from the wrong
+    host; this check tells them apart (retried like ``reach``)."""
+    p = inv.params
+    fam = int(p.get("family", 6))
+
+    def attempt() -> tuple[bool, str, list[Evidence], bool]:
+        counted = _counted_ping(ctx, p["src"], p["dst"], fam, p["dst_node"], p.get("dst_at") or p["dst"])
+        if len(counted) == 2:
+            return False, str(counted[0]), list(counted[1]), True
+        got, arrived, ev = counted  # type: ignore[misc]
+        ok = got > 0 and arrived > 0
+        return ok, (f"{p['src']} -> {p['dst']}: {got} replies, {arrived} probes arrived at {p['dst_node']}"
+                    f" (expected both)"), ev, True
+
+    return _spaced(attempt)
 
 
 def _sid_packets(ctx: ObserveContext, node: str, sid: str) -> tuple[int | None, ExecResult]:
@@ -513,6 +547,7 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "route_absent": check_route_absent,
     "address_bound": check_address_bound,
     "table_routes": check_table_routes,
+    "reach_at": check_reach_at,
 }
 
 

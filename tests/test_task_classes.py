@@ -1,0 +1,146 @@
+"""Task classes beyond site changes (issue 15 items 1-2): troubleshooting, steering, firewall and
+floating-IP changes -- variants (pure), the scripted operator's planning (pure), and a small
+real-lab sample on the shared campaign_lab (bench/task_classes.py runs every variant and level)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.agents.troubleshoot import interface_blocks, isis_fix, nat_fix, rule_fixes, shadow_fixes, sid_fix
+from harness.errors import AnibenchError
+from harness.run import RunSpec, execute_run
+from harness.tasks import TASK_CLASSES, TaskClass, make_variant, register_task, skipped_levels, variant_skips
+from harness.troubleshooting import CATALOG
+from substrate.scenario import build, load_manifest
+from tests.conftest import REPO
+
+MANIFEST = REPO / "tests" / "data" / "small-campaign.yaml"
+NEW = ("troubleshooting", "steering-change", "firewall-change", "floating-ip-change")
+
+
+def _sc():  # noqa: ANN202
+    return build(load_manifest(MANIFEST), seed=7)
+
+
+def test_registry_lists_every_class_and_refuses_a_second_of_a_name() -> None:
+    assert set(NEW) <= set(TASK_CLASSES) and list(TASK_CLASSES)[:3] == ["onboarding", "change-set", "decommissioning"]
+    with pytest.raises(AnibenchError, match="registered twice"):
+        register_task(TaskClass(name="onboarding", prompt="", make=lambda *a: None))  # type: ignore[arg-type,return-value]
+    with pytest.raises(AnibenchError, match="unknown task class 'nope'; known: onboarding"):
+        make_variant("nope", _sc(), 0)
+    assert skipped_levels("troubleshooting", ["A1+blocklist", "A3-T"]) == {"A3-T": TASK_CLASSES["troubleshooting"].inexpressible["A3-T"]}
+
+
+@pytest.mark.parametrize("task_class", NEW)
+def test_variants_are_deterministic_hidden_and_split(task_class: str) -> None:
+    sc = _sc()
+    a, b = make_variant(task_class, sc, 0), make_variant(task_class, _sc(), 0)
+    assert a == b and a.prompt == make_variant(task_class, sc, 1).prompt == TASK_CLASSES[task_class].prompt
+    assert a.test_cases and a.damage_checks
+    blob = a.prompt + "".join(a.files.values())
+    assert not any(tc.id in blob for tc in a.test_cases)
+    ids = [i.id for i in a.test_cases] + [i.id for i in a.damage_checks]
+    assert len(ids) == len(set(ids))  # a check is a test case or a damage check, never both
+
+
+def test_troubleshooting_covers_the_catalog_and_tells_only_the_symptom() -> None:
+    sc = _sc()
+    vs = [make_variant("troubleshooting", sc, v) for v in range(len(CATALOG))]
+    assert [v.breakage["kind"] for v in vs] == list(CATALOG)
+    for v in vs:
+        assert v.setup, v.breakage  # the breakage is applied by the harness, out of band
+        req = v.files["request.yaml"]
+        # the report names no cause: no command, SID, rule, protocol or breakage kind
+        for word in ("seg6", "rule", "isis", "nft", "dnat", "fcbb", "ip ", "table", v.breakage["kind"]):
+            assert word not in req.lower(), (word, req)
+    sid = vs[0].breakage["sid"]
+    # an invariant about the broken SID is a test case whatever its service (here: addressing's)
+    assert any(i.params.get("sid") == sid for i in vs[0].test_cases)
+    assert not any(i.params.get("sid") == sid for i in vs[0].damage_checks)
+    assert variant_skips(vs[3], ["A1", "A3-R"]) == {"A3-R": vs[3].breakage["no_reference"]["A3-R"]}
+
+
+def test_steering_firewall_floating_variants_state_the_change() -> None:
+    sc = _sc()
+    st = [make_variant("steering-change", sc, v) for v in (0, 1)]
+    assert [v.ops[0]["op"] for v in st] == ["create", "modify"]
+    assert all([t.kind for t in v.test_cases] == ["steered_path"] for v in st)
+    fw = make_variant("firewall-change", sc, 0)
+    got = {(t.params["expect"], t.params["family"]) for t in fw.test_cases if t.id.startswith("task/")}
+    assert {("allow", 6), ("deny", 6), ("allow", 4)} <= got
+    fips = [make_variant("floating-ip-change", sc, v) for v in (0, 1)]
+    assert [v.ops[0]["op"] for v in fips] == ["create", "modify"]
+    assert all(any(t.kind == "reach_at" for t in v.test_cases) for v in fips)
+
+
+# -- the scripted operator's troubleshooting plans (pure) -------------------------------------------
+
+
+def test_shadowing_drop_rules_are_found_and_the_policy_is_kept() -> None:
+    listing = """table inet tenant_fw {
+	chain t1 { # handle 3
+		ip daddr 10.0.0.0/24 tcp dport 3306 drop # handle 9
+		ip6 daddr fd10::/64 tcp dport 3306 drop # handle 8
+		ip6 saddr fd10:0:0:4::/64 ip6 daddr fd10::/64 tcp dport 3306 accept # handle 4
+		ip6 daddr fd10::/64 tcp dport 3306 drop # handle 5
+		ip daddr 10.0.0.0/24 tcp dport 3306 drop # handle 6
+	}
+}"""
+    flows = [(6, "fd10:0:0:4::2", "fd10::2")]
+    assert shadow_fixes(listing, "t1", flows, 3306) == ["nft delete rule inet tenant_fw t1 handle 8"]
+    # an IPv4 copy ahead of the policy's own drop goes; the policy's drop stays
+    assert shadow_fixes(listing, "t1", [(4, None, "10.0.0.2")], 3306) == ["nft delete rule inet tenant_fw t1 handle 9"]
+    # a flow the policy drops is left alone
+    assert shadow_fixes(listing, "t1", [(6, "fd10:0:0:9::2", "fd10::2")], 3306) == ["nft delete rule inet tenant_fw t1 handle 8"]
+    assert shadow_fixes(listing.replace("# handle 8", "# handle 8x"), "t1", [(6, "fd10:0:0:9::2", "fd10::2")], 3306) == []
+
+
+def test_nat_rule_sid_rule_and_isis_repairs() -> None:
+    nat = """table ip fip { # handle 2
+	chain prerouting_dnat { # handle 2
+		type nat hook prerouting priority dstnat; policy accept;
+		iifname "eth7" ip daddr 198.51.100.10 dnat to 10.0.1.2 # handle 5
+	}
+}"""
+    assert nat_fix(nat, "198.51.100.10", "10.0.0.2") == (
+        "nft replace rule ip fip prerouting_dnat handle 5 iifname eth7 ip daddr 198.51.100.10 dnat to 10.0.0.2")
+    assert nat_fix(nat, "198.51.100.10", "10.0.1.2") is None
+    main = [{"dst": "fcbb:bb00:4:e000::/64", "encap": "seg6local", "action": "End"}]
+    assert sid_fix("r4", 0xE000, 101, main) == (
+        "ip -6 route replace fcbb:bb00:4:e000::/64 metric 1024 encap seg6local action End.DT6 table 101 count dev sr0")
+    main[0].update(action="End.DT6", table="101")
+    assert sid_fix("r4", 0xE000, 101, main) is None
+    assert rule_fixes("r9", {"eth3": True}, 100, [], [{"iif": "eth3", "table": "100"}]) == [
+        "ip -6 rule add priority 1000 iif eth3 lookup 100"]
+    mine = interface_blocks("interface eth3\n description to r7\nexit\n!\n")
+    theirs = interface_blocks("interface eth1\n description to r4\n ipv6 router isis CORE\n isis network point-to-point\nexit\n")
+    assert isis_fix("r4", mine, "r7", theirs) == ["interface eth3", "ipv6 router isis CORE", "isis network point-to-point", "exit"]
+    assert isis_fix("r7", theirs, "r4", mine) == []
+
+
+# -- real lab: a sample (bench/task_classes.py and harness task validate run every variant) ----------
+
+
+def _spec(level: str, agent: str, tmp_path, **kw: object) -> RunSpec:  # noqa: ANN001
+    return RunSpec(campaign_id="t", run_key=f"t/{level}", factor="ani", setting=level, level=level, agent=agent,
+                   density=1, run_dir=tmp_path, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.lab
+def test_a_breakage_is_a_clean_failure_when_nothing_is_done_and_repaired_by_the_reference(campaign_lab, tmp_path) -> None:
+    lab, sc = campaign_lab
+    v = make_variant("troubleshooting", sc, 1)  # a site's policy rules deleted
+    rec, _ = execute_run(lab, _spec("A1", "command", tmp_path / "none", agent_options={"template": "true"}), v)
+    assert rec.outcome_label.value == "clean_failure" and rec.test_cases_passed < rec.test_cases_total, rec.violated_invariants
+    rec, verdicts = execute_run(lab, _spec("A1", "scripted", tmp_path / "a1"), v)
+    assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("task_class", "level"), [("steering-change", "A1"), ("firewall-change", "A3-T"),
+                                                    ("floating-ip-change", "A3-T")])
+def test_service_change_reference_passes_without_damage(campaign_lab, tmp_path, task_class: str, level: str) -> None:
+    lab, sc = campaign_lab
+    v = make_variant(task_class, sc, 0)  # steering v1 (a modify) fails at A0-A2: see harness.service_tasks
+    rec, verdicts = execute_run(lab, _spec(level, "scripted", tmp_path), v)
+    assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
