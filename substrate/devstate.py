@@ -86,7 +86,8 @@ SYSCTLS = (
 #: How many capture-and-repair passes :func:`restore` makes at most.
 RESTORE_PASSES = 4
 _SEP = "\n@@ANIBENCH@@ "
-#: One command in the node, few processes (capture runs on every reset, for every node).
+#: One command in the node, few processes (capture runs on every reset, for every node: each
+#: process started in it costs 2-5 ms of CPU, so commands of one program share one ``-batch``).
 #: Numeric output (``-N``) everywhere: names of protocols are ambiguous (``static`` is both 4 and
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
@@ -96,9 +97,8 @@ s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s nft; nft list ruleset 2>&1
 s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
-s xfrm; ip xfrm policy getdefault 2>&1; ip xfrm state 2>&1; ip xfrm policy 2>&1
-s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\n' | ip -j -force -batch - 2>/dev/null
-s mptcplim; ip mptcp limits show 2>/dev/null
+s xfrm; printf 'xfrm policy getdefault\nxfrm state\nxfrm policy\n' | ip -force -batch - 2>&1
+s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n' | ip -j -force -batch - 2>/dev/null
 """
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
@@ -906,6 +906,15 @@ def normalize_xfrm(text: str) -> str:
     return "" if text == _XFRM_DEFAULT else text
 
 
+def _split_objs(text: str) -> tuple[str, str]:
+    """The capture's ``objs`` section as (its JSON documents, ``ip mptcp limits show``'s line): the
+    batch ends with that command, which prints text even under ``-j`` (iproute2 6.1); each JSON
+    document is one line."""
+    lines = text.strip().splitlines()
+    docs = [ln for ln in lines if ln.lstrip().startswith(("[", "{"))]
+    return "\n".join(docs), "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("[", "{")))
+
+
 def net_objects(objs: str, mptcp_limits: str) -> list[str]:
     """:attr:`DeviceState.net_objects` from the capture's ``objs`` section (``ip -j`` addrlabel,
     maddr and mptcp endpoint listings, in that order; a kernel without MPTCP prints no third) and
@@ -1097,7 +1106,7 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.nft = sec["nft"].strip()
         state.xtables = normalize_xtables(sec.get("xt", ""))
         state.xfrm = normalize_xfrm(sec.get("xfrm", ""))
-        state.net_objects = net_objects(sec.get("objs", ""), sec.get("mptcplim", ""))
+        state.net_objects = net_objects(*_split_objs(sec.get("objs", "")))
         if "ro" in sec:
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])

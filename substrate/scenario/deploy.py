@@ -57,26 +57,28 @@ from substrate.scenario.observer import Verdict, observe
 
 SCENARIO_FILE = "scenario.json"
 BASELINE_FILE = "baseline.json"
-#: Shell (builtins only: no fork, so nothing it starts is killed by it) that kills every process
-#: of a node but its init (PID 1), its FRR daemons and itself -- whatever an agent left running (a
-#: loop that keeps changing state would otherwise reach into the observation or the next run) --
-#: printing ``K pid:comm``. A daemon is kept only if its PID file names a process of that name that
-#: runs only installed code, so neither a PID written into /run/frr by an agent nor a library
-#: injected into a daemon's program protects anything. ``{daemons}``: the lab's daemons.
-_KILL_STRAYS = """keep=" 1 $$ "
+#: Shell that kills every process of a node but its init (PID 1), its FRR daemons and itself --
+#: whatever an agent left running (a loop that keeps changing state would otherwise reach into
+#: the observation or the next run) -- printing ``K pid:comm``. A daemon is kept only if its PID
+#: file names a process of that name that runs only installed code, so neither a PID written into
+#: /run/frr by an agent nor a library injected into a daemon's program protects anything.
+#: ``{daemons}``: the lab's daemons. Builtins but for one awk (:data:`_MAPS_OUTSIDE_USR`), which
+#: has exited before the kill loop reads /proc, so nothing it starts is killed by it.
+_KILL_STRAYS = """keep=" 1 $$ "; cand=(); maps=()
 for d in {daemons}; do
   p=; c=; read -r p < "/run/frr/$d.pid" 2>/dev/null
   [ -n "$p" ] && read -r c < "/proc/$p/comm" 2>/dev/null
   [ "$c" = "$d" ] || continue
   # only the installed program (frr.runs_only_installed_code): no LD_* variable, no executable
-  # mapping but files of /usr and the vdso
+  # mapping but files of /usr and the vdso (the maps of every daemon read by one awk, below)
   ok=1
   while IFS= read -r -d '' v; do case "$v" in LD_*) ok=;; esac; done < "/proc/$p/environ" 2>/dev/null
-  while read -r _ perm _ _ _ path; do
-    case "$perm" in *x*) case "$path" in /usr/*|"[vdso]"|"[vsyscall]") ;; *) ok=;; esac;; esac
-  done < "/proc/$p/maps" 2>/dev/null
-  [ -n "$ok" ] && keep="$keep$p "
+  [ -n "$ok" ] && cand+=("$p") && maps+=("/proc/$p/maps")
 done
+bad=
+[ ${{#maps[@]}} -gt 0 ] && bad=$(awk '{awk}' "${{maps[@]}}" 2>/dev/null)
+bad=" ${{bad//$'\\n'/ }} "
+for p in "${{cand[@]}}"; do case "$bad" in *" $p "*) ;; *) keep="$keep$p ";; esac; done
 for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
   case "$keep" in *" $p "*) continue;; esac
@@ -84,6 +86,14 @@ for d in /proc/[0-9]*; do
   kill -9 "$p" 2>/dev/null && echo "K $p:$c"
 done
 """
+#: awk over ``/proc/PID/maps`` files printing each PID with an executable mapping (``x`` in the
+#: permissions, the second field) whose path (what follows the fifth field) is not under /usr/ nor
+#: the kernel's [vdso]/[vsyscall] page -- anonymous code included: the rule of
+#: :func:`substrate.frr.runs_only_installed_code`, one process for all daemons of a node (a bash
+#: loop over their few hundred lines cost about 15 ms of CPU per router and reset).
+_MAPS_OUTSIDE_USR = ('$2 ~ /x/ && !(FILENAME in bad) { p = $0; sub(/^[^ \\t]+[ \\t]+[^ \\t]+[ \\t]+[^ \\t]+[ \\t]+[^ \\t]+[ \\t]+[^ \\t]+[ \\t]*/, "", p); '
+                     'sub(/[ \\t]+$/, "", p); if (p !~ /^\\/usr\\// && p != "[vdso]" && p != "[vsyscall]") { bad[FILENAME] = 1; split(FILENAME, f, "/"); print f[3] } }')
+_KILL_STRAYS = _KILL_STRAYS.replace("{awk}", _MAPS_OUTSIDE_USR.replace("{", "{{").replace("}", "}}"))
 #: At the start of a reset, per node: kill strays (above), resume stopped processes (the
 #: frozen-node fault), print ``D daemon`` for each FRR daemon that is not running, and empty every
 #: writable directory of the node (:data:`_EMPTY_WRITABLE`).
@@ -94,7 +104,9 @@ for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev
 #: history, FRR's log of its changes) must not be read by the next run's agent, nor change what
 #: the node does: /tmp, /root, /dev/shm, /var and /run are emptied but for FRR's own files (its
 #: daemons' PID files, vty and zserv sockets, crash log buffers; its log file is truncated) and
-#: their directories get their owners and modes back. Bash globs (``extglob``): one ``rm`` for all.
+#: their directories get their owners and modes back. Bash globs (``extglob``): one ``rm`` for all;
+#: one ``stat`` tells whether any directory lacks its mode or owner (:data:`_WRITABLE_DIRS`), and
+#: only then do ``mkdir``/``chmod``/``chown`` run (six processes per node and reset otherwise).
 _EMPTY_WRITABLE = """shopt -s nullglob dotglob extglob
 junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log|tmp|run) /var/lib/!(frr) /var/lib/frr/*
       /var/log/!(frr) /var/log/frr/!(frr.log) /var/tmp/!(frr) /var/tmp/frr/!(*.+([0-9])) /var/tmp/frr/*/!(logbuf.+([0-9])))
@@ -103,11 +115,19 @@ junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log
 [ ${{#junk[@]}} -gt 0 ] && rm -rf -- "${{junk[@]}}"
 [ -e /var/run ] || ln -s /run /var/run
 [ -f /var/log/frr/frr.log ] && : > /var/log/frr/frr.log
+[ "$(stat -c '%a %U:%G' {dirs} 2>/dev/null)" = $'{modes}' ] || {{
 mkdir -p /run/frr /var/lib/frr /var/log/frr /var/tmp/frr 2>/dev/null
 chmod 1777 /tmp /var/tmp /dev/shm && chmod 700 /root /var/tmp/frr && chmod 755 /run /var /var/lib /var/log /run/frr /var/lib/frr /var/log/frr \
   && chown frr:frr /run/frr /var/lib/frr /var/log/frr /var/tmp/frr && chown root:root /tmp /var/tmp /dev/shm /root /run /var /var/lib /var/log
+}}
 true
 """
+#: The directories :data:`_EMPTY_WRITABLE` gives back their mode and owner, with them (what its
+#: ``chmod`` and ``chown`` lines set: keep the two in step).
+_WRITABLE_DIRS = {"/tmp": "1777 root:root", "/var/tmp": "1777 root:root", "/dev/shm": "1777 root:root", "/root": "700 root:root",
+                  "/var/tmp/frr": "700 frr:frr", "/run": "755 root:root", "/var": "755 root:root", "/var/lib": "755 root:root",
+                  "/var/log": "755 root:root", "/run/frr": "755 frr:frr", "/var/lib/frr": "755 frr:frr", "/var/log/frr": "755 frr:frr"}
+_EMPTY_WRITABLE = _EMPTY_WRITABLE.replace("{dirs}", " ".join(_WRITABLE_DIRS)).replace("{modes}", "\\n".join(_WRITABLE_DIRS.values()))
 
 
 def revive_script(daemons: list[str]) -> str:
