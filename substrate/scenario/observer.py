@@ -53,6 +53,7 @@ table) run once per node and observation pass.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import threading
@@ -117,6 +118,83 @@ PROBE_KINDS = frozenset({"reach", "reach_at", "isolated", "steered_path", "tcp_v
 PROBE_SIZE_MIN, PROBE_SIZE_MAX = 100, 1100
 #: The flush: every neighbour entry of both families, whatever its state (iproute2 ip-neighbour).
 FLUSH_NEIGHBOURS = "ip -6 neigh flush all nud all; ip -4 neigh flush all nud all"
+#: The nftables table a receiving host counts probes in during one pass (:class:`_Arrivals`).
+ARRIVAL_TABLE = "anibench_probe"
+#: Its ruleset: in prerouting at priority -400 (ahead of any filter or NAT), every echo request
+#: adds to a counter keyed by its destination address and packet length (network header on), so
+#: that each probe -- of a length unique in the pass -- is counted apart, with no rule of its own.
+#: Any table of that name (a pass killed half-way) is replaced in the same transaction.
+_ARRIVAL_RULESET = f"""table inet {ARRIVAL_TABLE}
+delete table inet {ARRIVAL_TABLE}
+table inet {ARRIVAL_TABLE} {{
+\tset seen4 {{ typeof ip daddr . meta length; flags dynamic; counter; }}
+\tset seen6 {{ typeof ip6 daddr . meta length; flags dynamic; counter; }}
+\tchain c {{
+\t\ttype filter hook prerouting priority -400; policy accept;
+\t\ticmp type echo-request update @seen4 {{ ip daddr . meta length }}
+\t\ticmpv6 type echo-request update @seen6 {{ ip6 daddr . meta length }}
+\t}}
+}}
+"""
+
+
+class _Arrivals:
+    """The arrival counters of one receiving host for one pass: its table is created by the first
+    probe toward it (again by the next one if that failed) and deleted when the pass ends
+    (:meth:`ObserveContext.close`); a read serves every probe that ended before it started, so
+    concurrent probes toward one host share it. Before, each probe added a table of its own and
+    read and deleted it: three nft processes per probe, the largest CPU cost of a pass."""
+
+    def __init__(self, ctx: ObserveContext, receiver: str):
+        self.ctx, self.receiver = ctx, receiver
+        self.created = False
+        self._lock = threading.Lock()
+        self._read_at = -1.0
+        self._read: tuple[dict[tuple[str, int], int] | None, ExecResult] | None = None
+
+    def ensure(self) -> ExecResult | None:
+        """Create the table unless it exists; the failed ``nft -f`` when it cannot be."""
+        with self._lock:
+            if self.created:
+                return None
+            r = self.ctx.lab.exec(self.receiver, ["nft", "-f", "-"], input=_ARRIVAL_RULESET, timeout_s=10)
+            self.created = r.returncode == 0
+            return None if self.created else r
+
+    def count(self, dst_at: str, length: int, since: float) -> tuple[int | None, ExecResult]:
+        """Echo requests to ``dst_at`` of ``length`` bytes counted at the receiver by a read that
+        started after ``since`` (monotonic seconds: when the probe ended); None when the table
+        could not be read."""
+        with self._lock:
+            if self._read is None or self._read_at < since:
+                self._read_at = time.monotonic()
+                r = self.ctx.run(self.receiver, ["nft", "-j", "list", "table", "inet", ARRIVAL_TABLE], timeout_s=10)
+                self._read = (_arrival_counts(r.stdout) if r.returncode == 0 else None, r)
+            counts, r = self._read
+        key = (ipaddress.ip_address(dst_at).compressed, length)
+        return (None if counts is None else counts.get(key, 0)), r
+
+
+def _arrival_counts(text: str) -> dict[tuple[str, int], int] | None:
+    """(address, length) -> packets, from ``nft -j list table inet anibench_probe``; None when
+    the output is not that table."""
+    try:
+        items = json.loads(text)["nftables"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    out: dict[tuple[str, int], int] = {}
+    sets = [x["set"] for x in items if isinstance(x, dict) and "set" in x]
+    if {s.get("name") for s in sets} != {"seen4", "seen6"}:
+        return None
+    for st in sets:
+        for e in st.get("elem", []):
+            e = e.get("elem", e) if isinstance(e, dict) else e
+            try:
+                addr, length = e["val"]["concat"]
+                out[(ipaddress.ip_address(addr).compressed, int(length))] = int(e["counter"]["packets"])
+            except (KeyError, TypeError, ValueError):
+                return None
+    return out
 
 
 class ObserveContext:
@@ -129,6 +207,7 @@ class ObserveContext:
         #: Invariant id -> the structured difference a state check found (Verdict.diff).
         self.diffs: dict[str, dict[str, list[str]]] = {}
         self._sizes = iter(range(PROBE_SIZE_MIN, PROBE_SIZE_MAX))
+        self._arrivals: dict[str, _Arrivals] = {}
         self._cache: dict[tuple[str, tuple[str, ...]], ExecResult] = {}
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -142,6 +221,26 @@ class ObserveContext:
         """
         with self._guard:
             return next(self._sizes)
+
+    def arrivals(self, receiver: str) -> _Arrivals:
+        """The arrival counters of host ``receiver`` in this pass (:class:`_Arrivals`)."""
+        with self._guard:
+            return self._arrivals.setdefault(receiver, _Arrivals(self, receiver))
+
+    def close(self, pool: ThreadPoolExecutor | None = None) -> None:
+        """End the pass: delete the arrival tables it created (in parallel on ``pool``)."""
+        with self._guard:
+            made = [a.receiver for a in self._arrivals.values() if a.created]
+            self._arrivals.clear()
+
+        def drop(h: str) -> None:
+            self.run(h, ["nft", "delete", "table", "inet", ARRIVAL_TABLE], timeout_s=10)
+
+        if pool is None:
+            for h in made:
+                drop(h)
+        else:
+            list(pool.map(drop, made))
 
     def run(self, node: str, argv: list[str], timeout_s: float = 10.0) -> ExecResult:
         return self.lab.exec(node, argv, timeout_s=timeout_s, max_output=1 << 20)
@@ -254,31 +353,25 @@ def check_isolated(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list
 
 def _counted_ping(ctx: ObserveContext, src: str, dst: str, fam: int, receiver: str, dst_at: str,
                   count: int = 2) -> tuple[int, int, list[Evidence]] | tuple[str, list[Evidence]]:
-    """``count`` pings from ``src`` to ``dst``, each counted on arrival at ``receiver`` (an
-    nftables counter in its namespace, prerouting at priority -400, ahead of any filter or NAT)
+    """``count`` pings from ``src`` to ``dst``, each counted on arrival at ``receiver`` (its
+    arrival counters, :class:`_Arrivals`: prerouting at priority -400, ahead of any filter or NAT)
     as an echo request to ``dst_at`` (``dst`` itself, or the address a NAT on the way rewrote it
     to) whose length is unique in the pass. Returns (replies, arrivals, evidence), or
     (why the check could not run, evidence)."""
     size = ctx.probe_size()
     length = size + (48 if fam == 6 else 28)
-    table = f"anibench_probe_{size}"
-    text = (f"table inet {table} {{\n\tchain c {{\n\t\ttype filter hook prerouting priority -400; policy accept;\n"
-            f"\t\t{_arrival_rule(fam, dst_at, length)} counter\n\t}}\n}}\n")
-    r0 = ctx.lab.exec(receiver, ["nft", "-f", "-"], input=text, timeout_s=10)
-    if r0.returncode != 0:
-        return f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {table}")]
-    try:
-        argv = ["ping", f"-{fam}", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "0.5", "-s", str(size), dst]
-        r = ctx.run(src, argv, timeout_s=7)
-        got = _received(r.stdout)
-        r1 = ctx.run(receiver, ["nft", "-j", "list", "table", "inet", table], timeout_s=10)
-    finally:
-        ctx.run(receiver, ["nft", "delete", "table", "inet", table], timeout_s=10)
-    m = re.search(r'"counter":\s*\{"packets":\s*(\d+)', r1.stdout)
-    if m is None:
-        return f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1)]
-    arrived = int(m.group(1))
-    return got, arrived, [_ev(r), Evidence(node=receiver, command=f"nft -j list table inet {table}", exit_code=r1.returncode,
+    counters = ctx.arrivals(receiver)
+    r0 = counters.ensure()
+    if r0 is not None:
+        return f"check could not run: no arrival counter on {receiver}", [_ev(r0, f"nft -f - # {ARRIVAL_TABLE}")]
+    argv = ["ping", f"-{fam}", "-n", "-q", "-c", str(count), "-i", "0.2", "-W", "0.5", "-s", str(size), dst]
+    r = ctx.run(src, argv, timeout_s=7)
+    got = _received(r.stdout)
+    arrived, r1 = counters.count(dst_at, length, since=time.monotonic())
+    cmd = f"nft -j list table inet {ARRIVAL_TABLE} # {dst_at} length {length}"
+    if arrived is None:
+        return f"check could not run: the arrival counter on {receiver} could not be read", [_ev(r), _ev(r1, cmd)]
+    return got, arrived, [_ev(r), Evidence(node=receiver, command=cmd, exit_code=r1.returncode,
                                            output=f"echo requests of this probe counted at {receiver}: {arrived}")]
 
 
@@ -621,4 +714,7 @@ def observe(lab: Lab, invariants: Iterable[Invariant], *, workers: int = WORKERS
         kinds = probe_kinds()
         if flush and any(i.kind in kinds for i in invs):
             flush_neighbours(ctx, pool)
-        return list(pool.map(lambda i: check_one(ctx, i), invs))
+        try:
+            return list(pool.map(lambda i: check_one(ctx, i), invs))
+        finally:
+            ctx.close(pool)
