@@ -239,6 +239,44 @@ def test_one_way_leak_fails_isolation_counted_at_the_receiver(reference_lab) -> 
         reset(lab)
 
 
+@pytest.mark.lab
+def test_shared_arrival_counters_tell_probes_apart_by_receiver_and_address(reference_lab) -> None:
+    """One arrival table per receiving host and pass serves every probe toward it: a probe is
+    counted only at the host it reaches and under the address it arrives to, concurrent probes of
+    one pass do not count each other's packets, and no table is left behind when the pass ends."""
+    import json
+
+    from substrate.scenario.model import Invariant
+    from substrate.scenario.observer import ARRIVAL_TABLE, observe
+
+    lab, sc = reference_lab
+    by_ce = {s.ce: s for s in sc.all_sites()}
+
+    def holds(node: str, addr: str) -> bool:
+        links = json.loads(lab.exec(node, ["ip", "-j", "addr", "show"]).stdout)
+        return any(a.get("local") == addr for ln in links for a in ln.get("addr_info", []))
+
+    invs = []
+    for fam in (6, 4):
+        reach = next(i for i in sc.invariants if i.kind == "reach" and i.params.get("family", 6) == fam and i.params["src"] in by_ce
+                     and len(sc.tenant(by_ce[i.params["src"]].tenant).sites) >= 3
+                     and any(holds(s.ce, i.params["dst"]) for s in sc.tenant(by_ce[i.params["src"]].tenant).sites))
+        p, sites = reach.params, sc.tenant(by_ce[reach.params["src"]].tenant).sites
+        owner = next(s.ce for s in sites if holds(s.ce, p["dst"]))
+        other = next(s.ce for s in sites if s.ce not in (owner, p["src"]))
+        absent = "fd77::1" if fam == 6 else "10.77.0.1"
+        invs += [Invariant(id=f"{fam}-{k}", kind="reach_at", service="t", params={**p, **kw}) for k, kw in
+                 (("right", {"dst_node": owner}), ("other-host", {"dst_node": other}), ("other-address", {"dst_node": owner, "dst_at": absent}))]
+    verdicts = {v.id: v for v in observe(lab, invs)}
+    for fam in (6, 4):
+        assert verdicts[f"{fam}-right"].ok, verdicts[f"{fam}-right"].detail
+        for k in ("other-host", "other-address"):
+            v = verdicts[f"{fam}-{k}"]
+            assert not v.ok and "2 replies, 0 probes arrived" in v.detail, v.detail
+    for node in {i.params["dst_node"] for i in invs}:
+        assert ARRIVAL_TABLE not in lab.exec(node, ["nft", "list", "tables"]).stdout
+
+
 def test_isolation_covers_both_directions_and_every_tenant_pair_sharing_a_pe() -> None:
     from substrate.scenario import build, load_manifest
     from tests.conftest import REPO
