@@ -354,14 +354,16 @@ def test_ipv4_firewall_checks_fail_when_only_the_ipv4_rule_is_gone(reference_lab
     """Removing a drop rule's IPv4 half on the destination's PE leaves every IPv6 check of the
     policy passing; the new IPv4 deny check fails."""
     from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import ce_addr
     from substrate.scenario.observer import observe
 
     lab, sc = reference_lab
     reset(lab)
     inv4 = next(i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["family"] == 4 and i.params["expect"] == "deny"
                 and "/outside/" not in i.id)
-    inv6 = next(i for i in sc.invariants if i.id == inv4.id.removesuffix("/4"))
     dst = _site_of_ce_addr(sc, inv4.params["dst"])
+    inv6 = next(i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["family"] == 6 and i.params["expect"] == "deny"
+                and i.params["dst"] == ce_addr(dst.prefix6, 2) and i.params["port"] == inv4.params["port"])
     h = _handle(lab, dst.pe, "inet", "tenant_fw", dst.tenant, f"ip daddr {dst.prefix4} tcp dport {inv4.params['port']} drop")
     try:
         assert all(v.ok for v in observe(lab, [inv4, inv6]))
@@ -419,12 +421,14 @@ def test_outside_flow_to_a_protected_port_fails_when_the_drop_is_scoped_to_the_t
     port = deny.params["port"]
     inside = [i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["dst"] == deny.params["dst"]
               and i.params["port"] == port and "/outside/" not in i.id]
-    own = ", ".join(s.prefix6 for s in sc.tenant(dst.tenant).sites)
+    own = sorted({s.prefix6 for s in sc.tenant(dst.tenant).sites})
     h = _handle(lab, dst.pe, "inet", "tenant_fw", dst.tenant, f"ip6 daddr {dst.prefix6} tcp dport {port} drop")
     try:
         assert all(v.ok for v in observe(lab, [deny, control, *inside]))
-        _ok(lab, dst.pe, ["nft", "replace", "rule", "inet", "tenant_fw", dst.tenant, "handle", h,
-                          "ip6", "saddr", "{", own, "}", "ip6", "daddr", dst.prefix6, "tcp", "dport", str(port), "drop"])
+        _ok(lab, dst.pe, ["nft", "delete", "rule", "inet", "tenant_fw", dst.tenant, "handle", h])
+        for prefix in own:  # one rule per own source prefix, after the chain's accepts
+            _ok(lab, dst.pe, ["nft", "add", "rule", "inet", "tenant_fw", dst.tenant,
+                              "ip6", "saddr", prefix, "ip6", "daddr", dst.prefix6, "tcp", "dport", str(port), "drop"])
         got = {v.id: v for v in observe(lab, [deny, control, *inside])}
         assert all(got[i.id].ok for i in inside) and got[control.id].ok, [(v.id, v.detail) for v in got.values() if not v.ok]
         assert not got[deny.id].ok and "reached" in got[deny.id].detail, got[deny.id].detail
