@@ -96,8 +96,8 @@ def verdict_invariant(sc: Scenario, pol: FirewallPolicy, src: Site, dst: Site, p
         kind="tcp_verdict",
         service=f"firewall/{pol.tenant}",
         params={"src": src.ce, "dst": ce_addr(dst_prefix, 2), "port": port, "expect": expect, "family": family},
-        description=f"{sc.tenant(pol.tenant).name}: TCP {port} from {src.id} to {dst.id} is {EXPECT_WORDS[expect]} "
-                    f"over IPv{family} ({why})",
+        description=f"{sc.tenant(pol.tenant).name}: TCP {port} over IPv{family} from {src.id} to {dst.id} is "
+                    f"{EXPECT_WORDS[expect]} ({why})",
     )
 
 
