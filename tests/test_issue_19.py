@@ -367,3 +367,178 @@ def test_leftovers_of_a_tenant_leaving_a_pe_fail_until_cleaned_up(reference_lab)
         assert all(x.ok for x in after), [(x.id, x.detail) for x in after if not x.ok]
     finally:
         reset(lab)
+
+
+# -- IPv4 firewall and steering checks, flows from outside the tenant, floating IPs by answering host -----
+
+
+def _handle(lab, node: str, family: str, table: str, chain: str, contains: str) -> str:  # noqa: ANN001
+    """The nftables handle of the one rule of ``chain`` whose text holds ``contains``."""
+    r = lab.exec(node, ["nft", "-a", "list", "chain", family, table, chain])
+    assert r.returncode == 0, r.stderr
+    hits = [ln for ln in r.stdout.splitlines() if contains in ln and "# handle" in ln]
+    assert len(hits) == 1, (contains, r.stdout)
+    return hits[0].rsplit("# handle", 1)[1].strip()
+
+
+def _site_of_ce_addr(sc, addr: str):  # noqa: ANN001, ANN202
+    from substrate.scenario.layers.l3vpn import ce_addr
+
+    return next(s for s in sc.all_sites() if addr in (ce_addr(s.prefix6, 2), ce_addr(s.prefix4 or "0.0.0.0/24", 2)))
+
+
+@pytest.mark.lab
+def test_ipv4_firewall_checks_fail_when_only_the_ipv4_rule_is_gone(reference_lab) -> None:
+    """Removing a drop rule's IPv4 half on the destination's PE leaves every IPv6 check of the
+    policy passing; the new IPv4 deny check fails."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    inv4 = next(i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["family"] == 4 and i.params["expect"] == "deny"
+                and "/outside/" not in i.id)
+    dst = _site_of_ce_addr(sc, inv4.params["dst"])
+    inv6 = next(i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["family"] == 6 and i.params["expect"] == "deny"
+                and i.params["dst"] == ce_addr(dst.prefix6, 2) and i.params["port"] == inv4.params["port"])
+    h = _handle(lab, dst.pe, "inet", "tenant_fw", dst.tenant, f"ip daddr {dst.prefix4} tcp dport {inv4.params['port']} drop")
+    try:
+        assert all(v.ok for v in observe(lab, [inv4, inv6]))
+        _ok(lab, dst.pe, ["nft", "delete", "rule", "inet", "tenant_fw", dst.tenant, "handle", h])
+        v4, v6 = observe(lab, [inv4, inv6])
+        assert v6.ok, v6.detail  # the IPv6 half still drops ...
+        assert not v4.ok and "reached" in v4.detail, v4.detail  # ... the IPv4 half no longer does
+    finally:
+        reset(lab)
+
+
+@pytest.mark.lab
+def test_ipv4_steering_check_fails_when_the_ipv4_route_takes_the_direct_way(reference_lab) -> None:
+    """The ingress PE's steered IPv4 route replaced by the plain one (straight to the egress
+    PE's End.DX4): IPv4 still reaches the site and the IPv6 path check passes; the IPv4 path
+    check fails (the waypoint's counter does not move)."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import segs
+    from substrate.scenario.model import Invariant
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    inv4 = next(i for i in sc.invariants if i.kind == "steered_path" and i.params["family"] == 4)
+    pid = inv4.id.split("/")[1]
+    inv6 = next(i for i in sc.invariants if i.id == f"steering/{pid}/path")
+    p = next(x for x in sc.steering if x.id == pid)
+    dst, t = sc.site(p.dst_site), sc.tenant(p.tenant)
+    reach4 = Invariant(id="t/reach4", kind="reach", service="t", params={k: inv4.params[k] for k in ("src", "dst", "family")})
+    try:
+        assert all(v.ok for v in observe(lab, [inv4, inv6, reach4]))
+        _ok(lab, p.ingress_pe, ["ip", "-4", "route", "replace", dst.prefix4, "table", str(t.table), "encap", "seg6", "mode",
+                                "encap.red", "segs", segs(sc, dst.pe, dst.dx4_function), "dev", "sr0"])
+        v4, v6, r4 = observe(lab, [inv4, inv6, reach4])
+        assert r4.ok and v6.ok, (r4.detail, v6.detail)
+        assert not v4.ok and "counted 0" in v4.detail, v4.detail
+    finally:
+        reset(lab)
+
+
+@pytest.mark.lab
+def test_outside_flow_to_a_protected_port_fails_when_the_drop_is_scoped_to_the_tenant(reference_lab) -> None:
+    """A drop rule rewritten to match only the tenant's own source prefixes keeps every
+    intra-tenant deny check passing; the shared-services host's attempt on the port now
+    reaches the CE, and the outside deny check fails (its open-port control passes throughout)."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    deny = next(i for i in sc.invariants if "/outside/" in i.id and i.params["expect"] == "deny" and i.params["family"] == 6)
+    control = next(i for i in sc.invariants if "/outside/" in i.id and i.params["expect"] == "allow"
+                   and i.params["dst"] == deny.params["dst"] and i.params["src"] == deny.params["src"])
+    dst = _site_of_ce_addr(sc, deny.params["dst"])
+    port = deny.params["port"]
+    inside = [i for i in sc.invariants if i.kind == "tcp_verdict" and i.params["dst"] == deny.params["dst"]
+              and i.params["port"] == port and "/outside/" not in i.id]
+    own = sorted({s.prefix6 for s in sc.tenant(dst.tenant).sites})
+    h = _handle(lab, dst.pe, "inet", "tenant_fw", dst.tenant, f"ip6 daddr {dst.prefix6} tcp dport {port} drop")
+    try:
+        assert all(v.ok for v in observe(lab, [deny, control, *inside]))
+        _ok(lab, dst.pe, ["nft", "delete", "rule", "inet", "tenant_fw", dst.tenant, "handle", h])
+        for prefix in own:  # one rule per own source prefix, after the chain's accepts
+            _ok(lab, dst.pe, ["nft", "add", "rule", "inet", "tenant_fw", dst.tenant,
+                              "ip6", "saddr", prefix, "ip6", "daddr", dst.prefix6, "tcp", "dport", str(port), "drop"])
+        got = {v.id: v for v in observe(lab, [deny, control, *inside])}
+        assert all(got[i.id].ok for i in inside) and got[control.id].ok, [(v.id, v.detail) for v in got.values() if not v.ok]
+        assert not got[deny.id].ok and "reached" in got[deny.id].detail, got[deny.id].detail
+    finally:
+        reset(lab)
+
+
+@pytest.mark.lab
+def test_outside_flow_through_a_floating_ip_is_dropped_by_the_sites_firewall(reference_lab) -> None:
+    """The external host's attempt on a protected port of a floating IP's site: with a drop
+    rule for the site (the scenario changed by one rule, its firewall table rendered and loaded
+    on the site's PE) it times out and the control port answers; without the rule the deny
+    check fails."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.firewall import TABLE, outside_invariants, render_firewalls
+    from substrate.scenario.model import FirewallRule
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    f = sc.floating_ips[0]
+    site = sc.site(f.site)
+    pols = {p.tenant: p for p in sc.firewalls}
+    pol = pols[site.tenant]
+    pol2 = pol.model_copy(update={"rules": [*pol.rules, FirewallRule(src_site=None, dst_site=site.id, port=22, action="drop")]})
+    sc2 = sc.model_copy(update={"firewalls": [pol2 if p.id == pol.id else p for p in sc.firewalls]})
+    invs = [i for i in outside_invariants(sc2, pol2) if i.params["src"] == sc.external.host]
+    assert {i.params["expect"] for i in invs} == {"deny", "allow"}
+    out: dict = {}
+    render_firewalls(sc2, out)
+    try:
+        r = lab.exec(site.pe, ["nft", "-f", "-"], input=f"table {TABLE}\ndelete table {TABLE}\n" + out[site.pe].nft[TABLE])
+        assert r.returncode == 0, r.stderr
+        assert all(v.ok for v in observe(lab, invs)), [(v.id, v.detail) for v in observe(lab, invs) if not v.ok]
+        reset(lab)  # the site's firewall without the rule
+        verdicts = {i.params["expect"]: v for i, v in zip(invs, observe(lab, invs), strict=True)}
+        assert verdicts["allow"].ok, verdicts["allow"].detail
+        assert not verdicts["deny"].ok, verdicts["deny"].detail
+    finally:
+        reset(lab)
+
+
+@pytest.mark.lab
+def test_floating_ip_is_answered_by_its_own_ce_and_reachable_from_inside(reference_lab) -> None:
+    """The border PE's NAT moved to another CE of the tenant: the external host's check, which
+    counts arrivals at the right CE, fails. The hairpin translation removed from the site's PE:
+    the CE's ping to its own floating address fails, the external check passes."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.floating_ip import HAIRPIN_TABLE, TABLE
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    f = sc.floating_ips[0]
+    site = sc.site(f.site)
+    other = next(s for s in sc.tenant(f.tenant).sites if s.prefix4 and s.id != site.id)
+    by_id = {i.id: i for i in sc.invariants}
+    reach, hairpin = by_id[f"floating_ip/{f.id}/reach"], by_id[f"floating_ip/{f.id}/hairpin"]
+    e = sc.external
+    fam, table = TABLE.split()
+    h = _handle(lab, e.border_pe, fam, table, "prerouting_dnat", f"ip daddr {f.address} dnat to")
+    try:
+        assert all(v.ok for v in observe(lab, [reach, hairpin]))
+        _ok(lab, e.border_pe, ["nft", "replace", "rule", fam, table, "prerouting_dnat", "handle", h, "iifname", e.pe_if,
+                               "ip", "daddr", f.address, "dnat", "to", ce_addr(other.prefix4, 2)])
+        v = observe(lab, [reach])[0]
+        assert not v.ok and f"0 probes arrived at {site.ce}" in v.detail, v.detail
+        reset(lab)
+        _ok(lab, site.pe, ["nft", "delete", "table", *HAIRPIN_TABLE.split()])
+        rv, hv = observe(lab, [reach, hairpin])
+        assert rv.ok, rv.detail
+        assert not hv.ok and "0 replies" in hv.detail, hv.detail
+    finally:
+        reset(lab)

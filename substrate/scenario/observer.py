@@ -11,7 +11,8 @@ Check kinds (``Invariant.kind``):
   and none arrives at host ``dst_node`` when given (counted there: a one-way leak fails);
 - ``steered_path`` {src, dst, family, node, sid, count}: ``count`` pings from ``src`` to ``dst``
   raise the packet counter of SID ``sid`` on ``node`` by at least ``count`` and get replies (the
-  SID is used by this flow only, so concurrent probes cannot fake it; retried like ``reach``);
+  SID is used by this policy only, and the checks of one SID -- a policy's IPv6 and IPv4 flows --
+  never measure at the same time, so concurrent probes cannot fake it; retried like ``reach``);
 - ``tcp_verdict`` {src, dst, port, expect}: a TCP connection attempt from ``src`` reaches the
   destination host (connected or reset by it) when ``expect`` is ``allow``; times out (dropped)
   when ``deny``;
@@ -212,6 +213,12 @@ class ObserveContext:
         self._locks: dict[tuple[str, tuple[str, ...]], threading.Lock] = {}
         self._guard = threading.Lock()
 
+    def exclusive(self, *key: str) -> threading.Lock:
+        """A lock of this pass named by ``key``: checks that read one shared counter (a SID's
+        packet count) hold it while they measure, so they cannot count each other's probes."""
+        with self._guard:
+            return self._locks.setdefault(("exclusive", key), threading.Lock())
+
     def probe_size(self) -> int:
         """A payload size (bytes) no other isolation probe of this pass uses.
 
@@ -410,11 +417,12 @@ def check_steered_path(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     count = int(p.get("count", 5))
 
     def attempt() -> tuple[bool, str, list[Evidence], bool]:
-        before, r0 = _sid_packets(ctx, p["node"], p["sid"])
-        if before is None:
-            return False, f"{p['sid']} is not installed (with counters) on {p['node']}", [_ev(r0)], False
-        r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), count, 1.0, interval=0.05)
-        after, r1 = _sid_packets(ctx, p["node"], p["sid"])
+        with ctx.exclusive(p["node"], p["sid"]):
+            before, r0 = _sid_packets(ctx, p["node"], p["sid"])
+            if before is None:
+                return False, f"{p['sid']} is not installed (with counters) on {p['node']}", [_ev(r0)], False
+            r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), count, 1.0, interval=0.05)
+            after, r1 = _sid_packets(ctx, p["node"], p["sid"])
         delta = (after or 0) - before
         got = _received(r.stdout)
         ok = delta >= count and got > 0

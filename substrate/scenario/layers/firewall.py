@@ -9,6 +9,15 @@ only (``accept`` from it, then ``drop`` from any). Other ports stay open.
 Invariants (service ``firewall/<tenant>``), with real TCP connection attempts from CE hosts:
 denied flows time out (dropped), allowed flows reach the CE (its kernel answers, with a
 connection or a reset), and one unlisted port stays open (the policy does not over-block).
+Each is checked over IPv6 and, where both sites carry IPv4 (the policy's IPv4 rules render
+then), over IPv4 too (issue 19: the IPv4 half of a policy was never probed).
+
+Flows from outside the tenant (issue 19: deny checks stayed within a tenant): a drop rule
+closes its port to *every* source, so where another party has a path to the protected site --
+the external host through a floating IP of the site (IPv4, after the border PE's NAT), the
+shared-services host through a route leak of the tenant (IPv6) -- its attempt on the port must
+time out too, while its attempt on the open-port control reaches the CE (the path exists, so the
+deny is not vacuous). A rule scoped to the tenant's own source prefixes fails these.
 """
 
 from __future__ import annotations
@@ -75,15 +84,58 @@ def render_firewalls(sc: Scenario, out: dict[str, NodeConfig]) -> None:
 EXPECT_WORDS = {"allow": "allowed", "deny": "denied"}
 
 
-def verdict_invariant(sc: Scenario, pol: FirewallPolicy, src: Site, dst: Site, port: int, expect: str, why: str) -> Invariant:
-    """The invariant that TCP ``port`` from ``src`` to ``dst`` gets the verdict ``expect`` (allow or deny)."""
+def verdict_invariant(sc: Scenario, pol: FirewallPolicy, src: Site, dst: Site, port: int, expect: str, why: str,
+                      family: int = 6) -> Invariant:
+    """The invariant that TCP ``port`` from ``src`` to ``dst`` gets the verdict ``expect`` (allow
+    or deny) over IPv``family`` (4 needs both sites to carry IPv4; the id of an IPv4 check ends
+    in ``/4``)."""
+    dst_prefix = dst.prefix6 if family == 6 else dst.prefix4
+    assert dst_prefix and (family == 6 or src.prefix4), "an IPv4 verdict needs IPv4 on both sites"
     return Invariant(
-        id=f"firewall/{pol.tenant}/{expect}/{src.id}->{dst.id}:{port}",
+        id=f"firewall/{pol.tenant}/{expect}/{src.id}->{dst.id}:{port}" + ("/4" if family == 4 else ""),
         kind="tcp_verdict",
         service=f"firewall/{pol.tenant}",
-        params={"src": src.ce, "dst": ce_addr(dst.prefix6, 2), "port": port, "expect": expect, "family": 6},
-        description=f"{sc.tenant(pol.tenant).name}: TCP {port} from {src.id} to {dst.id} is {EXPECT_WORDS[expect]} ({why})",
+        params={"src": src.ce, "dst": ce_addr(dst_prefix, 2), "port": port, "expect": expect, "family": family},
+        description=f"{sc.tenant(pol.tenant).name}: TCP {port} over IPv{family} from {src.id} to {dst.id} is "
+                    f"{EXPECT_WORDS[expect]} ({why})",
     )
+
+
+def outside_invariants(sc: Scenario, pol: FirewallPolicy) -> list[Invariant]:
+    """Checks of a policy's drop rules against flows from outside its tenant (module
+    docstring): per protected (site, port) reachable from the external host (a floating IP of
+    the site) or the shared-services host (a route leak of the tenant), a deny on the port, and
+    once per source and site an allow on :data:`OPEN_PORT` (the control that the path exists). Ids
+    ``firewall/<tenant>/outside/<host>/{deny,allow}/<site>:<port>``."""
+    out: list[Invariant] = []
+    name = sc.tenant(pol.tenant).name
+    controlled: set[tuple[str, str]] = set()
+    leaked = sc.shared_services is not None and any(lk.tenant == pol.tenant for lk in sc.route_leaks)
+    for r in pol.rules:
+        if r.action != "drop":
+            continue
+        dst = sc.site(r.dst_site)
+        sources: list[tuple[str, str, int, str]] = []  # (host, address, family, how)
+        if sc.external is not None:
+            sources += [(sc.external.host, f.address, 4, f"through floating IP {f.address}")
+                        for f in sc.floating_ips if f.site == dst.id]
+        if leaked:
+            assert sc.shared_services is not None
+            sources.append((sc.shared_services.host, ce_addr(dst.prefix6, 2), 6, "through the tenant's route leak"))
+        for host, addr, fam, how in sources:
+            checks = [(r.port, "deny", "protected port, closed to every source")]
+            if (host, addr) not in controlled:  # one control per source and destination
+                controlled.add((host, addr))
+                checks.append((OPEN_PORT, "allow", "control: the path exists"))
+            for port, expect, why in checks:
+                out.append(Invariant(
+                    id=f"firewall/{pol.tenant}/outside/{host}/{expect}/{dst.id}:{port}" + ("/4" if fam == 4 else ""),
+                    kind="tcp_verdict", service=f"firewall/{pol.tenant}",
+                    params={"src": host, "dst": addr, "port": port, "expect": expect, "family": fam},
+                    description=f"{name}: TCP {port} from {host} (outside the tenant) to {dst.id} {how} is "
+                                f"{EXPECT_WORDS[expect]} ({why})",
+                ))
+    return out
 
 
 # -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
@@ -269,22 +321,37 @@ class Firewall(Layer):
         render_firewalls(sc, out)
 
     def invariants(self, sc: Scenario) -> list[Invariant]:
+        """Per policy: each accept's allowed source, each drop from one other site, the
+        open-port control -- over IPv6, and over IPv4 where the sites carry it (the IPv4 sources
+        are drawn from a stream of their own, so the IPv6 checks stay those of before) -- and the
+        flows from outside the tenant (:func:`outside_invariants`)."""
         out: list[Invariant] = []
         for pol in sc.firewalls:
             t = sc.tenant(pol.tenant)
             rng = random.Random(f"{sc.seed}/fw/{pol.id}")
+            rng4 = random.Random(f"{sc.seed}/fw4/{pol.id}")
             allowed = {(r.src_site, r.dst_site, r.port) for r in pol.rules if r.action == "accept"}
             for r in pol.rules:
                 dst = sc.site(r.dst_site)
                 if r.action == "accept" and r.src_site:
-                    out.append(verdict_invariant(sc, pol, sc.site(r.src_site), dst, r.port, "allow", "allowed source"))
+                    src = sc.site(r.src_site)
+                    out.append(verdict_invariant(sc, pol, src, dst, r.port, "allow", "allowed source"))
+                    if src.prefix4 and dst.prefix4:
+                        out.append(verdict_invariant(sc, pol, src, dst, r.port, "allow", "allowed source", 4))
                 elif r.action == "drop":
                     others = [s for s in t.sites if s.id != dst.id and (s.id, dst.id, r.port) not in allowed]
                     if others:
                         out.append(verdict_invariant(sc, pol, rng.choice(others), dst, r.port, "deny", "protected port"))
+                    others4 = [s for s in others if s.prefix4]
+                    if dst.prefix4 and others4:
+                        out.append(verdict_invariant(sc, pol, rng4.choice(others4), dst, r.port, "deny", "protected port", 4))
             dst = sc.site(pol.rules[0].dst_site)
             src = rng.choice([s for s in t.sites if s.id != dst.id])
             out.append(verdict_invariant(sc, pol, src, dst, OPEN_PORT, "allow", "unlisted port stays open"))
+            v4 = [s for s in t.sites if s.id != dst.id and s.prefix4]
+            if dst.prefix4 and v4:
+                out.append(verdict_invariant(sc, pol, rng4.choice(v4), dst, OPEN_PORT, "allow", "unlisted port stays open", 4))
+            out += outside_invariants(sc, pol)
         return out
 
     def integrity(self, ctx: Any) -> None:

@@ -9,8 +9,17 @@ external host; conntrack on the border PE (netfilter hooks enabled for SRv6-deca
 packets) undoes the translation. The NAT range, the mark space, the border PE's tenant tables
 and its SID space are shared by every floating IP.
 
-Invariants (service ``floating_ip/<id>``): the external host reaches the floating IP with real
-pings, and the border PE's NAT still maps it to the right CE.
+Hairpin (inside-out): a CE of the tenant on the site's PE reaching the floating address (the
+site's own CE included) is translated on that PE -- destination NAT to the site's CE, source NAT
+to the PE's end of the site's circuit, so the reply comes back through the PE's conntrack
+(nftables table ``ip fip_hairpin``; without it the CE's own floating address was unreachable
+from inside, issue 19). CEs of the tenant on other PEs are not translated (their PE would have
+to carry the address into the tenant's table; left open).
+
+Invariants (service ``floating_ip/<id>``): the external host's pings to the floating IP get
+replies *and* arrive at the site's CE, counted there after the NAT (``reach_at``: a NAT to
+another CE answers too, from the wrong host); the border PE's NAT still maps it to the right CE;
+and the site's CE reaches its own floating address (``reach_at`` counted at the CE: hairpin).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from substrate.scenario.model import (
 from substrate.topology import Role
 
 TABLE = "ip fip"
+#: The hairpin translation of a site PE (module docstring).
+HAIRPIN_TABLE = "ip fip_hairpin"
 #: An address the border PE's NAT rules translate or mark (what A3-T finds in use on a device).
 _FIP_RE = re.compile(r"ip daddr (\d+\.\d+\.\d+\.\d+) (?:dnat to|meta mark set)")
 EXTERNAL_PREFIX = "203.0.113.0/24"
@@ -88,11 +99,37 @@ def render_floating(sc: Scenario, out: dict[str, NodeConfig]) -> None:
             )
         marks.append(f'\t\tiifname "{e.pe_if}" ip daddr {f.address} meta mark set {f.mark:#x}')
         nats.append(f'\t\tiifname "{e.pe_if}" ip daddr {f.address} dnat to {ce_addr(s.prefix4, 2)}')
+    render_hairpins(sc, out)
     if sc.floating_ips:
         border.nft[TABLE] = "\n".join([
             f"table {TABLE} {{",
             "\tchain prerouting_mark {", "\t\ttype filter hook prerouting priority mangle; policy accept;", *marks, "\t}",
             "\tchain prerouting_dnat {", "\t\ttype nat hook prerouting priority dstnat; policy accept;", *nats, "\t}",
+            "}",
+        ]) + "\n"
+
+
+def render_hairpins(sc: Scenario, out: dict[str, NodeConfig]) -> None:
+    """The ``ip fip_hairpin`` table of every PE holding a floating IP's site: packets from a CE
+    port of the tenant on that PE to the floating address are translated to the site's CE
+    (prerouting, dstnat) and their source to the PE's end of the site's circuit (postrouting,
+    srcnat, only for connections the hairpin rule translated: ``ct status dnat`` and a source in
+    one of those sites' prefixes), so the CE's reply goes back to the PE and its conntrack."""
+    per_pe: dict[str, tuple[list[str], list[str]]] = {}
+    for f in sc.floating_ips:
+        s = sc.site(f.site)
+        assert s.prefix4 is not None
+        inside = [o for o in sc.tenant(f.tenant).sites if o.pe == s.pe and o.prefix4]
+        dnat, snat = per_pe.setdefault(s.pe, ([], []))
+        ce = ce_addr(s.prefix4, 2)
+        for o in inside:
+            dnat.append(f'\t\tiifname "{o.pe_if}" ip daddr {f.address} dnat to {ce}')
+            snat.append(f'\t\toifname "{s.pe_if}" ip saddr {o.prefix4} ip daddr {ce} ct status dnat snat to {ce_addr(s.prefix4, 1)}')
+    for pe, (dnat, snat) in sorted(per_pe.items()):
+        node_cfg(out, pe).nft[HAIRPIN_TABLE] = "\n".join([
+            f"table {HAIRPIN_TABLE} {{",
+            "\tchain prerouting {", "\t\ttype nat hook prerouting priority dstnat; policy accept;", *dnat, "\t}",
+            "\tchain postrouting {", "\t\ttype nat hook postrouting priority srcnat; policy accept;", *snat, "\t}",
             "}",
         ]) + "\n"
 
@@ -287,9 +324,14 @@ class FloatingIp(Layer):
             assert s.prefix4
             ce = ce_addr(s.prefix4, 2)
             out.append(Invariant(
-                id=f"floating_ip/{f.id}/reach", kind="reach", service=f"floating_ip/{f.id}",
-                params={"src": e.host, "dst": f.address, "family": 4},
-                description=f"the external host reaches floating IP {f.address} (site {s.id})",
+                id=f"floating_ip/{f.id}/reach", kind="reach_at", service=f"floating_ip/{f.id}",
+                params={"src": e.host, "dst": f.address, "family": 4, "dst_node": s.ce, "dst_at": ce},
+                description=f"the external host reaches floating IP {f.address}, answered by {s.ce} (site {s.id})",
+            ))
+            out.append(Invariant(
+                id=f"floating_ip/{f.id}/hairpin", kind="reach_at", service=f"floating_ip/{f.id}",
+                params={"src": s.ce, "dst": f.address, "family": 4, "dst_node": s.ce, "dst_at": ce},
+                description=f"{s.ce} reaches its own floating IP {f.address} from inside the tenant (hairpin NAT on {s.pe})",
             ))
             out.append(Invariant(
                 id=f"floating_ip/{f.id}/nat", kind="nft_rule", service=f"floating_ip/{f.id}",

@@ -10,7 +10,9 @@ length, so the waypoint shifts both C-SIDs at once and its packet counter counts
 traffic alone: the path invariant is exact, not inferred from reachability.
 
 Invariants (service ``steering/<id>``): packets from a site at the ingress PE to the destination
-site go through the waypoint (its policy SID counter grows by at least the number sent).
+site go through the waypoint (its policy SID counter grows by at least the number sent), over
+IPv6 and, where the destination and a site at the ingress PE carry IPv4, over IPv4 as well (issue
+19). Both families share the policy SID, so the observer never runs two checks of one SID at once.
 """
 
 from __future__ import annotations
@@ -285,6 +287,15 @@ class Steering(Layer):
                         "sid": sid_of(sc, p.waypoint, p.waypoint_function), "count": PATH_PROBES},
                 description=f"{t.name}: traffic from {p.ingress_pe} to site {dst.id} goes through {p.waypoint}",
             ))
+            # the IPv4 half of the policy (render_policy steers it through the same waypoint SID)
+            src4 = next((s for s in t.sites if s.pe == p.ingress_pe and s.prefix4), None)
+            if dst.prefix4 and dst.dx4_function is not None and src4 is not None:
+                out.append(Invariant(
+                    id=f"steering/{p.id}/path/4", kind="steered_path", service=f"steering/{p.id}",
+                    params={"src": src4.ce, "dst": ce_addr(dst.prefix4, 2), "family": 4, "node": p.waypoint,
+                            "sid": sid_of(sc, p.waypoint, p.waypoint_function), "count": PATH_PROBES},
+                    description=f"{t.name}: IPv4 traffic from {p.ingress_pe} to site {dst.id} goes through {p.waypoint}",
+                ))
         return out
 
     def claim(self, sc: Scenario, ipam: Any) -> None:
