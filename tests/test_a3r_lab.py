@@ -225,6 +225,130 @@ def test_quiet_periods_skip_the_scan_and_a_port_down_is_still_seen(lab: Lab, sc:
     assert not pid_alive(pid)
 
 
+def breakage(sc: Scenario, kind: str) -> Any:
+    """A troubleshooting breakage of ``kind`` (harness.troubleshooting.CATALOG) drawn on ``sc``."""
+    import random
+
+    from harness.troubleshooting import CATALOG
+
+    b = CATALOG[kind](sc, random.Random(1))
+    assert b is not None, kind
+    return b
+
+
+def fw_chain(lab: Lab, node: str, chain: str) -> list[str]:
+    """The rules of ``chain`` of ``inet tenant_fw`` on ``node``, in order (counters dropped)."""
+    r = lab.exec(node, ["nft", "list", "chain", "inet", "tenant_fw", chain], timeout_s=10)
+    return [ln.strip() for ln in r.stdout.splitlines() if "tcp dport" in ln]
+
+
+def isis_on(lab: Lab, node: str, interface: str) -> bool:
+    from substrate.frr import ISIS_TAG
+
+    r = lab.vtysh(node, f"show running-config interface {interface}")
+    return f"ipv6 router isis {ISIS_TAG}" in r.stdout
+
+
+def test_drift_below_the_records_is_reverted(lab: Lab, sc: Scenario) -> None:
+    """Drift the rendering owns but no record names is reverted within a bounded number of
+    periods (issue 13: drift is everything the rendering owns): a drop rule inserted ahead of a
+    tenant's accept (a copy of the chain's own drop: a set of lines would not see it), and
+    ``no ipv6 router isis`` on a core port (an underlay line); the reconcile records both, and the
+    services they broke work again."""
+    fw, isis = breakage(sc, "firewall_shadow"), breakage(sc, "isis_interface_removed")
+    node, chain = fw.detail["node"], fw.detail["chain"]
+    rules = fw_chain(lab, node, chain)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE)
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        d0 = status(lab).drift_events
+        for step in fw.steps + isis.steps:
+            lab.check([lab.exec(step.node, step.argv, timeout_s=20)])
+        assert fw_chain(lab, node, chain) != rules and not isis_on(lab, isis.detail["node"], isis.detail["interface"])
+        poll("the chain and the IS-IS line back", lambda: fw_chain(lab, node, chain) == rules
+             and isis_on(lab, isis.detail["node"], isis.detail["interface"]), 180)  # fmt: skip
+        poll("the reconcile recorded", lambda: status(lab).drift_events > d0 and status(lab).last is not None
+             and status(lab).last.result in ("in_sync", "drift_reverted"))  # fmt: skip
+        recs = [r for r in rc.read_log(lab, status(lab).epoch, 30) if r.drift]
+        lines = [ln for r in recs for ls in r.drift.values() for ln in ls]
+        assert any(ln.startswith(f"nft inet tenant_fw extra: chain {chain} / ") and ln.endswith("drop") for ln in lines), lines
+        assert f"FRR line missing: interface {isis.detail['interface']} / ipv6 router isis CORE" in lines, lines
+        assert all(r.result == "drift_reverted" for r in recs if r.repair_change_id), recs
+        inv = [i for i in sc.invariants if fw.is_test(i) or isis.is_test(i)]
+        deadline = time.monotonic() + 60
+        while bad := [v for v in observe(lab, inv) if not v.ok]:  # the IS-IS adjacency takes its hold time
+            assert time.monotonic() < deadline, bad[:3]
+    finally:
+        rc.stop(lab)
+    assert not pid_alive(pid)
+
+
+def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:
+    """The held-lock fault on the drifted device: the reconcile waits (the engine's bounded lock
+    wait), records ``retry`` naming the lock, and is retried; once the lock is released the drift
+    is reverted (issue 13, item 2)."""
+    from substrate.faults import Fault, clear, inject
+
+    pe, route = site_route(lab, sc)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options={**SLOW_MACHINE, "lock_timeout_s": 1.0})
+    locks: dict[str, Any] = {}
+    f = Fault(id="f1", kind="held_lock", step=1, duration_steps=1, target={"node": pe})
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        inject(lab, f, locks)
+        words = route.split()
+        lab.check([lab.exec(pe, ["ip", "-6", "route", "del", *words[: words.index("table") + 2]], timeout_s=10)])
+        poll("a reconcile retried for the lock", lambda: any(r.result == "retry" and "lock" in r.message
+                                                             for r in rc.read_log(lab, status(lab).epoch, 10)))  # fmt: skip
+        assert not has(lab, pe, route)
+        n = status(lab).reconciles
+        poll("retried again", lambda: status(lab).reconciles >= n + 2)
+        assert not has(lab, pe, route)  # nothing got past the held lock
+        clear(lab, f, locks)
+        poll("the drift reverted after the release", lambda: has(lab, pe, route))
+        poll("the reconcile recorded", lambda: (r := rc.read_log(lab, status(lab).epoch, 1)) != [] and r[0].result != "retry")
+    finally:
+        clear(lab, f, locks)
+        rc.stop(lab)
+    assert not pid_alive(pid)
+
+
+def test_daemon_killed_mid_reconcile_is_retried(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """isisd killed on the drifted router after the reconcile read the drift and before it
+    repairs it (a daemon crash mid-reconcile): the reconcile does not die and does not record
+    success; once the daemon is back (restarted as watchfrr would) the next reconcile converges
+    with no drift left (issue 13, item 2)."""
+    from substrate.faults import restart_daemons
+
+    isis = breakage(sc, "isis_interface_removed")
+    node, port = isis.detail["node"], isis.detail["interface"]
+    rec = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE))
+    assert rec.reconcile_once("start").result in ("in_sync", "drift_reverted")
+    real = rec.engine.repair
+    killed: list[bool] = []
+
+    def repair(*a: Any, **kw: Any) -> Any:
+        if not killed:
+            killed.append(lab.kill_daemon(node, "isisd"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rec.engine, "repair", repair)
+    try:
+        for step in isis.steps:
+            lab.check([lab.exec(step.node, step.argv, timeout_s=20)])
+        r = rec.reconcile_once("change")
+        assert killed == [True]
+        assert r.result in ("retry", "failed") and node in r.drift, r
+        assert not isis_on(lab, node, port)
+    finally:
+        if lab.daemon_pid(node, "isisd") is None:
+            restart_daemons(lab, node, ["isisd"])
+    r = rec.reconcile_once("retry")
+    assert r.result in ("drift_reverted", "in_sync"), r
+    poll("the IS-IS line back", lambda: isis_on(lab, node, port), 60)
+    assert not rec.drift_of(rec.engine.inventory()[0])
+
+
 def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:
     """A reconciler whose owner (the server that started it) dies exits by itself; one left running
     is stopped by the lab's controller clean-up (what Lab.destroy and harness lab cleanup call)."""
