@@ -113,6 +113,62 @@ async def test_invalid_record_refused_without_commit(lab: Lab, tmp_path: Path) -
         srv.close()
 
 
+async def test_adversarial_calls_change_nothing(lab: Lab, tmp_path: Path) -> None:
+    """The adversarial audit's calls (issue 13): a commit message with a NUL or a terminal escape,
+    record names that try to leave the records directory, a revert to commits that do not exist
+    or are not commits, and a deeply nested patch are each refused with a plain error (never an
+    internal one), and no commit is made."""
+    srv = a3r(lab, tmp_path, reconciler=False)
+    deep: dict[str, Any] = {}
+    cur = deep
+    for _ in range(150):
+        cur["a"] = cur = {}
+    try:
+        async with connect(srv) as c:
+            n0 = data(await c.call_tool("history", {}))["total"]
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "renamed"}}))
+            calls = [("commit", {"message": "bad\x00msg"}, "U+0000 at position 3"),
+                     ("commit", {"message": "\x1b[2Jcleared"}, "U+001B at position 0"),
+                     ("revert", {"commit": "00000000"}, "no commit '00000000'"),
+                     ("revert", {"commit": "HEAD^{tree}"}, "no commit"),
+                     ("revert", {"commit": "--orphan"}, "not a commit"),
+                     ("revert", {"commit": "HEAD", "message": "\x00"}, "U+0000"),
+                     ("read_record", {"service_class": "tenant", "id": "../../etc/passwd"}, "no record was read"),
+                     ("delete_record", {"service_class": "tenant", "id": "t1/../t2"}, "not a valid tenant id"),
+                     ("write_record", {"service_class": "../tenant", "id": "t9", "spec": {"name": "x"}}, "unknown service class"),
+                     ("patch_record", {"service_class": "tenant", "id": "t1", "patch": deep}, "spec.a: unexpected field")]
+            for name, args, want in calls:
+                r = await c.call_tool(name, args)
+                assert r.is_error and want in text(r) and "internal error" not in text(r), (name, text(r))
+            assert data(await c.call_tool("history", {}))["total"] == n0
+            assert Repo(lab).read("tenant", "t1") is not None and not list((Repo(lab).dir.parent).glob("*.yaml"))
+            data(await c.call_tool("discard", {}))
+    finally:
+        srv.close()
+
+
+async def test_commit_while_a_reconcile_runs_converges_to_head(lab: Lab, tmp_path: Path) -> None:
+    """Commits made while the reconciler is applying the one before (the audit's 'commit during a
+    reconcile'): each is planned against what is applied, none is lost, and the network ends at
+    HEAD with the last commit's records."""
+    srv = a3r(lab, tmp_path)
+    eng = Engine(lab)
+    try:
+        async with connect(srv) as c:
+            data(await c.call_tool("delete_record", {"service_class": "steering_policy", "id": POLICY}))
+            first = data(await c.call_tool("commit", {"message": f"remove {POLICY}"}))
+            poll("the first commit being applied", lambda: bool(eng.journal.unfinished()) or status(lab).applied_commit == first["commit"])
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "renamed"}}))
+            second = data(await c.call_tool("commit", {"message": "rename t1"}))
+            poll("HEAD applied", lambda: status(lab).applied_commit == second["commit"], 240)
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["head"] == second["commit"] and st["failed_commit"] is None, st
+        inv, _ = eng.inventory()
+        assert POLICY not in {x.id for x in inv.steering} and inv.tenant("t1").name == "renamed"
+    finally:
+        srv.close()
+
+
 async def test_hand_made_bad_commit_is_refused_and_never_applied(lab: Lab, tmp_path: Path) -> None:
     """A commit made with git behind A3-R's back, holding a record with a YAML alias and one with
     a NUL character: the reconcile fails naming the commit, each file and field; nothing reaches
@@ -245,8 +301,10 @@ def fw_chain(lab: Lab, node: str, chain: str) -> list[str]:
 def isis_on(lab: Lab, node: str, interface: str) -> bool:
     from substrate.frr import ISIS_TAG
 
-    r = lab.vtysh(node, f"show running-config interface {interface}")
-    return f"ipv6 router isis {ISIS_TAG}" in r.stdout
+    text = lab.vtysh(node, "show running-config").stdout
+    assert f"interface {interface}" in text, text[:300]  # a command FRR refuses would read as the line gone
+    block = text.split(f"interface {interface}\n", 1)[1].split("exit", 1)[0]
+    return f"ipv6 router isis {ISIS_TAG}" in block
 
 
 def test_drift_below_the_records_is_reverted(lab: Lab, sc: Scenario) -> None:

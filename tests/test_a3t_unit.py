@@ -624,6 +624,20 @@ def test_drift_sees_a_port_down_and_the_repair_brings_it_up(sc: Scenario) -> Non
     assert repair_delta(site.pe, cfg, lines).additions[0] == f"link set {site.pe_if} up"
 
 
+def test_a3r_commit_message_is_plain_text() -> None:
+    """A commit message with a NUL (git refuses it: an internal error before) or a terminal escape
+    (``git log`` in a terminal would run it) is refused naming the character and its position;
+    newlines and tabs are text (issue 13, adversarial audit)."""
+    from servers.a3_reconciled.source import RecordRejected, check_message
+
+    assert check_message("onboard t3s9\n\nwhy:\tticket 42") == "onboard t3s9\n\nwhy:\tticket 42"
+    for bad, code, at in (("bad\x00msg", "0000", 3), ("\x1b[31mred", "001B", 0), ("x\x9b2J", "009B", 1), ("del\x7f", "007F", 3)):
+        with pytest.raises(RecordRejected) as e:
+            check_message(bad)
+        assert [str(p) for p in e.value.problems] == [f"message: holds the control character U+{code} at position {at}; "
+                                                      "not accepted (newline and tab are)"], bad
+
+
 def test_a3r_record_reader_refuses_aliases_control_characters_and_non_utf8() -> None:
     """A3-R's record reader (issue 13, Bad input): a YAML alias (the billion-laughs expansion), a
     control character in any field (an escaped NUL is valid YAML), bytes that are not UTF-8 and

@@ -487,11 +487,16 @@ def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT
             raise SubstrateError(f"the A3-R reconciler of lab {lab.name} did not start within {START_TIMEOUT_S:g} s")
         time.sleep(0.05)  # poll interval: returns as soon as it has registered
     _CHILDREN.append(proc)
+    _CHILD_LAB[proc.pid] = str(lab.dir)
     return proc.pid
 
 
+#: Bound on reaping a stopped reconciler (seconds; it has had SIGKILL after controllers.stop's bound).
+REAP_TIMEOUT_S = 10.0
 #: Reconcilers started by this process (reaped by stop).
 _CHILDREN: list[subprocess.Popen[bytes]] = []
+#: pid of each of them -> its lab directory.
+_CHILD_LAB: dict[int, str] = {}
 
 
 def stop(lab: Lab) -> bool:
@@ -499,8 +504,13 @@ def stop(lab: Lab) -> bool:
     journaled and finished by the next one). Whether one ran."""
     ran = controllers.stop(lab.dir, CONTROLLER)
     for p in list(_CHILDREN):
+        if _CHILD_LAB.get(p.pid) == str(lab.dir) and p.poll() is None:
+            # stopped above (SIGKILL after the SIGTERM bound): reaped here, bounded, else a zombie is left
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=REAP_TIMEOUT_S)
         if p.poll() is not None:
             _CHILDREN.remove(p)
+            _CHILD_LAB.pop(p.pid, None)
     return ran
 
 
