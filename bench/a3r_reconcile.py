@@ -41,6 +41,9 @@ from substrate.scenario import build, load_manifest  # noqa: E402
 from substrate.scenario.deploy import deploy_scenario, reset  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
+#: Device deadlines of both servers: generous, the same for A3-T and A3-R, so that a machine
+#: shared with other labs is not taken for frozen devices (the tests' SLOW_MACHINE).
+DEADLINES = {"capture_timeout_s": 30.0, "device_timeout_s": 60.0}
 
 
 def cpu_s(pid: int) -> float:
@@ -58,7 +61,7 @@ def poll(cond: Any, timeout_s: float, what: str) -> None:
 
 
 async def via_a3t(lab: Any, ops: list[dict[str, Any]]) -> float:
-    srv = build_a3t(ServerConfig(lab=lab.name, devices="all", options={}), lab=lab)
+    srv = build_a3t(ServerConfig(lab=lab.name, devices="all", options=dict(DEADLINES)), lab=lab)
     try:
         async with Client(srv, mode="legacy") as c:
             t0 = time.monotonic()
@@ -72,7 +75,7 @@ async def via_a3t(lab: Any, ops: list[dict[str, Any]]) -> float:
 
 async def via_a3r(lab: Any, ops: list[dict[str, Any]], interval_s: float) -> tuple[float, float]:
     """(seconds from commit to converged, seconds of the edit calls)."""
-    srv = build_a3r(ServerConfig(lab=lab.name, devices="all", options={"interval_s": interval_s}), lab=lab)
+    srv = build_a3r(ServerConfig(lab=lab.name, devices="all", options={"interval_s": interval_s, **DEADLINES}), lab=lab)
     try:
         async with Client(srv, mode="legacy") as c:
             t0 = time.monotonic()
@@ -104,7 +107,7 @@ async def via_a3r(lab: Any, ops: list[dict[str, Any]], interval_s: float) -> tup
 def drift_and_idle(lab: Any, sc: Any, interval_s: float, idle_s: float) -> tuple[float, float, float, tuple[float, float]]:
     """(seconds to route restored, seconds to reconcile recorded, idle CPU share of one core, the
     machine's 1-minute load average at the start and at the end of the idle window)."""
-    srv = build_a3r(ServerConfig(lab=lab.name, devices="all", options={"interval_s": interval_s}), lab=lab)
+    srv = build_a3r(ServerConfig(lab=lab.name, devices="all", options={"interval_s": interval_s, **DEADLINES}), lab=lab)
     try:
         pid = int(controllers.info(lab.dir, rc.CONTROLLER)["pid"])  # type: ignore[index]
         epoch = Engine(lab).records.epoch()
