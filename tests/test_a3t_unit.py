@@ -535,6 +535,26 @@ def test_nft_drift_reads_a_chain_as_a_rule_sequence() -> None:
     assert repair_delta("r1", cfg, [f"nft inet tenant_fw {x}" for x in nft_table_drift(FW, copy)]).nft == {"inet tenant_fw": FW}
 
 
+def test_drift_sees_a_sysctl_of_the_rendering_changed(sc: Scenario) -> None:
+    """A sysctl the rendering sets (the border PE's nf_hooks_lwtunnel), found with another value:
+    drift, and the repair sets the rendering's value; one the capture did not read is not drift."""
+    from servers.a3_intent.planner import drift, repair_delta
+
+    border = sc.external.border_pe  # type: ignore[union-attr]
+    cfg = sc.node_config[border]
+    (key, value), = cfg.sysctls.items()
+    st = expected_state(border, cfg)
+    st.nft = "\n".join(cfg.nft.values())
+    st.routes6 = [r + " dev lo" if r.startswith("unreachable") else r for r in st.routes6]
+    assert drift(border, cfg, st) == []  # not read: not drift
+    st.sysctls = {key: value}
+    assert drift(border, cfg, st) == []
+    st.sysctls = {key: "0"}
+    lines = drift(border, cfg, st)
+    assert lines == [f"sysctl differs: {key} = {value} (device: 0)"]
+    assert repair_delta(border, cfg, lines).sysctls == {key: value}
+
+
 def test_nft_drift_ignores_the_order_of_chains() -> None:
     """Chains listed in another order (nft lists them in creation order; A3-T adds a tenant's chain
     after the others) are the same table."""

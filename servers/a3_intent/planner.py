@@ -560,6 +560,10 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
         now = root_qdisc(state, dev)
         if now != v:
             out.append(f"qdisc {'differs' if now else 'missing'}: {dev} root {v}" + (f" (device: {now})" if now else ""))
+    for key, v in sorted(expected.sysctls.items()):
+        now = state.sysctls.get(key)  # None: not read by this capture
+        if now is not None and now != v:
+            out.append(f"sysctl differs: {key} = {v} (device: {now})")
     if frr is not None:
         mine = _frr_stanzas(expected.frr)
         allowed = _frr_stanzas(full.frr)
@@ -648,7 +652,8 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
     """The commands that drive ``node`` back to its rendering ``cfg`` from the drift ``lines``
     :func:`drift` found there (a reconciler's self-heal, issue 13): a missing or differing route,
     rule or address is (re)added, an extra one removed, a differing nftables table or root qdisc
-    set to the rendering's, a port found down set up, a missing FRR line added and an extra one negated. Lines this does
+    set to the rendering's, a port found down set up, a differing sysctl set to the rendering's value, a missing FRR
+    line added and an extra one negated. Lines this does
     not know are left alone (reported by :func:`drift` still).
     """
     d = ConfigDelta(node=node)
@@ -677,6 +682,10 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
             dev = rest.split(" root ", 1)[0]
             if dev in cfg.qdiscs:
                 d.qdiscs[dev] = cfg.qdiscs[dev]
+        elif what == "sysctl differs" and " = " in rest:
+            key = rest.split(" = ", 1)[0]
+            if key in cfg.sysctls:
+                d.sysctls[key] = cfg.sysctls[key]
         elif what in ("FRR line missing", "FRR line extra") and " / " in rest:
             head, ln = rest.split(" / ", 1)
             d.frr_changes.append((head, ln, what == "FRR line missing"))
