@@ -219,19 +219,11 @@ def _link_down(sc: Scenario, rng: random.Random) -> Breakage | None:
                     {"node": s.pe, "interface": s.pe_if})
 
 
-#: Breakage kinds whose repair no reference can state at a level, and why: at A3-R and A4 the
-#: agent edits records only, and the repair is the reconciler's; for these kinds it did not
-#: make it (observed with bench/task_classes.py: the inserted nft rule stayed in the shared
-#: ``inet tenant_fw`` table; after ``no ipv6 router isis`` the adjacency stayed down; the site's
-#: port set down stayed cut off). A
-#: finding about the reconciler's drift handling, kept visible: such runs are skipped, not
-#: scored as the reference's failure.
-_RECONCILER_MISSES = "the A3-R reconciler does not repair this drift (observed), and the level offers no device access"
-NO_REFERENCE: dict[str, dict[str, str]] = {
-    "firewall_shadow": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
-    "isis_interface_removed": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
-    "link_down": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
-}
+#: Breakage kinds whose repair no reference can state at a level, and why (none at present: at
+#: A3-R and A4 the reconciler reverts every kind of the catalog, as its drift reading covers all
+#: the rendering owns -- nft chains' rule lists in order, the underlay's FRR lines and ports;
+#: issue 13). Such runs are skipped, not scored as the reference's failure.
+NO_REFERENCE: dict[str, dict[str, str]] = {}
 
 #: The catalog of breakages (name -> picker), in the order variants cycle through.
 CATALOG: dict[str, Callable[[Scenario, random.Random], Breakage | None]] = {

@@ -113,6 +113,62 @@ async def test_invalid_record_refused_without_commit(lab: Lab, tmp_path: Path) -
         srv.close()
 
 
+async def test_adversarial_calls_change_nothing(lab: Lab, tmp_path: Path) -> None:
+    """The adversarial audit's calls (issue 13): a commit message with a NUL or a terminal escape,
+    record names that try to leave the records directory, a revert to commits that do not exist
+    or are not commits, and a deeply nested patch are each refused with a plain error (never an
+    internal one), and no commit is made."""
+    srv = a3r(lab, tmp_path, reconciler=False)
+    deep: dict[str, Any] = {}
+    cur = deep
+    for _ in range(150):
+        cur["a"] = cur = {}
+    try:
+        async with connect(srv) as c:
+            n0 = data(await c.call_tool("history", {}))["total"]
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "renamed"}}))
+            calls = [("commit", {"message": "bad\x00msg"}, "U+0000 at position 3"),
+                     ("commit", {"message": "\x1b[2Jcleared"}, "U+001B at position 0"),
+                     ("revert", {"commit": "00000000"}, "no commit '00000000'"),
+                     ("revert", {"commit": "HEAD^{tree}"}, "no commit"),
+                     ("revert", {"commit": "--orphan"}, "not a commit"),
+                     ("revert", {"commit": "HEAD", "message": "\x00"}, "U+0000"),
+                     ("read_record", {"service_class": "tenant", "id": "../../etc/passwd"}, "no record was read"),
+                     ("delete_record", {"service_class": "tenant", "id": "t1/../t2"}, "not a valid tenant id"),
+                     ("write_record", {"service_class": "../tenant", "id": "t9", "spec": {"name": "x"}}, "unknown service class"),
+                     ("patch_record", {"service_class": "tenant", "id": "t1", "patch": deep}, "spec.a: unexpected field")]
+            for name, args, want in calls:
+                r = await c.call_tool(name, args)
+                assert r.is_error and want in text(r) and "internal error" not in text(r), (name, text(r))
+            assert data(await c.call_tool("history", {}))["total"] == n0
+            assert Repo(lab).read("tenant", "t1") is not None and not list((Repo(lab).dir.parent).glob("*.yaml"))
+            data(await c.call_tool("discard", {}))
+    finally:
+        srv.close()
+
+
+async def test_commit_while_a_reconcile_runs_converges_to_head(lab: Lab, tmp_path: Path) -> None:
+    """Commits made while the reconciler is applying the one before (the audit's 'commit during a
+    reconcile'): each is planned against what is applied, none is lost, and the network ends at
+    HEAD with the last commit's records."""
+    srv = a3r(lab, tmp_path)
+    eng = Engine(lab)
+    try:
+        async with connect(srv) as c:
+            data(await c.call_tool("delete_record", {"service_class": "steering_policy", "id": POLICY}))
+            first = data(await c.call_tool("commit", {"message": f"remove {POLICY}"}))
+            poll("the first commit being applied", lambda: bool(eng.journal.unfinished()) or status(lab).applied_commit == first["commit"])
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "renamed"}}))
+            second = data(await c.call_tool("commit", {"message": "rename t1"}))
+            poll("HEAD applied", lambda: status(lab).applied_commit == second["commit"], 240)
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["head"] == second["commit"] and st["failed_commit"] is None, st
+        inv, _ = eng.inventory()
+        assert POLICY not in {x.id for x in inv.steering} and inv.tenant("t1").name == "renamed"
+    finally:
+        srv.close()
+
+
 async def test_hand_made_bad_commit_is_refused_and_never_applied(lab: Lab, tmp_path: Path) -> None:
     """A commit made with git behind A3-R's back, holding a record with a YAML alias and one with
     a NUL character: the reconcile fails naming the commit, each file and field; nothing reaches
@@ -223,6 +279,132 @@ def test_quiet_periods_skip_the_scan_and_a_port_down_is_still_seen(lab: Lab, sc:
     finally:
         rc.stop(lab)
     assert not pid_alive(pid)
+
+
+def breakage(sc: Scenario, kind: str) -> Any:
+    """A troubleshooting breakage of ``kind`` (harness.troubleshooting.CATALOG) drawn on ``sc``."""
+    import random
+
+    from harness.troubleshooting import CATALOG
+
+    b = CATALOG[kind](sc, random.Random(1))
+    assert b is not None, kind
+    return b
+
+
+def fw_chain(lab: Lab, node: str, chain: str) -> list[str]:
+    """The rules of ``chain`` of ``inet tenant_fw`` on ``node``, in order (counters dropped)."""
+    r = lab.exec(node, ["nft", "list", "chain", "inet", "tenant_fw", chain], timeout_s=10)
+    return [ln.strip() for ln in r.stdout.splitlines() if "tcp dport" in ln]
+
+
+def isis_on(lab: Lab, node: str, interface: str) -> bool:
+    from substrate.frr import ISIS_TAG
+
+    text = lab.vtysh(node, "show running-config").stdout
+    assert f"interface {interface}" in text, text[:300]  # a command FRR refuses would read as the line gone
+    block = text.split(f"interface {interface}\n", 1)[1].split("exit", 1)[0]
+    return f"ipv6 router isis {ISIS_TAG}" in block
+
+
+def test_drift_below_the_records_is_reverted(lab: Lab, sc: Scenario) -> None:
+    """Drift the rendering owns but no record names is reverted within a bounded number of
+    periods (issue 13: drift is everything the rendering owns): a drop rule inserted ahead of a
+    tenant's accept (a copy of the chain's own drop: a set of lines would not see it), and
+    ``no ipv6 router isis`` on a core port (an underlay line); the reconcile records both, and the
+    services they broke work again."""
+    fw, isis = breakage(sc, "firewall_shadow"), breakage(sc, "isis_interface_removed")
+    node, chain = fw.detail["node"], fw.detail["chain"]
+    rules = fw_chain(lab, node, chain)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE)
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        d0 = status(lab).drift_events
+        for step in fw.steps + isis.steps:
+            lab.check([lab.exec(step.node, step.argv, timeout_s=20)])
+        assert fw_chain(lab, node, chain) != rules and not isis_on(lab, isis.detail["node"], isis.detail["interface"])
+        poll("the chain and the IS-IS line back", lambda: fw_chain(lab, node, chain) == rules
+             and isis_on(lab, isis.detail["node"], isis.detail["interface"]), 180)  # fmt: skip
+        poll("the reconcile recorded", lambda: status(lab).drift_events > d0 and status(lab).last is not None
+             and status(lab).last.result in ("in_sync", "drift_reverted"))  # fmt: skip
+        recs = [r for r in rc.read_log(lab, status(lab).epoch, 30) if r.drift]
+        lines = [ln for r in recs for ls in r.drift.values() for ln in ls]
+        assert any(ln.startswith(f"nft inet tenant_fw extra: chain {chain} / ") and ln.endswith("drop") for ln in lines), lines
+        assert f"FRR line missing: interface {isis.detail['interface']} / ipv6 router isis CORE" in lines, lines
+        assert all(r.result == "drift_reverted" for r in recs if r.repair_change_id), recs
+        inv = [i for i in sc.invariants if fw.is_test(i) or isis.is_test(i)]
+        deadline = time.monotonic() + 60
+        while bad := [v for v in observe(lab, inv) if not v.ok]:  # the IS-IS adjacency takes its hold time
+            assert time.monotonic() < deadline, bad[:3]
+    finally:
+        rc.stop(lab)
+    assert not pid_alive(pid)
+
+
+def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:
+    """The held-lock fault on the drifted device: the reconcile waits (the engine's bounded lock
+    wait), records ``retry`` naming the lock, and is retried; once the lock is released the drift
+    is reverted (issue 13, item 2)."""
+    from substrate.faults import Fault, clear, inject
+
+    pe, route = site_route(lab, sc)
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options={**SLOW_MACHINE, "lock_timeout_s": 1.0})
+    locks: dict[str, Any] = {}
+    f = Fault(id="f1", kind="held_lock", step=1, duration_steps=1, target={"node": pe})
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        inject(lab, f, locks)
+        words = route.split()
+        lab.check([lab.exec(pe, ["ip", "-6", "route", "del", *words[: words.index("table") + 2]], timeout_s=10)])
+        poll("a reconcile retried for the lock", lambda: any(r.result == "retry" and "lock" in r.message
+                                                             for r in rc.read_log(lab, status(lab).epoch, 10)))  # fmt: skip
+        assert not has(lab, pe, route)
+        n = status(lab).reconciles
+        poll("retried again", lambda: status(lab).reconciles >= n + 2)
+        assert not has(lab, pe, route)  # nothing got past the held lock
+        clear(lab, f, locks)
+        poll("the drift reverted after the release", lambda: has(lab, pe, route))
+        poll("the reconcile recorded", lambda: (r := rc.read_log(lab, status(lab).epoch, 1)) != [] and r[0].result != "retry")
+    finally:
+        clear(lab, f, locks)
+        rc.stop(lab)
+    assert not pid_alive(pid)
+
+
+def test_daemon_killed_mid_reconcile_is_retried(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """isisd killed on the drifted router after the reconcile read the drift and before it
+    repairs it (a daemon crash mid-reconcile): the reconcile does not die and does not record
+    success; once the daemon is back (restarted as watchfrr would) the next reconcile converges
+    with no drift left (issue 13, item 2)."""
+    from substrate.faults import restart_daemons
+
+    isis = breakage(sc, "isis_interface_removed")
+    node, port = isis.detail["node"], isis.detail["interface"]
+    rec = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE))
+    assert rec.reconcile_once("start").result in ("in_sync", "drift_reverted")
+    real = rec.engine.repair
+    killed: list[bool] = []
+
+    def repair(*a: Any, **kw: Any) -> Any:
+        if not killed:
+            killed.append(lab.kill_daemon(node, "isisd"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rec.engine, "repair", repair)
+    try:
+        for step in isis.steps:
+            lab.check([lab.exec(step.node, step.argv, timeout_s=20)])
+        r = rec.reconcile_once("change")
+        assert killed == [True]
+        assert r.result in ("retry", "failed") and node in r.drift, r
+        assert not isis_on(lab, node, port)
+    finally:
+        if lab.daemon_pid(node, "isisd") is None:
+            restart_daemons(lab, node, ["isisd"])
+    r = rec.reconcile_once("retry")
+    assert r.result in ("drift_reverted", "in_sync"), r
+    poll("the IS-IS line back", lambda: isis_on(lab, node, port), 60)
+    assert not rec.drift_of(rec.engine.inventory()[0])
 
 
 def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:

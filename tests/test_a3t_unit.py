@@ -16,7 +16,7 @@ from servers.a3_intent.inventory import Found, circuits, expected_found, expecte
 from servers.a3_intent.planner import changed_services, plan, records_of
 from substrate.devstate import DeviceState
 from substrate.scenario import Scenario, build, load_manifest
-from substrate.scenario.model import Pools
+from substrate.scenario.model import NodeConfig, Pools
 from tests.conftest import REPO
 
 SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
@@ -477,8 +477,8 @@ def test_drift_compares_normalized_forms_both_ways(sc: Scenario) -> None:
     st.routes6 = [r + " dev lo" if r.startswith("unreachable") else r for r in st.routes6]  # as ip shows them
     assert drift(border, cfg, st) == []
     assert drift(border, cfg, st.model_copy(update={"nft": st.nft.replace("0x00000100", "0x00000101")})) == [
-        "nft ip fip missing: iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x100",
-        "nft ip fip extra: iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x101"]  # fmt: skip
+        "nft ip fip missing: chain prerouting_mark / iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x100",
+        "nft ip fip extra: chain prerouting_mark / iifname \"eth3\" ip daddr 198.51.100.10 meta mark set 0x101"]  # fmt: skip
     r1 = sc.node_config["r1"]
     st1 = expected_state("r1", r1)
     table = sc.tenant("t3").table
@@ -498,6 +498,113 @@ def test_drift_compares_normalized_forms_both_ways(sc: Scenario) -> None:
     assert drift("r1", r1, st1.model_copy(update={"routes6": list(r1.routes6), "rules6": list(r1.rules6)}), frr=lost,
                  underlay=underlay) == ["FRR line missing: interface eth6 / ip address 10.0.3.1/24",
                                         "FRR line extra: interface eth6 / ip address 10.0.9.1/24"]  # fmt: skip
+
+
+FW = """table inet tenant_fw {
+\tchain forward {
+\t\ttype filter hook forward priority filter; policy accept;
+\t\toifname "eth4" jump t1
+\t}
+\tchain t1 {
+\t\tip6 saddr fd10:0:0:2::/64 ip6 daddr fd10::/64 tcp dport 22 accept
+\t\tip6 daddr fd10::/64 tcp dport 22 drop
+\t}
+}
+"""
+
+
+def test_nft_drift_reads_a_chain_as_a_rule_sequence() -> None:
+    """An owned chain's rules are compared in order (nft(8): first match wins; issue 13): an extra
+    copy of a rule inserted ahead of the accept it shadows, a reordering and a removed chain are
+    drift; the order of the chains in the listing is not. The repair sets the table to the
+    rendering's."""
+    from servers.a3_intent.planner import nft_table_drift, repair_delta
+
+    fwd = FW.split("\tchain t1 {\n")[0]
+    assert nft_table_drift(FW, FW) == []
+    copy = FW.replace("\tchain t1 {\n", "\tchain t1 {\n\t\tip6 daddr fd10::/64 tcp dport 22 drop\n")
+    assert nft_table_drift(FW, copy) == ["extra: chain t1 / ip6 daddr fd10::/64 tcp dport 22 drop"]
+    lines = FW.splitlines()
+    swapped = "\n".join(lines[:6] + [lines[7], lines[6]] + lines[8:]) + "\n"
+    assert sorted(nft_table_drift(FW, swapped)) == ["extra: chain t1 / ip6 daddr fd10::/64 tcp dport 22 drop",
+                                                   "missing: chain t1 / ip6 daddr fd10::/64 tcp dport 22 drop"]
+    gone = fwd + "}\n"
+    assert nft_table_drift(FW, gone) == ["missing: chain t1", "missing: chain t1 / ip6 saddr fd10:0:0:2::/64 ip6 daddr fd10::/64 "
+                                         "tcp dport 22 accept", "missing: chain t1 / ip6 daddr fd10::/64 tcp dport 22 drop"]
+    cfg = NodeConfig(nft={"inet tenant_fw": FW})
+    assert repair_delta("r1", cfg, [f"nft inet tenant_fw {x}" for x in nft_table_drift(FW, copy)]).nft == {"inet tenant_fw": FW}
+
+
+def test_drift_sees_a_sysctl_of_the_rendering_changed(sc: Scenario) -> None:
+    """A sysctl the rendering sets (the border PE's nf_hooks_lwtunnel), found with another value:
+    drift, and the repair sets the rendering's value; one the capture did not read is not drift."""
+    from servers.a3_intent.planner import drift, repair_delta
+
+    border = sc.external.border_pe  # type: ignore[union-attr]
+    cfg = sc.node_config[border]
+    (key, value), = cfg.sysctls.items()
+    st = expected_state(border, cfg)
+    st.nft = "\n".join(cfg.nft.values())
+    st.routes6 = [r + " dev lo" if r.startswith("unreachable") else r for r in st.routes6]
+    assert drift(border, cfg, st) == []  # not read: not drift
+    st.sysctls = {key: value}
+    assert drift(border, cfg, st) == []
+    st.sysctls = {key: "0"}
+    lines = drift(border, cfg, st)
+    assert lines == [f"sysctl differs: {key} = {value} (device: 0)"]
+    assert repair_delta(border, cfg, lines).sysctls == {key: value}
+
+
+def test_nft_drift_ignores_the_order_of_chains() -> None:
+    """Chains listed in another order (nft lists them in creation order; A3-T adds a tenant's chain
+    after the others) are the same table."""
+    from servers.a3_intent.planner import nft_table_drift
+
+    head, rest = FW.split("\tchain forward {\n", 1)
+    fwd, t1 = rest.split("\tchain t1 {\n", 1)
+    reordered = head + "\tchain t1 {\n" + t1.rsplit("}", 1)[0] + "\tchain forward {\n" + fwd + "}\n"
+    assert reordered != FW and nft_table_drift(FW, reordered) == []
+
+
+def test_reconciler_drift_owns_the_underlay(sc: Scenario) -> None:
+    """With ``own_underlay`` (the A3-R reconciler, issue 13) a lost underlay FRR line (``no ipv6
+    router isis`` on a core port), a line added to an underlay stanza and a core port down are
+    drift, and their repair re-adds, negates and brings up; without it (A3-T's service view) the
+    underlay's lines are only allowed, never required. The underlay as FRR shows it comes from the
+    baseline, less the baseline's service lines."""
+    from servers.a3_intent.planner import _frr_stanzas, drift, repair_delta, underlay_as_shown, underlay_frr, underlay_ports
+    from substrate.devstate import LinkState
+    from substrate.frr import ISIS_TAG
+    from substrate.journal import FrrView
+
+    r1 = sc.node_config["r1"]
+    st = expected_state("r1", r1)
+    ports = underlay_ports(sc, "r1")
+    core = next(lk.endpoint_of("r1").interface for lk in sc.topology.core_links() if "r1" in (lk.a.node, lk.b.node))
+    assert core in ports
+    st.links = {d: LinkState(up=True, mtu=1500) for d in ports}
+    rendered = underlay_frr(sc, "r1")
+    shown = {h: set(ls) for h, ls in rendered.items()}
+    shown[f"interface {core}"].discard("isis metric 10")  # FRR does not print the default
+    for block in r1.frr:
+        head, *body = block.splitlines()
+        shown.setdefault(head, set()).update(x.strip() for x in body)
+    def shown_as(stanzas: dict[str, set[str]]) -> FrrView:
+        return FrrView({"zebra": "\n".join(h + "".join(f"\n {x}" for x in sorted(ls)) for h, ls in stanzas.items())})
+
+    view = shown_as(shown)
+    under = underlay_as_shown(rendered, view, _frr_stanzas(r1.frr))
+    assert "isis metric 10" not in under[f"interface {core}"] and f"ipv6 router isis {ISIS_TAG}" in under[f"interface {core}"]
+    assert drift("r1", r1, st, frr=view, underlay=under, own_underlay=True, underlay_links=ports) == []
+    broken = shown_as({**shown, f"interface {core}": shown[f"interface {core}"] - {f"ipv6 router isis {ISIS_TAG}"} | {"isis passive"}})
+    st.links[core] = LinkState(up=False, mtu=1500)
+    assert drift("r1", r1, st, frr=broken, underlay=under) == []  # A3-T: not the services'
+    lines = drift("r1", r1, st, frr=broken, underlay=under, own_underlay=True, underlay_links=ports)
+    assert lines == [f"FRR line missing: interface {core} / ipv6 router isis {ISIS_TAG}",
+                     f"FRR line extra: interface {core} / isis passive", f"link down: {core}"]
+    d = repair_delta("r1", r1, lines)
+    assert d.frr_changes == [(f"interface {core}", f"ipv6 router isis {ISIS_TAG}", True), (f"interface {core}", "isis passive", False)]
+    assert d.additions == [f"link set {core} up"]
 
 
 def test_a_prefix_with_a_zone_index_is_refused() -> None:
@@ -535,6 +642,20 @@ def test_drift_sees_a_port_down_and_the_repair_brings_it_up(sc: Scenario) -> Non
     lines = drift(site.pe, cfg, st)
     assert f"link down: {site.pe_if}" in lines
     assert repair_delta(site.pe, cfg, lines).additions[0] == f"link set {site.pe_if} up"
+
+
+def test_a3r_commit_message_is_plain_text() -> None:
+    """A commit message with a NUL (git refuses it: an internal error before) or a terminal escape
+    (``git log`` in a terminal would run it) is refused naming the character and its position;
+    newlines and tabs are text (issue 13, adversarial audit)."""
+    from servers.a3_reconciled.source import RecordRejected, check_message
+
+    assert check_message("onboard t3s9\n\nwhy:\tticket 42") == "onboard t3s9\n\nwhy:\tticket 42"
+    for bad, code, at in (("bad\x00msg", "0000", 3), ("\x1b[31mred", "001B", 0), ("x\x9b2J", "009B", 1), ("del\x7f", "007F", 3)):
+        with pytest.raises(RecordRejected) as e:
+            check_message(bad)
+        assert [str(p) for p in e.value.problems] == [f"message: holds the control character U+{code} at position {at}; "
+                                                      "not accepted (newline and tab are)"], bad
 
 
 def test_a3r_record_reader_refuses_aliases_control_characters_and_non_utf8() -> None:

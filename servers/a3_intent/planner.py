@@ -394,6 +394,67 @@ def _frr_stanzas(blocks: list[str]) -> dict[str, set[str]]:
     return out
 
 
+def _nft_blocks(text: str) -> dict[str, list[str]]:
+    """A normalized nftables table (:func:`normalize_nft_table`) as ``{block head: [lines]}``: each
+    chain, set, map or flowtable of the table (``chain forward {``) with its body lines in order
+    (rules in evaluation order; a nested block's lines stay in its parent's body); the table's own
+    lines outside any block under ``""``."""
+    out: dict[str, list[str]] = {"": []}
+    head, depth = "", 0
+    for ln in normalize_nft_table(text).splitlines():
+        if depth == 0:  # the table line
+            depth += ln.endswith("{")
+            continue
+        if depth == 1 and ln.endswith("{"):
+            head, depth = ln[:-1].strip(), 2
+            out.setdefault(head, [])
+            continue
+        if ln == "}" or ln.startswith("}"):
+            depth -= 1
+            if depth == 1:
+                head = ""
+                continue
+            if depth == 0:
+                continue
+        elif ln.endswith("{"):
+            depth += 1
+        out.setdefault(head, []).append(ln)
+    return out
+
+
+def nft_table_drift(want: str, got: str) -> list[str]:
+    """How an nftables table on a device (``got``, ``nft list ruleset`` form) differs from the
+    rendering's (``want``), block by block (:func:`_nft_blocks`): a block missing or extra, and
+    within a block the body compared as a sequence (nft(8): rules are evaluated in order, first
+    match wins), so an extra copy of a rule, a rule inserted ahead of another or a reordering is
+    drift, not only a line of a new text. Blocks are matched by head: the order of chains in the
+    listing (creation order) is not drift.
+
+    Returns:
+        Lines ``missing: <block head> / <line>`` and ``extra: <block head> / <line>`` (a missing
+        or extra block: its head alone), in block order.
+    """
+    import difflib
+
+    w, g = _nft_blocks(want), _nft_blocks(got)
+    out: list[str] = []
+    for head in list(w) + [h for h in g if h not in w]:
+        a, b = w.get(head), g.get(head)
+        if a is None:
+            out.append(f"extra: {head}" if b else "")
+            continue
+        if b is None:
+            out.append(f"missing: {head}" if head else "")
+            b = []
+        where = f"{head} / " if head else ""
+        for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+            if tag in ("delete", "replace"):
+                out += [f"missing: {where}{ln}" for ln in a[i1:i2]]
+            if tag in ("insert", "replace"):
+                out += [f"extra: {where}{ln}" for ln in b[j1:j2]]
+    return [x for x in out if x]
+
+
 def underlay_frr(sc: Scenario, node: str) -> dict[str, set[str]]:
     """The FRR lines of ``node``'s underlay configuration (:func:`substrate.frr.render_router`),
     as stanzas: lines drift checks expect beside the services' own."""
@@ -405,8 +466,36 @@ def underlay_frr(sc: Scenario, node: str) -> dict[str, set[str]]:
         return {}
 
 
+def underlay_as_shown(rendered: dict[str, set[str]], baseline: FrrView | None, services: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The underlay stanzas of a router as its FRR shows them: FRR does not print a default
+    (``isis metric 10``, ``metric-style wide``) and merges some commands (``lsp-gen-interval 1``
+    becomes ``lsp-timers gen-interval 1 ...``), so the rendering (:func:`underlay_frr`) cannot be
+    compared line by line. Per stanza head of ``rendered``: the lines ``baseline`` (the device's
+    configuration when the lab was put at its scenario baseline, every invariant verified) shows
+    there, less those of the baseline's service rendering ``services`` (a service line of the
+    baseline may since have been deleted by a record). A head the baseline lacks, or no
+    baseline: the rendered lines."""
+    out: dict[str, set[str]] = {}
+    for head, lines in rendered.items():
+        if baseline is not None and head in baseline.stanzas:
+            out[head] = set(baseline.stanzas[head]) - services.get(head, set())
+        else:
+            out[head] = set(lines)
+    return out
+
+
+def underlay_ports(sc: Scenario, node: str) -> list[str]:
+    """The ports of ``node``'s underlay the substrate brings up (:meth:`substrate.topology.Topology.links_of`):
+    every link end of the node, core and access alike."""
+    try:
+        return [lk.endpoint_of(node).interface for lk in sc.topology.links_of(node)]
+    except (KeyError, ValueError):
+        return []
+
+
 def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConfig | None = None, frr: FrrView | None = None,
-          underlay: dict[str, set[str]] | None = None) -> list[str]:  # fmt: skip
+          underlay: dict[str, set[str]] | None = None, own_underlay: bool = False,
+          underlay_links: list[str] | None = None) -> list[str]:  # fmt: skip
     """Differences between the records' rendering and a device, in both directions, compared in
     normalized form (:func:`substrate.journal.normalize_route`, ``normalize_nft_table``).
 
@@ -417,6 +506,11 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
         full: the node's whole rendering (default ``expected``): state it explains is not extra.
         frr: the device's FRR configuration, when read: FRR lines are checked too.
         underlay: the node's underlay FRR stanzas (:func:`underlay_frr`): not extra either.
+        own_underlay: the underlay is checked too, as the reconciler owns it (issue 13: drift is
+            everything the rendering owns): an underlay FRR line missing, a line of an underlay
+            stanza that neither the underlay nor the services explain (extra), and a port of
+            ``underlay_links`` found down.
+        underlay_links: the node's underlay ports (:func:`underlay_ports`), with ``own_underlay``.
 
     Returns:
         Lines ``<what> missing|differs: ...`` (the records have it, the device does not, or not
@@ -461,13 +555,15 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
         if table not in tables:
             out.append(f"nft table missing: {table}")
             continue
-        want, got = normalize_nft_table(text).splitlines(), normalize_nft_table(tables[table]).splitlines()
-        out += [f"nft {table} missing: {ln}" for ln in want if ln not in got]
-        out += [f"nft {table} extra: {ln}" for ln in got if ln not in want]
+        out += [f"nft {table} {ln}" for ln in nft_table_drift(text, tables[table])]
     for dev, v in sorted(expected.qdiscs.items()):
         now = root_qdisc(state, dev)
         if now != v:
             out.append(f"qdisc {'differs' if now else 'missing'}: {dev} root {v}" + (f" (device: {now})" if now else ""))
+    for key, v in sorted(expected.sysctls.items()):
+        now = state.sysctls.get(key)  # None: not read by this capture
+        if now is not None and now != v:
+            out.append(f"sysctl differs: {key} = {v} (device: {now})")
     if frr is not None:
         mine = _frr_stanzas(expected.frr)
         allowed = _frr_stanzas(full.frr)
@@ -478,6 +574,14 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
                 if not frr.has(head, ln):
                     out.append(f"FRR line missing: {head} / {ln}")
             out += [f"FRR line extra: {head} / {ln}" for ln in sorted(frr.stanzas.get(head, set()) - allowed.get(head, set()))]
+        if own_underlay:
+            for head, lines in sorted((underlay or {}).items()):
+                out += [f"FRR line missing: {head} / {ln}" for ln in sorted(lines) if not frr.has(head, ln)]
+                if head not in mine:
+                    out += [f"FRR line extra: {head} / {ln}" for ln in sorted(frr.stanzas.get(head, set()) - allowed.get(head, set()))]
+    if own_underlay:
+        out += [f"link down: {dev}" for dev in underlay_links or [] if dev in state.links and not state.links[dev].up
+                and dev not in expected.links_up]  # fmt: skip
     return out
 
 
@@ -548,7 +652,8 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
     """The commands that drive ``node`` back to its rendering ``cfg`` from the drift ``lines``
     :func:`drift` found there (a reconciler's self-heal, issue 13): a missing or differing route,
     rule or address is (re)added, an extra one removed, a differing nftables table or root qdisc
-    set to the rendering's, a port found down set up, a missing FRR line added and an extra one negated. Lines this does
+    set to the rendering's, a port found down set up, a differing sysctl set to the rendering's value, a missing FRR
+    line added and an extra one negated. Lines this does
     not know are left alone (reported by :func:`drift` still).
     """
     d = ConfigDelta(node=node)
@@ -577,6 +682,10 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
             dev = rest.split(" root ", 1)[0]
             if dev in cfg.qdiscs:
                 d.qdiscs[dev] = cfg.qdiscs[dev]
+        elif what == "sysctl differs" and " = " in rest:
+            key = rest.split(" = ", 1)[0]
+            if key in cfg.sysctls:
+                d.sysctls[key] = cfg.sysctls[key]
         elif what in ("FRR line missing", "FRR line extra") and " / " in rest:
             head, ln = rest.split(" / ", 1)
             d.frr_changes.append((head, ln, what == "FRR line missing"))

@@ -45,7 +45,7 @@ from pydantic import BaseModel, Field
 
 from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
-from servers.a3_intent.planner import drift, repair_delta, underlay_frr
+from servers.a3_intent.planner import _frr_stanzas, drift, repair_delta, underlay_as_shown, underlay_frr, underlay_ports
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
 from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
@@ -235,6 +235,7 @@ class Reconciler:
         #: set by :meth:`run`: armed at each reconcile, asked each period
         self.watch: ChangeWatch | None = None
         self._why = ""
+        self._underlay: dict[str, dict[str, set[str]]] = {}
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -264,15 +265,40 @@ class Reconciler:
         tmp.write_text(st.model_dump_json())
         tmp.replace(d / STATUS_FILE)
 
+    def nodes(self, sc: Scenario) -> list[str]:
+        """The devices reconciled: every router (its underlay at least) and every node the
+        rendering configures, within the allowed devices."""
+        routers = {n.name for n in sc.topology.routers}
+        return [n for n in scanned_nodes(sc) if (n in sc.node_config or n in routers) and (self.allowed is None or n in self.allowed)]
+
+    def underlay(self, sc: Scenario, node: str) -> dict[str, set[str]]:
+        """``node``'s underlay FRR stanzas as its FRR shows them (:func:`underlay_as_shown`, from
+        the lab's baseline; cached: the underlay never changes with the records)."""
+        if node not in self._underlay:
+            from substrate.journal import FrrView
+            from substrate.scenario.deploy import load_baseline, load_scenario
+
+            try:
+                base = load_baseline(self.lab).get(node)
+                view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
+                deployed = load_scenario(self.lab).node_config.get(node)
+            except SubstrateError:
+                view, deployed = None, None
+            self._underlay[node] = underlay_as_shown(underlay_frr(sc, node), view, _frr_stanzas(deployed.frr) if deployed else {})
+        return self._underlay[node]
+
     def drift_of(self, sc: Scenario) -> dict[str, list[str]]:
-        """Per device (of the desired rendering, within the allowed devices), how it differs from it."""
-        nodes = [n for n in scanned_nodes(sc) if n in sc.node_config and (self.allowed is None or n in self.allowed)]
+        """Per device (of the desired rendering, within the allowed devices), how it differs from
+        it: everything the rendering owns, the services' state and the underlay's (FRR lines,
+        ports up; :func:`~servers.a3_intent.planner.drift` with ``own_underlay``)."""
+        nodes = self.nodes(sc)
         states, _found, _errors = self.engine.scan(sc, nodes)
         views = self.engine.frr_views(nodes)
         out = {}
         for n in nodes:
             if n in states:
-                lines = drift(n, sc.node_config.get(n) or NodeConfig(), states[n], frr=views.get(n), underlay=underlay_frr(sc, n))
+                lines = drift(n, sc.node_config.get(n) or NodeConfig(), states[n], frr=views.get(n), underlay=self.underlay(sc, n),
+                              own_underlay=True, underlay_links=underlay_ports(sc, n))
                 if lines:
                     out[n] = lines
         return out
@@ -314,7 +340,7 @@ class Reconciler:
         if self.watch is not None:
             # armed before the devices are read: a change made from now on (our own repair
             # included) makes the next period compare again
-            self.watch.arm([n for n in scanned_nodes(sc) if n in sc.node_config and (self.allowed is None or n in self.allowed)])
+            self.watch.arm(self.nodes(sc))
         if head is not None and head != st.applied_commit and not (head == st.failed_commit and not st.failed_transient):
             try:
                 desired: Desired = self.repo.desired_at(head)
@@ -461,11 +487,16 @@ def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT
             raise SubstrateError(f"the A3-R reconciler of lab {lab.name} did not start within {START_TIMEOUT_S:g} s")
         time.sleep(0.05)  # poll interval: returns as soon as it has registered
     _CHILDREN.append(proc)
+    _CHILD_LAB[proc.pid] = str(lab.dir)
     return proc.pid
 
 
+#: Bound on reaping a stopped reconciler (seconds; it has had SIGKILL after controllers.stop's bound).
+REAP_TIMEOUT_S = 10.0
 #: Reconcilers started by this process (reaped by stop).
 _CHILDREN: list[subprocess.Popen[bytes]] = []
+#: pid of each of them -> its lab directory.
+_CHILD_LAB: dict[int, str] = {}
 
 
 def stop(lab: Lab) -> bool:
@@ -473,8 +504,13 @@ def stop(lab: Lab) -> bool:
     journaled and finished by the next one). Whether one ran."""
     ran = controllers.stop(lab.dir, CONTROLLER)
     for p in list(_CHILDREN):
+        if _CHILD_LAB.get(p.pid) == str(lab.dir) and p.poll() is None:
+            # stopped above (SIGKILL after the SIGTERM bound): reaped here, bounded, else a zombie is left
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=REAP_TIMEOUT_S)
         if p.poll() is not None:
             _CHILDREN.remove(p)
+            _CHILD_LAB.pop(p.pid, None)
     return ran
 
 

@@ -35,8 +35,8 @@ from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key, p
 from servers.a3_intent.transaction import Engine, EngineOptions
 from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import (
-    RecordRejected, Repo, SourceError, blame, check_id, desired_of, load_record, normalize, ops_toward, record_path,
-    writable_classes,
+    RecordRejected, Repo, SourceError, blame, check_id, check_message, desired_of, load_record, normalize, ops_toward,
+    record_path, writable_classes,
 )  # fmt: skip
 from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
 from substrate.errors import SubstrateError
@@ -234,11 +234,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             raise ToolError(f"unknown service class {name[:64]!r}; classes: {', '.join(classes)}")
         return name
 
-    def checked_id(cls: str, iid: str) -> str:
+    def checked_id(cls: str, iid: str, outcome: str = "nothing was written") -> str:
         try:
             return check_id(cls, iid)
         except RecordRejected as e:
-            raise _problems(e, "record rejected; nothing was written") from None
+            raise _problems(e, f"record rejected; {outcome}") from None
 
     def git_error(e: SourceError) -> ToolError:
         return ToolError(f"{e}; nothing was changed")
@@ -266,7 +266,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     def read_record(service_class: ClassName, id: RecordId) -> RecordView:  # noqa: A002
         """One record of the working tree: its file path, spec and text, and whether HEAD holds the same."""
         cls = known_class(service_class)
-        iid = checked_id(cls, id)
+        iid = checked_id(cls, id, "no record was read")
         with repo.locked():
             text = repo.read(cls, iid)
             if text is None:
@@ -379,6 +379,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         return [d.device for d in pl.devices]
 
     def _commit(message: str) -> CommitResult:
+        try:
+            check_message(message)
+        except RecordRejected as e:
+            raise _problems(e, "commit refused: the message is not plain text; nothing was committed") from None
         with repo.locked():
             ensure()
             desired, bad = repo.working()
@@ -433,7 +437,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         """Make the records those of an earlier commit, as a new commit (the history is kept), validated as commit is;
         the reconciler then drives the network there. A working change not committed is replaced."""
         try:
+            check_message(message or "")
             full = repo.resolve(commit.strip())
+        except RecordRejected as e:
+            raise _problems(e, "revert refused: the message is not plain text; nothing was changed") from None
         except SourceError as e:
             raise ToolError(str(e)) from None
         with repo.locked():

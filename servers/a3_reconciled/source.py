@@ -123,6 +123,21 @@ def _control_chars(value: Any, where: str) -> list[Problem]:
     return []
 
 
+def check_message(message: str, *, where: str = "message") -> str:
+    """A commit message as given, if it holds no control character but newline and tab (C0, DEL,
+    C1: git would store a NUL-free escape sequence as is, and ``git log`` in a terminal would
+    run it; git refuses a NUL outright).
+
+    Raises:
+        RecordRejected: it holds one (path ``where``, the character and its position).
+    """
+    for i, c in enumerate(message):
+        if ord(c) in _CONTROL and c not in "\n\t":
+            raise RecordRejected([Problem(path=where, message=f"holds the control character U+{ord(c):04X} at position {i}; "
+                                                              "not accepted (newline and tab are)")])  # fmt: skip
+    return message
+
+
 def record_path(service_class: str, iid: str) -> str:
     """Path of a record in the repository."""
     return f"{RECORDS}/{service_class}/{iid}.yaml"
