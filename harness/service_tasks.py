@@ -63,18 +63,10 @@ PROMPTS = {
     ),
 }
 
-#: Known defect (not fixed): a steering *modify* at A0-A2 fails its test case: the A3-T planner,
-#: whose inventory defines the test's SID, gives the new waypoint function e001 where e000 is free
-#: (the modified policy keeps its old function number while allocating, which claims it on the
-#: new waypoint); the device-level operator takes the lowest free one, e000.
-#: The levels at which the scripted reference of each class is not written, and why.
-_DEVICE_NOT_WRITTEN = ("the scripted operator's device-level derivation of this class is not written yet (the "
-                       "A3-T/A3-R/A4 references state the change as intent)")
-INEXPRESSIBLE = {
-    "steering-change": {},
-    "firewall-change": {lv: _DEVICE_NOT_WRITTEN for lv in ("A0", "A1", "A2")},
-    "floating-ip-change": {lv: _DEVICE_NOT_WRITTEN for lv in ("A0", "A1", "A2")},
-}
+#: The levels at which the scripted reference of each class is not written, and why (none: the
+#: device-level references are :mod:`harness.agents.steering_ops` and
+#: :mod:`harness.agents.service_devices`).
+INEXPRESSIBLE: dict[str, dict[str, str]] = {"steering-change": {}, "firewall-change": {}, "floating-ip-change": {}}
 
 
 def expected_after(sc: Scenario, ops: list[dict[str, Any]]) -> tuple[Scenario, set[str]]:

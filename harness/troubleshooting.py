@@ -227,10 +227,15 @@ def _link_down(sc: Scenario, rng: random.Random) -> Breakage | None:
 #: finding about the reconciler's drift handling, kept visible: such runs are skipped, not
 #: scored as the reference's failure.
 _RECONCILER_MISSES = "the A3-R reconciler does not repair this drift (observed), and the level offers no device access"
+#: At A2 (NETCONF) the operator sees and edits what the models hold (harness.agents.troubleshoot.NetconfHands).
+_A2_NO_LINK = ("cannot express: the A2 models hold no kernel link state (frr-zebra's 'shutdown' is FRR configuration, "
+               "which the breakage leaves unchanged), so the port set down is neither visible nor a configuration difference")
+_A2_NO_ISIS = ("not written: the scripted A2 edit payloads carry kernel objects and interface addresses only; the "
+               "frr-isisd interface settings this repair needs are not built")
 NO_REFERENCE: dict[str, dict[str, str]] = {
     "firewall_shadow": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
-    "isis_interface_removed": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
-    "link_down": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
+    "isis_interface_removed": {"A2": _A2_NO_ISIS, "A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
+    "link_down": {"A2": _A2_NO_LINK, "A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
 }
 
 #: The catalog of breakages (name -> picker), in the order variants cycle through.
@@ -279,8 +284,6 @@ def _variant(sc: Scenario, variant: int, seed: int, rng: random.Random, fault_se
 INEXPRESSIBLE = {
     "A3-T": "the broken service's intent is unchanged: a typed change set of the same services is a no-op, and A3-T "
             "has no operation that re-applies an unchanged intent (the breakage is drift below its abstraction)",
-    "A2": "the scripted diagnosis is not written for the A2 models (the link state, the nftables handles and "
-          "the IS-IS interface settings it reads and repairs)",
 }
 
 register_task(TaskClass(name="troubleshooting", prompt=PROMPT, make=_variant, kind="troubleshooting",
