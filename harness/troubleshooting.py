@@ -232,8 +232,11 @@ _A2_NO_LINK = ("cannot express: the A2 models hold no kernel link state (frr-zeb
                "which the breakage leaves unchanged), so the port set down is neither visible nor a configuration difference")
 _A2_NO_ISIS = ("not written: the scripted A2 edit payloads carry kernel objects and interface addresses only; the "
                "frr-isisd interface settings this repair needs are not built")
+_A2_DUPLICATE = ("cannot express: the shadowing rule is a copy of the policy's own drop, and the A2 model lists a "
+                 "chain's rules as a leaf-list (unique values): both read as one entry, so the chain's order can be "
+                 "neither read nor written (a table replace from the model's view deletes the policy's drop: observed)")
 NO_REFERENCE: dict[str, dict[str, str]] = {
-    "firewall_shadow": {"A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
+    "firewall_shadow": {"A2": _A2_DUPLICATE, "A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
     "isis_interface_removed": {"A2": _A2_NO_ISIS, "A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
     "link_down": {"A2": _A2_NO_LINK, "A3-R": _RECONCILER_MISSES, "A4": _RECONCILER_MISSES},
 }

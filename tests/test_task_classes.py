@@ -234,10 +234,27 @@ def test_a_breakage_is_a_clean_failure_when_nothing_is_done_and_repaired_by_the_
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize(("task_class", "level"), [("steering-change", "A1"), ("firewall-change", "A3-T"),
-                                                    ("floating-ip-change", "A3-T")])
-def test_service_change_reference_passes_without_damage(campaign_lab, tmp_path, task_class: str, level: str) -> None:
+@pytest.mark.parametrize(("task_class", "variant", "level"), [
+    ("steering-change", 0, "A1"), ("firewall-change", 0, "A3-T"), ("floating-ip-change", 0, "A3-T"),
+    # the device-level references (harness.agents.steering_ops, harness.agents.service_devices)
+    ("steering-change", 1, "A0"), ("steering-change", 1, "A2"),  # a modify: the new waypoint's lowest free function
+    ("firewall-change", 0, "A0"), ("firewall-change", 0, "A1"), ("firewall-change", 0, "A2"),
+    ("floating-ip-change", 0, "A0"), ("floating-ip-change", 1, "A1"), ("floating-ip-change", 1, "A2"),
+    # troubleshooting through the A2 models: a wrong SID behaviour, a floating IP's NAT to the wrong CE
+    ("troubleshooting", 0, "A2"), ("troubleshooting", 4, "A2"),
+])
+def test_service_change_reference_passes_without_damage(campaign_lab, tmp_path, task_class: str, variant: int, level: str) -> None:
     lab, sc = campaign_lab
-    v = make_variant(task_class, sc, 0)  # steering v1 (a modify) fails at A0-A2: see harness.service_tasks
+    v = make_variant(task_class, sc, variant)
     rec, verdicts = execute_run(lab, _spec(level, "scripted", tmp_path), v)
     assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("task_class", "variant"), [("steering-change", 1), ("firewall-change", 0), ("floating-ip-change", 1)])
+def test_a_service_change_left_undone_fails_its_test_cases(campaign_lab, tmp_path, task_class: str, variant: int) -> None:
+    """Not vacuous: the hidden test cases fail when the operator does nothing."""
+    lab, sc = campaign_lab
+    v = make_variant(task_class, sc, variant)
+    rec, _ = execute_run(lab, _spec("A1", "command", tmp_path, agent_options={"template": "true"}), v)
+    assert rec.test_cases_passed < rec.test_cases_total and rec.damage_free, rec.violated_invariants

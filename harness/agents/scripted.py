@@ -555,9 +555,14 @@ class ScriptedAgent:
 
         req = yaml.safe_load(ctx.files["request.yaml"])
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
-        routers = await self._routers(tools, level)
-        facts = await self._node_facts(tools, routers, level)
+        facts = await self._node_facts(tools, sorted({s["pe"] for s in sites}), level)
         found = find_border(facts)
+        if found is None:  # not one of the tenant's PEs: the likeliest others first, read until found
+            cands = [r for r in await self._border_candidates(tools, level) if r not in facts]
+            for group in ([cands] if level == "A1" else [[c] for c in cands]):
+                facts.update(await self._node_facts(tools, group, level))
+                if (found := find_border(facts)) is not None:
+                    break
         if found is None:
             raise ValueError("no router shows an End.DX4 SID toward the external segment (203.0.113.0/24)")
         pe, dx4, nh4 = found
@@ -610,13 +615,22 @@ class ScriptedAgent:
         xml = await self._get_config(tools, device, f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
         return table_routes(xml, table)
 
-    async def _routers(self, tools: ToolSession, level: str) -> list[str]:
-        """The routers of the episode (A0/A2 list_devices, A1 get_topology)."""
+    async def _border_candidates(self, tools: ToolSession, level: str) -> list[str]:
+        """The PEs of the episode (A0/A2 list_devices, A1 get_topology), those cabled to a host that
+        is no customer CE (design.md: CE hosts are ``c<N>``; the external host hangs off the border
+        PE) first, where the level shows the cabling."""
         r = await tools.call_full("get_topology" if level == "A1" else "list_devices", {})
         if not r.ok or r.data is None:
             raise ValueError(f"listing the devices failed: {r.text[:300]}")
         items = r.data.get("nodes") or r.data.get("devices") or []
-        return sorted(x["name"] for x in items if x.get("role") in ("PE", "P"))
+        hosts = {x["name"] for x in items if x.get("role") not in ("PE", "P")}
+
+        def cabled_outside(x: dict[str, Any]) -> bool:
+            peers = {str(p).split(":")[0] for p in (x.get("interfaces") or {}).values()}
+            return any(p in hosts and not re.fullmatch(r"c\d+", p) for p in peers)
+
+        pes = [x for x in items if x.get("role") == "PE"]
+        return [x["name"] for x in sorted(pes, key=lambda x: (not cabled_outside(x), node_id(x["name"])))]
 
     async def _nft_table(self, tools: ToolSession, device: str, table: str, level: str) -> Any:
         """nftables table ``table`` (``"inet tenant_fw"``) of ``device`` as

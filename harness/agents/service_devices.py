@@ -318,6 +318,15 @@ def external_port(fip: NftTable) -> str | None:
     return None
 
 
+def _mark_of(v: Any) -> int | None:
+    """A rule's firewall mark (``0x100``, ``0x100/0xffffffff``; iproute2 JSON or the A2 model,
+    which says ``all`` for none), or None."""
+    try:
+        return int(str(v).split("/")[0], 0) if v not in (None, "", "all") else None
+    except ValueError:
+        return None
+
+
 def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[str, PeFacts], border: Border) -> dict[str, ConfigDelta]:
     """Per-device changes of a floating-IP ticket (add ``address`` for ``to_site``, or move the
     address from ``from_site`` to ``to_site``), both within the tenant of sites.csv.
@@ -336,7 +345,7 @@ def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[
             raise ValueError(f"{k} {req[k]} is not a site of {tenant} (sites.csv)")
     ext = External(border_pe=border.pe, pe_if=border.pe_if, host="x1", prefix4=f"{border.nh4}/32", dx4_function=border.dx4_function)
     # the tenant's floating IPs now: a mark whose rule looks up the tenant's table, its address, its DNAT target
-    marks = {int(str(r["fwmark"]), 16): str(r.get("table")) for r in border.rules4 if r.get("fwmark")}
+    marks = {m: str(r.get("table")) for r in border.rules4 if (m := _mark_of(r.get("fwmark"))) is not None}
     addr_mark: dict[str, int] = {}
     addr_to: dict[str, str] = {}
     for c in (border.fip.table or {}).get("chains", []):

@@ -176,7 +176,9 @@ class NetconfHands(Hands):
                 for i in range(len(c["rules"])):
                     h += 1
                     if h == int(m.group(5)):
-                        c["rules"][i] = None if m.group(1) == "delete" else m.group(6)
+                        # the model holds a rule as nft prints it: interface names quoted
+                        c["rules"][i] = None if m.group(1) == "delete" else re.sub(
+                            r'\b(iifname|oifname) (?!")(\S+)', r'\1 "\2"', m.group(6) or "")
             d.nft[f"{m.group(2)} {m.group(3)}"] = None  # marked; rendered below
         for key in list(d.nft):
             t = self.tables[(fix.device, key)]
