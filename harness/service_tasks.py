@@ -7,8 +7,9 @@ A variant states its change as the customer would (request.yaml: the service, th
 values -- ``service_class`` names the catalog class) and holds, hidden, the same change as an
 A3-T change set (``TaskVariant.ops``). The expected inventory is that change set planned by the
 A3-T planner on the scenario (:func:`servers.a3_intent.planner.plan`, pure: the service layers'
-own rendering and invariants); its invariants of the services the planner says changed are the
-hidden test cases, the rest the damage checks. Class-specific test cases are added where the
+own rendering and invariants); its invariants of the services the planner says changed, and
+those the change adds or alters whatever their service, are the hidden test cases, the rest
+(baseline invariants the change leaves as they are) the damage checks (:func:`split_checks`). Class-specific test cases are added where the
 layer's own invariants do not say enough:
 
 - steering: the layer's ``steered_path`` (the waypoint's policy SID counter grows by at least
@@ -63,18 +64,10 @@ PROMPTS = {
     ),
 }
 
-#: Known defect (not fixed): a steering *modify* at A0-A2 fails its test case: the A3-T planner,
-#: whose inventory defines the test's SID, gives the new waypoint function e001 where e000 is free
-#: (the modified policy keeps its old function number while allocating, which claims it on the
-#: new waypoint); the device-level operator takes the lowest free one, e000.
-#: The levels at which the scripted reference of each class is not written, and why.
-_DEVICE_NOT_WRITTEN = ("the scripted operator's device-level derivation of this class is not written yet (the "
-                       "A3-T/A3-R/A4 references state the change as intent)")
-INEXPRESSIBLE = {
-    "steering-change": {},
-    "firewall-change": {lv: _DEVICE_NOT_WRITTEN for lv in ("A0", "A1", "A2")},
-    "floating-ip-change": {lv: _DEVICE_NOT_WRITTEN for lv in ("A0", "A1", "A2")},
-}
+#: The levels at which the scripted reference of each class is not written, and why (none: the
+#: device-level references are :mod:`harness.agents.steering_ops` and
+#: :mod:`harness.agents.service_devices`).
+INEXPRESSIBLE: dict[str, dict[str, str]] = {"steering-change": {}, "firewall-change": {}, "floating-ip-change": {}}
 
 
 def expected_after(sc: Scenario, ops: list[dict[str, Any]]) -> tuple[Scenario, set[str]]:
@@ -92,6 +85,19 @@ def expected_after(sc: Scenario, ops: list[dict[str, Any]]) -> tuple[Scenario, s
     except ChangeSetRejected as e:
         raise AnibenchError(f"the variant's change set is refused by the planner: {e}") from None
     return p.new, set(p.changed_services)
+
+
+def split_checks(sc: Scenario, after: Scenario, changed: set[str]) -> tuple[list[Invariant], list[Invariant]]:
+    """The expected inventory's invariants as (test cases, damage checks). A damage check is an
+    invariant of an unchanged service that holds in the baseline already, as it is; every other
+    one -- of a changed service, or one the change adds or alters whatever service owns it (the
+    new waypoint's SID is ``addressing``'s, the steered route in the tenant table ``l3vpn``'s)
+    -- is a test case, so that doing nothing fails test cases and breaks no damage check."""
+    base = {i.id: i for i in sc.invariants}
+    tests, damage = [], []
+    for i in after.invariants:
+        (damage if i.service not in changed and base.get(i.id) == i else tests).append(i)
+    return tests, damage
 
 
 def _steering(sc: Scenario, variant: int, rng: random.Random) -> tuple[dict[str, Any], list[dict[str, Any]], list[Invariant]]:
@@ -225,10 +231,9 @@ def _maker(name: str) -> Callable[[Scenario, int, int, random.Random, int | None
     def make(sc: Scenario, variant: int, seed: int, rng: random.Random, fault_seed: int | None) -> TaskVariant:
         req, ops, extra = _DRAW[name](sc, variant, rng)
         after, changed = expected_after(sc, ops)
-        tests = [i for i in after.invariants if i.service in changed]
+        tests, damage = split_checks(sc, after, changed)
         have = {i.id for i in tests}
         tests += [i for i in extra if i.id not in have]
-        damage = [i for i in after.invariants if i.service not in changed]
         files = {"request.yaml": yaml.safe_dump(req, sort_keys=False), "sites.csv": _sites_csv(sc, req["tenant"]),
                  "design.md": DESIGN_MD}
         return TaskVariant(task_class=name, variant=variant, seed=seed, scenario_seed=sc.seed,

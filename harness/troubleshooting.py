@@ -219,11 +219,23 @@ def _link_down(sc: Scenario, rng: random.Random) -> Breakage | None:
                     {"node": s.pe, "interface": s.pe_if})
 
 
-#: Breakage kinds whose repair no reference can state at a level, and why (none at present: at
-#: A3-R and A4 the reconciler reverts every kind of the catalog, as its drift reading covers all
-#: the rendering owns -- nft chains' rule lists in order, the underlay's FRR lines and ports;
-#: issue 13). Such runs are skipped, not scored as the reference's failure.
-NO_REFERENCE: dict[str, dict[str, str]] = {}
+#: Breakage kinds whose repair no reference can state at a level, and why. At A3-R and A4 the
+#: reconciler reverts every kind of the catalog (its drift reading covers all the rendering owns --
+#: nft chains' rule lists in order, the underlay's FRR lines and ports; issue 13). At A2 (NETCONF)
+#: the operator sees and edits what the models hold (harness.agents.troubleshoot.NetconfHands).
+#: Such runs are skipped, not scored as the reference's failure.
+_A2_NO_LINK = ("cannot express: the A2 models hold no kernel link state (frr-zebra's 'shutdown' is FRR configuration, "
+               "which the breakage leaves unchanged), so the port set down is neither visible nor a configuration difference")
+_A2_NO_ISIS = ("not written: the scripted A2 edit payloads carry kernel objects and interface addresses only; the "
+               "frr-isisd interface settings this repair needs are not built")
+_A2_DUPLICATE = ("cannot express: the shadowing rule is a copy of the policy's own drop, and the A2 model lists a "
+                 "chain's rules as a leaf-list (unique values): both read as one entry, so the chain's order can be "
+                 "neither read nor written (a table replace from the model's view deletes the policy's drop: observed)")
+NO_REFERENCE: dict[str, dict[str, str]] = {
+    "firewall_shadow": {"A2": _A2_DUPLICATE},
+    "isis_interface_removed": {"A2": _A2_NO_ISIS},
+    "link_down": {"A2": _A2_NO_LINK},
+}
 
 #: The catalog of breakages (name -> picker), in the order variants cycle through.
 CATALOG: dict[str, Callable[[Scenario, random.Random], Breakage | None]] = {
@@ -271,8 +283,6 @@ def _variant(sc: Scenario, variant: int, seed: int, rng: random.Random, fault_se
 INEXPRESSIBLE = {
     "A3-T": "the broken service's intent is unchanged: a typed change set of the same services is a no-op, and A3-T "
             "has no operation that re-applies an unchanged intent (the breakage is drift below its abstraction)",
-    "A2": "the scripted diagnosis is not written for the A2 models (the link state, the nftables handles and "
-          "the IS-IS interface settings it reads and repairs)",
 }
 
 register_task(TaskClass(name="troubleshooting", prompt=PROMPT, make=_variant, kind="troubleshooting",

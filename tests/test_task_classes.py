@@ -121,6 +121,103 @@ def test_nat_rule_sid_rule_and_isis_repairs() -> None:
     assert isis_fix("r7", theirs, "r4", mine) == []
 
 
+# -- the scripted operator's firewall and floating-IP splice (pure) ---------------------------------
+
+
+def test_a_shared_table_gets_the_rendering_difference_and_keeps_other_tenants() -> None:
+    from harness.agents.service_devices import NftTable, nft_commands, nft_splice, nft_text
+
+    device = NftTable.parse("inet tenant_fw", """table inet tenant_fw { # handle 4
+	chain forward { # handle 1
+		type filter hook forward priority filter; policy accept;
+		oifname "eth3" jump t1 # handle 5
+		oifname "eth4" jump t2 # handle 6
+	}
+	chain t1 { # handle 2
+		ip6 daddr fd10::/64 tcp dport 22 drop # handle 7
+	}
+	chain t2 { # handle 3
+		ip6 daddr fd20::/64 tcp dport 80 drop # handle 8
+	}
+}""")
+    assert device.handles == {"forward": [5, 6], "t1": [7], "t2": [8]}
+    head = "table inet tenant_fw {\n\tchain forward {\n\t\ttype filter hook forward priority filter; policy accept;\n"
+    before = head + '\t\toifname "eth3" jump t1\n\t}\n\tchain t1 {\n\t\tip6 daddr fd10::/64 tcp dport 22 drop\n\t}\n}\n'
+    after = head + ('\t\toifname "eth3" jump t1\n\t}\n\tchain t1 {\n\t\tip6 saddr fd11::/64 ip6 daddr fd10::/64 tcp dport 80 accept\n'
+                    '\t\tip6 daddr fd10::/64 tcp dport 22 drop\n\t\tip6 daddr fd10::/64 tcp dport 80 drop\n\t}\n}\n')
+    new = nft_splice(device.table, before, after, "inet tenant_fw")
+    chains = {c["name"]: c["rules"] for c in new["chains"]}
+    assert chains["t2"] == ["ip6 daddr fd20::/64 tcp dport 80 drop"]  # the other tenant's chain is kept
+    assert chains["t1"] == ["ip6 saddr fd11::/64 ip6 daddr fd10::/64 tcp dport 80 accept", "ip6 daddr fd10::/64 tcp dport 22 drop",
+                            "ip6 daddr fd10::/64 tcp dport 80 drop"]  # in the rendering's order
+    assert 'oifname "eth4" jump t2' in nft_text("inet tenant_fw", new)
+    assert nft_commands(device, new) == [
+        "nft insert rule inet tenant_fw t1 position 7 ip6 saddr fd11::/64 ip6 daddr fd10::/64 tcp dport 80 accept",
+        "nft add rule inet tenant_fw t1 ip6 daddr fd10::/64 tcp dport 80 drop"]
+    # the rule the after-rendering drops goes, by handle; a table left empty goes
+    assert nft_commands(device, nft_splice(device.table, after, before, "inet tenant_fw")) == []
+    gone = nft_splice(nft_splice(None, None, before, "inet tenant_fw"), before, None, "inet tenant_fw")
+    assert gone is None
+    moved = nft_splice(device.table, before, before.replace("dport 22", "dport 23"), "inet tenant_fw")
+    assert nft_commands(device, moved) == ["nft delete rule inet tenant_fw t1 handle 7",
+                                           "nft add rule inet tenant_fw t1 ip6 daddr fd10::/64 tcp dport 23 drop"]
+
+
+def _facts_of(cfg):  # noqa: ANN001, ANN202 - a rendering's rules and SIDs as iproute2 JSON shows them
+    from harness.agents.scripted import PeFacts
+
+    def rule(line: str) -> dict:
+        w = line.split()
+        d = {"priority": int(w[1]), "table": w[w.index("lookup") + 1]}
+        for k, key in (("iif", "iif"), ("fwmark", "fwmark"), ("to", "dst")):
+            if k in w:
+                d[key] = w[w.index(k) + 1]
+        return d
+
+    routes6 = []
+    for line in cfg.routes6:
+        w = line.split()
+        if "seg6local" in w:
+            d = {"dst": w[0], "encap": "seg6local", "action": w[w.index("action") + 1]}
+            for k in ("table", "nh4"):
+                if k in w:
+                    d[k] = w[w.index(k) + 1]
+            routes6.append(d)
+    return PeFacts(rules6=[rule(x) for x in cfg.rules6], routes6=routes6, rules4=[rule(x) for x in cfg.rules4])
+
+
+def test_the_device_level_firewall_and_floating_plans_follow_the_layers_rendering() -> None:
+    """The A0-A2 derivation, fed with what the scenario's rendering puts on the devices, asks for
+    exactly what the A3-T planner's device delta asks for in the tables and routes it touches."""
+    from harness.agents.service_devices import FIP_TABLE, FW_TABLE, Border, NftTable, find_border, plan_firewall, plan_floating
+    from harness.service_tasks import expected_after
+    import csv
+    import io
+
+    import yaml
+
+    sc = _sc()
+    for name, v in (("firewall-change", 0), ("floating-ip-change", 0), ("floating-ip-change", 1)):
+        tv = make_variant(name, sc, v)
+        req = yaml.safe_load(tv.files["request.yaml"])
+        sites = list(csv.DictReader(io.StringIO(tv.files["sites.csv"])))
+        after, _ = expected_after(sc, tv.ops)
+        want = {n: after.node_config.get(n) for n in after.node_config}
+        if name == "firewall-change":
+            tables = {pe: NftTable.parse(FW_TABLE, sc.node_config[pe].nft.get(FW_TABLE, "")) for pe in {s["pe"] for s in sites}}
+            got = plan_firewall(req, sites, tables)
+            for pe, d in got.items():
+                assert d.nft[FW_TABLE].split() == want[pe].nft[FW_TABLE].split(), pe
+            continue
+        facts = {n: _facts_of(c) for n, c in sc.node_config.items() if n.startswith("r")}
+        pe, dx4, nh4 = find_border(facts)
+        assert pe == sc.external.border_pe
+        fip = NftTable.parse(FIP_TABLE, sc.node_config[pe].nft.get(FIP_TABLE, ""))
+        got = plan_floating(req, sites, facts, Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=sc.external.pe_if,
+                                                      rules4=facts[pe].rules4, fip=fip))
+        assert got and got[pe].nft[FIP_TABLE].split() == want[pe].nft[FIP_TABLE].split()
+
+
 # -- real lab: a sample (bench/task_classes.py and harness task validate run every variant) ----------
 
 
@@ -140,10 +237,27 @@ def test_a_breakage_is_a_clean_failure_when_nothing_is_done_and_repaired_by_the_
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize(("task_class", "level"), [("steering-change", "A1"), ("firewall-change", "A3-T"),
-                                                    ("floating-ip-change", "A3-T")])
-def test_service_change_reference_passes_without_damage(campaign_lab, tmp_path, task_class: str, level: str) -> None:
+@pytest.mark.parametrize(("task_class", "variant", "level"), [
+    ("steering-change", 0, "A1"), ("firewall-change", 0, "A3-T"), ("floating-ip-change", 0, "A3-T"),
+    # the device-level references (harness.agents.steering_ops, harness.agents.service_devices)
+    ("steering-change", 1, "A0"), ("steering-change", 1, "A2"),  # a modify: the new waypoint's lowest free function
+    ("firewall-change", 0, "A0"), ("firewall-change", 0, "A1"), ("firewall-change", 0, "A2"),
+    ("floating-ip-change", 0, "A0"), ("floating-ip-change", 1, "A1"), ("floating-ip-change", 1, "A2"),
+    # troubleshooting through the A2 models: a wrong SID behaviour, a floating IP's NAT to the wrong CE
+    ("troubleshooting", 0, "A2"), ("troubleshooting", 4, "A2"),
+])
+def test_service_change_reference_passes_without_damage(campaign_lab, tmp_path, task_class: str, variant: int, level: str) -> None:
     lab, sc = campaign_lab
-    v = make_variant(task_class, sc, 0)  # steering v1 (a modify) fails at A0-A2: see harness.service_tasks
+    v = make_variant(task_class, sc, variant)
     rec, verdicts = execute_run(lab, _spec(level, "scripted", tmp_path), v)
     assert rec.task_pass and rec.damage_free, [x.id for x in verdicts if not x.ok]
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize(("task_class", "variant"), [("steering-change", 1), ("firewall-change", 0), ("floating-ip-change", 1)])
+def test_a_service_change_left_undone_fails_its_test_cases(campaign_lab, tmp_path, task_class: str, variant: int) -> None:
+    """Not vacuous: the hidden test cases fail when the operator does nothing."""
+    lab, sc = campaign_lab
+    v = make_variant(task_class, sc, variant)
+    rec, _ = execute_run(lab, _spec("A1", "command", tmp_path, agent_options={"template": "true"}), v)
+    assert rec.test_cases_passed < rec.test_cases_total and rec.damage_free, rec.violated_invariants

@@ -64,7 +64,8 @@ def pe_facts(xml: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list
 def edit_payload(delta: ConfigDelta) -> str:
     """The edit-config ``<config>`` content for one PE's change: removals as ``remove``
     operations (absent is fine), routes as ``replace`` (``ip route replace``), rules and
-    addresses as merges."""
+    addresses as merges, an nftables table as a ``replace`` of the whole table (``remove``
+    when it goes: the model's list entry, :func:`nft_table_xml`)."""
     kernel: list[str] = []
     lib: list[str] = []
     for x in delta.removals:
@@ -94,6 +95,8 @@ def edit_payload(delta: ConfigDelta) -> str:
             ifname = None
         elif ifname and len(w) >= 3 and w[-2] == "address" and w[-3] in ("ip", "ipv6"):
             lib.append(address_xml(ifname, w[-1], "remove" if w[0] == "no" else None))
+    for table, text in sorted(delta.nft.items()):
+        kernel.append(nft_table_xml(table, text))
     out = "".join(lib)
     if kernel:
         out += f'<kernel xmlns="{KERNEL_NS}">{"".join(kernel)}</kernel>'
@@ -102,7 +105,8 @@ def edit_payload(delta: ConfigDelta) -> str:
 
 def table_routes(xml: str, table: int) -> list[dict[str, Any]]:
     """The routes of kernel table ``table`` in a get-config answer, shaped like iproute2's JSON
-    (``dst``, ``encap`` ``seg6`` with ``segs``) -- what the operator's leak discovery reads."""
+    (``dst``, ``encap`` ``seg6`` with ``segs``, ``dev``) -- what the operator's leak discovery and
+    troubleshooting read."""
     root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
     out: list[dict[str, Any]] = []
     for t in root.iter(f"{K}table"):
@@ -113,5 +117,57 @@ def table_routes(xml: str, table: int) -> list[dict[str, Any]]:
             s6 = rt.find(f"{K}seg6")
             if s6 is not None:
                 d.update(encap="seg6", segs=[x.text for x in s6.iter(f"{K}segment")])
+            if rt.findtext(f"{K}device"):
+                d["dev"] = rt.findtext(f"{K}device")
             out.append(d)
     return out
+
+
+def nft_filter(family: str, name: str) -> str:
+    """The subtree filter that reads one nftables table (``anibench-kernel``'s ``nftables``)."""
+    return f'<kernel xmlns="{KERNEL_NS}"><nftables><table><family>{family}</family><name>{name}</name></table></nftables></kernel>'
+
+
+def nft_tables(xml: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The nftables tables of a get-config answer in :func:`substrate.netconf.device.parse_nft`
+    form: (family, name) -> ``chains`` (``name``, base-chain ``type``/``hook``/``device``/
+    ``priority``/``policy``, ``rules`` in order) and ``other``."""
+    root = etree.fromstring(xml.encode(), etree.XMLParser(resolve_entities=False, no_network=True))
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for nf in root.iter(f"{K}nftables"):
+        for t in nf.findall(f"{K}table"):
+            chains = []
+            for c in t.findall(f"{K}chain"):
+                ch: dict[str, Any] = {"name": c.findtext(f"{K}name"), "rules": [x.text or "" for x in c.findall(f"{K}rule")]}
+                for k in ("type", "hook", "device", "priority", "policy"):
+                    if c.findtext(f"{K}{k}"):
+                        ch[k] = c.findtext(f"{K}{k}")
+                chains.append(ch)
+            out[(t.findtext(f"{K}family") or "", t.findtext(f"{K}name") or "")] = {
+                "chains": chains, "other": [x.text or "" for x in t.findall(f"{K}other")]}
+    return out
+
+
+def nft_table_xml(table: str, text: str | None) -> str:
+    """``<nftables><table>`` replacing table ``table`` (``"inet tenant_fw"``) by the ``nft -f``
+    text ``text``, or removing it (None)."""
+    from xml.sax.saxutils import escape
+
+    from substrate.netconf.device import parse_nft
+
+    fam, name = table.split()
+    nc = 'xmlns:nc="urn:ietf:params:xml:ns:netconf:base:1.0"'
+    keys = f"<family>{fam}</family><name>{name}</name>"
+    if text is None:
+        return f'<nftables><table {nc} nc:operation="remove">{keys}</table></nftables>'
+    t = parse_nft(text).get((fam, name)) or {"chains": [], "other": []}
+    body = ""
+    for c in t["chains"]:
+        inner = f"<name>{escape(c['name'])}</name>"
+        for k in ("type", "hook", "device", "priority", "policy"):
+            if c.get(k):
+                inner += f"<{k}>{escape(str(c[k]))}</{k}>"
+        inner += "".join(f"<rule>{escape(r)}</rule>" for r in c["rules"])
+        body += f"<chain>{inner}</chain>"
+    body += "".join(f"<other>{escape(o)}</other>" for o in t["other"])
+    return f'<nftables><table {nc} nc:operation="replace">{keys}{body}</table></nftables>'

@@ -47,6 +47,9 @@ RETRY_PAUSE_S = 2.0
 TRANSIENT_MARKERS = ("locked", "retry later", "timed out", "no answer", "did not answer", "not running",
                      "failed to connect", "connection refused")
 SHARED_RULE = "priority 900 to fcbb:bb00::/32 lookup main"
+#: Service classes whose changes the operator derives device by device at A0/A1/A2 (the method doing it).
+DEVICE_SERVICE_CLASSES = {"steering_policy": "_steering_devices", "firewall_rule_set": "_firewall_devices",
+                          "floating_ip": "_floating_devices"}
 
 
 # -- the request ----------------------------------------------------------------------------------
@@ -499,8 +502,8 @@ class ScriptedAgent:
                 await self._intent(tools, req, mistakes, ctx.level, ops=ops)
             elif ctx.level == "A3-R":
                 await self._records(tools, req, mistakes, ops=ops)
-            elif ctx.level in ("A0", "A1", "A2") and ops[0]["service_class"] == "steering_policy":
-                await self._steering_devices(tools, ctx, ctx.level)
+            elif ctx.level in ("A0", "A1", "A2") and ops[0]["service_class"] in DEVICE_SERVICE_CLASSES:
+                await getattr(self, DEVICE_SERVICE_CLASSES[ops[0]["service_class"]])(tools, ctx, ctx.level)
             else:
                 await tools.call("submit", {})
                 return AgentOutcome(error=f"no scripted reference of this service change at {ctx.level}")
@@ -519,58 +522,174 @@ class ScriptedAgent:
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
         dst = next(s for s in sites if s["site"] == req["dst_site"])
         nodes = sorted({req["ingress_pe"], req["waypoint"], dst["pe"]} | ({req["was_waypoint"]} if req.get("was_waypoint") else set()))
-        if level == "A2":
-            from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts, table_routes
-
-            async def get(device: str, flt: str) -> str:
-                text, offset = "", 0
-                while offset is not None:
-                    r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
-                    if not r.ok or r.data is None:
-                        raise ValueError(f"reading {device} failed: {r.text[:300]}")
-                    text += r.data["xml"]["text"]
-                    offset = r.data["xml"]["next_offset"]
-                return text
-
-            facts = {}
-            for n in nodes:
-                rules6, routes6, rules4 = pe_facts(await get(n, PE_FILTER))
-                facts[n] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
-        else:
-            facts = await self._read_pes(tools, nodes, level == "A1")
+        facts = await self._node_facts(tools, nodes, level)
         own = sorted(s["pe_port"] for s in sites if s["pe"] == req["ingress_pe"])
         table = next((t for p in own if (t := facts[req["ingress_pe"]].table_of_port(p)) is not None), None)
         routes: list[dict[str, Any]] = []
         if table is not None and req.get("was_waypoint"):
-            if level == "A2":
-                xml = await get(req["ingress_pe"], f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
-                routes = table_routes(xml, table)
-            else:
-                routes = await self._read(tools, req["ingress_pe"], f"ip -6 -d -j route show table {table}", level=level)
-        deltas = plan_steering(req, sites, facts, routes)
-        for node, delta in deltas.items():
-            if level == "A2":
-                r = await tools.call("edit_config", {"device": node, "config": edit_payload(delta)})
-                if not r.ok:
-                    await tools.call("discard_changes", {"device": node})
-                    continue
-                r = await self._mutate(tools, "commit", {"device": node}, has_wait=True)
-                if not r.ok:
-                    await tools.call("discard_changes", {"device": node})
-            elif level == "A1":
-                await self._mutate(tools, "apply_config", {"commands": {node: a1_commands(delta)}}, has_wait=True)
-            else:
-                await self._mutate(tools, "run_shell", {"device": node, "command": a0_script(delta)}, has_wait=False)
+            routes = await self._table_routes(tools, req["ingress_pe"], table, level)
+        for node, delta in plan_steering(req, sites, facts, routes).items():
+            await self._apply_delta(tools, node, delta, level)
+
+    async def _firewall_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+        """A firewall ticket at A0/A1/A2 (:func:`harness.agents.service_devices.plan_firewall`):
+        read the shared firewall table of every PE of the tenant, splice the tenant's new rule
+        set in, apply it PE by PE, and list the chain of the first changed PE."""
+        from harness.agents.service_devices import FW_TABLE, plan_firewall
+
+        req = yaml.safe_load(ctx.files["request.yaml"])
+        sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
+        pes = sorted({s["pe"] for s in sites})
+        tables = {pe: await self._nft_table(tools, pe, FW_TABLE, level) for pe in pes}
+        deltas = plan_firewall(req, sites, tables)
+        for pe, delta in deltas.items():
+            await self._apply_delta(tools, pe, delta, level, nft_now=tables[pe])
+        if deltas:
+            await self._nft_table(tools, sorted(deltas)[0], FW_TABLE, level)
+
+    async def _floating_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+        """A floating-IP ticket at A0/A1/A2 (:func:`harness.agents.service_devices.plan_floating`):
+        find the border PE (the End.DX4 SID toward the external segment), read it and the
+        tenant's PEs, derive the NAT, mark, rule and route changes, apply them device by device."""
+        from harness.agents.service_devices import FIP_TABLE, Border, external_port, find_border, plan_floating
+
+        req = yaml.safe_load(ctx.files["request.yaml"])
+        sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
+        facts = await self._node_facts(tools, sorted({s["pe"] for s in sites}), level)
+        found = find_border(facts)
+        if found is None:  # not one of the tenant's PEs: the likeliest others first, read until found
+            cands = [r for r in await self._border_candidates(tools, level) if r not in facts]
+            for group in ([cands] if level == "A1" else [[c] for c in cands]):
+                facts.update(await self._node_facts(tools, group, level))
+                if (found := find_border(facts)) is not None:
+                    break
+        if found is None:
+            raise ValueError("no router shows an End.DX4 SID toward the external segment (203.0.113.0/24)")
+        pe, dx4, nh4 = found
+        fip = await self._nft_table(tools, pe, FIP_TABLE, level)
+        port = external_port(fip)
+        if port is None and level != "A2":
+            got = await self._read(tools, pe, f"ip -4 -j route get {nh4}", level=level)
+            port = (got[0] if isinstance(got, list) and got else {}).get("dev")
+        if port is None:
+            raise ValueError(f"cannot tell {pe}'s port toward the external segment")
+        border = Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=port, rules4=facts[pe].rules4, fip=fip)
+        for node, delta in plan_floating(req, sites, facts, border).items():
+            await self._apply_delta(tools, node, delta, level, nft_now=fip if node == pe else None)
+
+    # -- device reads and writes at A0 / A1 / A2 (the service-change references) ----------------------
+
+    async def _get_config(self, tools: ToolSession, device: str, flt: str) -> str:
+        """A2: the whole get-config answer for the subtree filter ``flt`` (read page by page).
+
+        Raises:
+            ValueError: the device refused the read.
+        """
+        text, offset = "", 0
+        while offset is not None:
+            r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
+            if not r.ok or r.data is None:
+                raise ValueError(f"reading {device} failed: {r.text[:300]}")
+            text += r.data["xml"]["text"]
+            offset = r.data["xml"]["next_offset"]
+        return text
+
+    async def _node_facts(self, tools: ToolSession, nodes: list[str], level: str) -> dict[str, PeFacts]:
+        """Rules and main-table SIDs of ``nodes`` (:class:`PeFacts`) at ``level``."""
+        if level != "A2":
+            return await self._read_pes(tools, nodes, level == "A1")
+        from harness.agents.a2_operator import PE_FILTER, pe_facts
+
+        facts = {}
+        for n in nodes:
+            rules6, routes6, rules4 = pe_facts(await self._get_config(tools, n, PE_FILTER))
+            facts[n] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
+        return facts
+
+    async def _table_routes(self, tools: ToolSession, device: str, table: int, level: str) -> Any:
+        """The IPv6 routes of kernel table ``table`` of ``device``, iproute2-JSON shaped."""
+        if level != "A2":
+            return await self._read(tools, device, f"ip -6 -d -j route show table {table}", level=level)
+        from harness.agents.a2_operator import table_routes
+
+        xml = await self._get_config(tools, device, f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
+        return table_routes(xml, table)
+
+    async def _border_candidates(self, tools: ToolSession, level: str) -> list[str]:
+        """The PEs of the episode (A0/A2 list_devices, A1 get_topology), those cabled to a host that
+        is no customer CE (design.md: CE hosts are ``c<N>``; the external host hangs off the border
+        PE) first, where the level shows the cabling."""
+        r = await tools.call_full("get_topology" if level == "A1" else "list_devices", {})
+        if not r.ok or r.data is None:
+            raise ValueError(f"listing the devices failed: {r.text[:300]}")
+        items = r.data.get("nodes") or r.data.get("devices") or []
+        hosts = {x["name"] for x in items if x.get("role") not in ("PE", "P")}
+
+        def cabled_outside(x: dict[str, Any]) -> bool:
+            peers = {str(p).split(":")[0] for p in (x.get("interfaces") or {}).values()}
+            return any(p in hosts and not re.fullmatch(r"c\d+", p) for p in peers)
+
+        pes = [x for x in items if x.get("role") == "PE"]
+        return [x["name"] for x in sorted(pes, key=lambda x: (not cabled_outside(x), node_id(x["name"])))]
+
+    async def _nft_table(self, tools: ToolSession, device: str, table: str, level: str) -> Any:
+        """nftables table ``table`` (``"inet tenant_fw"``) of ``device`` as
+        :class:`harness.agents.service_devices.NftTable` (no table: ``table=None``)."""
+        from harness.agents.service_devices import NftTable
+
+        if level == "A2":
+            from harness.agents.a2_operator import nft_filter, nft_tables
+
+            fam, name = table.split()
+            got = nft_tables(await self._get_config(tools, device, nft_filter(fam, name))).get((fam, name))
+            return NftTable(family=fam, name=name, table=got)
+        if level == "A1":
+            r = await tools.call_full("execute_validation", {"commands": {device: [f"nft -a list table {table}"]}})
+            text = r.data["devices"][device]["output"] if r.ok and r.data else ""
+        else:
+            r = await tools.call_full("run_shell", {"device": device, "command": f"nft -a list table {table} 2>/dev/null || true"})
+            text = (r.data or {}).get("stdout") or "" if r.ok else ""
+        return NftTable.parse(table, _table_block(text, table))
+
+    async def _apply_delta(self, tools: ToolSession, node: str, delta: ConfigDelta, level: str, *, nft_now: Any = None) -> None:
+        """Apply one device's change at ``level``: A0 one shell script, A1 its ip/FRR commands and
+        (``nft_now``: the device's table as read) the nft commands that splice it, A2 one
+        edit-config and commit (a refused edit or commit is discarded)."""
+        if level == "A2":
+            from harness.agents.a2_operator import edit_payload
+
+            r = await tools.call("edit_config", {"device": node, "config": edit_payload(delta)})
+            if not r.ok:
+                await tools.call("discard_changes", {"device": node})
+                return
+            r = await self._mutate(tools, "commit", {"device": node}, has_wait=True)
+            if not r.ok:
+                await tools.call("discard_changes", {"device": node})
+        elif level == "A1":
+            cmds = a1_commands(delta)
+            if delta.nft and nft_now is not None:
+                from harness.agents.service_devices import nft_commands
+                from substrate.netconf.device import parse_nft
+
+                for table, text in delta.nft.items():
+                    fam, name = table.split()
+                    cmds += nft_commands(nft_now, parse_nft(text).get((fam, name)) if text else None)
+            await self._mutate(tools, "apply_config", {"commands": {node: cmds}}, has_wait=True)
+        else:
+            await self._mutate(tools, "run_shell", {"device": node, "command": a0_script(delta)}, has_wait=False)
 
     async def _troubleshoot(self, tools: ToolSession, ctx: AgentContext) -> AgentOutcome:
         """A troubleshooting ticket (:mod:`harness.agents.troubleshoot`): diagnose and repair at
-        A0/A1, confirm the reconciler's repair at A3-R/A4; other levels have no reference
+        A0/A1/A2, confirm the reconciler's repair at A3-R/A4; other levels have no reference
         (``harness.troubleshooting.INEXPRESSIBLE``) and submit with an error saying so."""
         from harness.agents.troubleshoot import await_reconciled, troubleshoot
 
         try:
-            if ctx.level in ("A0", "A1"):
-                done = await troubleshoot(tools, ctx.files, ctx.level)
+            if ctx.level in ("A0", "A1", "A2"):
+                async def get_config(device: str, flt: str) -> str:
+                    return await self._get_config(tools, device, flt)
+
+                done = await troubleshoot(tools, ctx.files, ctx.level, get_config=get_config)
                 note = "; ".join(done) or "nothing found to repair"
             elif ctx.level in ("A3-R", "A4"):
                 ok = await await_reconciled(tools)
@@ -763,32 +882,16 @@ class ScriptedAgent:
     async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A2: read each PE's rules and SIDs through the models (get-config with a subtree
         filter), plan as at A0/A1, then per PE: edit the candidate and commit it."""
-        from harness.agents.a2_operator import PE_FILTER, edit_payload, pe_facts, table_routes
+        from harness.agents.a2_operator import edit_payload
 
         pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
-
-        async def get(device: str, flt: str) -> str:
-            """The whole get-config answer for ``flt`` (read page by page)."""
-            text, offset = "", 0
-            while offset is not None:
-                r = await tools.call("get_config", {"device": device, "filter": flt, "offset": offset})
-                if not r.ok or r.data is None:
-                    raise ValueError(f"reading {device} failed: {r.text[:300]}")
-                text += r.data["xml"]["text"]
-                offset = r.data["xml"]["next_offset"]
-            return text
-
-        facts: dict[str, PeFacts] = {}
-        for pe in pes:
-            rules6, routes6, rules4 = pe_facts(await get(pe, PE_FILTER))
-            facts[pe] = PeFacts(rules6=rules6, routes6=routes6, rules4=rules4)
+        facts = await self._node_facts(tools, pes, "A2")
 
         async def read_table(pe: str, table: int) -> Any:
-            xml = await get(pe, f'<kernel xmlns="urn:anibench:yang:kernel"><table><id>{table}</id></table></kernel>')
-            return table_routes(xml, table)
+            return await self._table_routes(tools, pe, table, "A2")
 
         async def read_sids(node: str) -> Any:
-            return pe_facts(await get(node, PE_FILTER))[1]
+            return (await self._node_facts(tools, [node], "A2"))[node].routes6
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
         _before, after, deltas = plan_tenant_change(req, facts, leaks)
@@ -850,6 +953,16 @@ def _kind_of(files: dict[str, str]) -> str:
     if isinstance(req, dict) and "service_class" in req:
         return "service"
     return "sites"
+
+
+def _table_block(text: str, table: str) -> str:
+    """The ``table F N { ... }`` block of an nft listing in ``text`` (an A1 transcript starts with
+    the command), '' when there is none (nft said the table does not exist)."""
+    start = text.find(f"table {table} {{")
+    if start < 0:
+        return ""
+    end = text.find("\n}", start)
+    return text[start:] if end < 0 else text[start:end + 2]
 
 
 def _json_outputs(transcript: str) -> list[Any]:

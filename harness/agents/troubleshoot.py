@@ -21,7 +21,8 @@ drawn -- and repairs what deviates:
    lines its peer's end carries (``ipv6 router isis``, hello, metric, network type).
 
 Pure functions plan the repair from what was read; :class:`Hands` does the reading and the
-change at the agent's level (A0: shell; A1: execute_validation / apply_config). At A3-R and A4
+change at the agent's level (A0: shell; A1: execute_validation / apply_config; A2:
+:class:`NetconfHands`, get-config / edit-config through the models). At A3-R and A4
 the reconciler reverts the drift on its own (draft 5.1, A3-R: drift detection and reconciliation);
 the operator confirms it with reconcile_status.
 """
@@ -96,6 +97,101 @@ class Hands:
         if fix.frr:
             script.append("vtysh -c 'configure terminal' " + " ".join(f"-c '{x}'" for x in fix.frr))
         await self.tools.call("run_shell", {"device": fix.device, "command": " && ".join(script)})
+
+
+class NetconfHands(Hands):
+    """The same reads and repairs at A2, through the models (get-config / edit-config + commit):
+    rules, main-table SIDs and tenant-table routes read as :mod:`harness.agents.a2_operator`
+    does and shaped like iproute2's JSON; an nftables table listed with synthetic handles (the
+    rule's position in the table, the model has none) so the same plans apply, and an nft delete
+    or replace by such a handle turned into a replace of the whole table (the model's unit).
+    What the models do not hold reads as nothing to repair: the kernel link state (the
+    ``link_down`` breakage is marked inexpressible at A2) and FRR's IS-IS interface lines (the
+    A2 edit payloads carry kernel objects and addresses only: ``isis_interface_removed``)."""
+
+    def __init__(self, tools: ToolSession, get_config: Any):
+        super().__init__(tools, "A2")
+        self.get_config = get_config
+        self.tables: dict[tuple[str, str], dict[str, Any]] = {}  # (device, "fam name") -> table last listed
+
+    async def _kernel(self, device: str, flt: str) -> str:
+        return await self.get_config(device, f'<kernel xmlns="urn:anibench:yang:kernel">{flt}</kernel>')
+
+    async def read(self, device: str, command: str) -> str:
+        m = re.fullmatch(r"nft -a list (table|chain) (\S+) (\S+)(?: (\S+))?", command)
+        if not m:
+            return ""
+        from harness.agents.a2_operator import nft_filter, nft_tables
+
+        fam, name, chain = m.group(2), m.group(3), m.group(4)
+        t = nft_tables(await self.get_config(device, nft_filter(fam, name))).get((fam, name))
+        if t is None:
+            return ""
+        self.tables[(device, f"{fam} {name}")] = t
+        lines, h = [f"table {fam} {name} {{"], 0
+        for c in t["chains"]:
+            lines.append(f"\tchain {c['name']} {{")
+            for r in c["rules"]:
+                h += 1
+                if chain is None or c["name"] == chain:
+                    lines.append(f"\t\t{r} # handle {h}")
+            lines.append("\t}")
+        return "\n".join([*lines, "}"])
+
+    async def json(self, device: str, command: str) -> Any:
+        from harness.agents.a2_operator import PE_FILTER, pe_facts, table_routes
+
+        w = command.split()
+        if w[:2] == ["ip", "-j"] and w[2:4] == ["link", "show"]:
+            return [{"flags": ["UP"]}]  # no kernel link state in the models (see the class docstring)
+        if w[-2:] == ["rule", "show"]:
+            rules6, _routes, rules4 = pe_facts(await self.get_config(device, PE_FILTER))
+            return rules6 if w[1] == "-6" else rules4
+        if w[-3:-1] == ["show", "table"]:
+            table = w[-1]
+            if table == "main":
+                return pe_facts(await self.get_config(device, PE_FILTER))[1]
+            routes = table_routes(await self._kernel(device, f"<table><id>{table}</id></table>"), int(table))
+            fam = 6 if "-6" in w else 4
+            return [r for r in routes if (":" in (r.get("dst") or "")) == (fam == 6)]
+        return []
+
+    async def apply(self, fix: Fix) -> None:
+        from harness.agents.a2_operator import edit_payload
+        from substrate.netconf.device import render_nft_table
+        from substrate.scenario.apply import ConfigDelta
+
+        d = ConfigDelta(node=fix.device)
+        for k in fix.kernel:
+            w = k.split()
+            if w[0] == "ip":
+                (d.removals if w[3] == "del" else d.additions).append(" ".join(w[1:]))
+                continue
+            m = re.fullmatch(r"nft (delete|replace) rule (\S+) (\S+) (\S+) handle (\d+)(?: (.*))?", k)
+            if not m or (fix.device, f"{m.group(2)} {m.group(3)}") not in self.tables:
+                continue
+            t = self.tables[(fix.device, f"{m.group(2)} {m.group(3)}")]
+            h = 0
+            for c in t["chains"]:
+                for i in range(len(c["rules"])):
+                    h += 1
+                    if h == int(m.group(5)):
+                        # the model holds a rule as nft prints it: interface names quoted
+                        c["rules"][i] = None if m.group(1) == "delete" else re.sub(
+                            r'\b(iifname|oifname) (?!")(\S+)', r'\1 "\2"', m.group(6) or "")
+            d.nft[f"{m.group(2)} {m.group(3)}"] = None  # marked; rendered below
+        for key in list(d.nft):
+            t = self.tables[(fix.device, key)]
+            for c in t["chains"]:
+                c["rules"] = [r for r in c["rules"] if r is not None]
+            d.nft[key] = render_nft_table(*key.split(), t) + "\n"
+        if d.empty():
+            return
+        r = await self.tools.call("edit_config", {"device": fix.device, "config": edit_payload(d)})
+        if r.ok:
+            r = await self.tools.call("commit", {"device": fix.device})
+        if not r.ok:
+            await self.tools.call("discard_changes", {"device": fix.device})
 
 
 def _shell_nft(cmd: str) -> str:
@@ -258,10 +354,11 @@ def isis_fix(me: str, mine: dict[str, list[str]], peer: str, theirs: dict[str, l
     return [f"interface {a}", *missing, "exit"] if missing else []
 
 
-async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str) -> list[str]:
-    """Diagnose and repair at A0 or A1 (see module docstring). Returns what was repaired."""
+async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str, *, get_config: Any = None) -> list[str]:
+    """Diagnose and repair at A0, A1 or A2 (see module docstring; A2 reads through
+    ``get_config(device, filter) -> xml``, :class:`NetconfHands`). Returns what was repaired."""
     rep = read_report(files)
-    hands = Hands(tools, level)
+    hands = NetconfHands(tools, get_config) if level == "A2" else Hands(tools, level)
     done: list[str] = []
     named = [s for s in (rep.from_site, rep.to_site) if s and s in rep.sites]
     tenant_pes = sorted({s["pe"] for s in rep.sites.values()})
@@ -356,7 +453,7 @@ async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str) ->
 async def _routers(hands: Hands, first: list[str]) -> list[str]:
     """Routers to look for a floating IP's NAT on: the tenant's PEs first, then every other PE
     and P router the level lists (A0 list_devices, A1 get_topology)."""
-    tool, key = ("get_topology", "nodes") if hands.level == "A1" else ("list_devices", "devices")
+    tool, key = ("get_topology", "nodes") if hands.level == "A1" else ("list_devices", "devices")  # A2 too
     r = await hands.tools.call(tool, {})
     data = r.data if r.ok and isinstance(r.data, dict) else {}
     names = [d["name"] for d in data.get(key) or [] if isinstance(d, dict) and d.get("role") in ("P", "PE")]

@@ -180,6 +180,9 @@ class SteeringPolicyIntent(Intent):
             ctx.result(i, op, cur.id, "no change")
             return
         if new.waypoint != cur.waypoint:
+            # the old function number is the old waypoint's: left on the policy while allocating,
+            # it would claim that number on the new waypoint too (0 is outside every function pool)
+            new = new.model_copy(update={"waypoint_function": 0})
             ctx.pending("steering.waypoints").append((i, new.id))
         ctx.work.steering[ctx.work.steering.index(cur)] = new
         ctx.result(i, op, cur.id, "modified")
