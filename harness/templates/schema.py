@@ -14,7 +14,7 @@ A template::
       metric: {range: [40, 60], step: 10}             # or choice: [..], or derive: "expr"
       far: {values: "routers()", where: "far.name != link.a", distinct_from: ["link.b"]}
     prompt: "Jinja text of the goal, with the parameters"
-    setup: [{node: "...", sh: "..."}]                # customer-side steps before the agent starts
+    setup: [{node: "...", sh: "...", daemons: [bgpd]}]  # customer-side steps before the agent starts
     test_cases: [{id, kind, params, description, each?, as?}]   # hidden; observer kinds
     invalidates: ["underlay/fib/*"]                  # baseline invariants the task changes
     reference:                      # per ANI level: device -> commands, or "cannot express: why"
@@ -110,6 +110,17 @@ class SetupStep(_M):
     node: str
     sh: str
     why: str = ""
+    daemons: list[str] = Field(default_factory=list, description="FRR daemons the step starts (harness.tasks.SetupStep.daemons).")
+
+    @field_validator("daemons")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from substrate.frr_daemons import KNOWN_DAEMONS
+
+        bad = [d for d in v if d not in KNOWN_DAEMONS]
+        if bad:
+            raise ValueError(f"unknown FRR daemon(s) {', '.join(bad)}; known: {', '.join(KNOWN_DAEMONS)}")
+        return v
 
 
 class Requires(_M):
