@@ -52,9 +52,16 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     lib = templates()
     assert len(lib) >= 20
     assert {t.family for t in lib.values()} >= {"isis", "static", "policy", "bgp", "nftables", "nat", "srv6"}
+    assert {"bgp-ce-session", "nat-source", "nat-port-forward"} <= set(lib)  # a session to a CE; two NAT forms
     for t in lib.values():
         assert t.cannot("A0") is None and t.cannot("A1") is None
-        assert all(t.cannot(level) for level in ("A2", "A3-T", "A3-R", "A4")), f"{t.id}: a level neither written nor marked"
+        assert all(t.cannot(level) for level in ("A3-T", "A3-R", "A4")), f"{t.id}: a level neither written nor marked"
+        assert "no reference solution written" not in (t.cannot("A2") or ""), f"{t.id}: A2 neither written nor marked"
+    # A2 references (edit-config of the kernel, IS-IS and interface models) where the models say it
+    assert {n for n, t in lib.items() if t.cannot("A2") is None} == {
+        "isis-metric", "isis-overload", "nat-source", "nft-acl-deny", "policy-sinkhole", "srv6-end-dt6", "srv6-end-dx6",
+        "srv6-end-x", "static-tenant-lan"}
+    assert all("no bgpd" in lib[n].cannot("A2") for n in lib if n.startswith("bgp-"))
 
 
 @pytest.mark.parametrize(("text", "where"), [
@@ -69,6 +76,17 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     (GOOD.replace("  - {id:", "  - {idd:"), "t.yaml:10: test_cases.0"),
     (GOOD.replace("prompt: \"metric", "prompt: [\"metric").replace("{{ link.a }}\"\n", "{{ link.a }}\"]\n", 1), "prompt"),
     ("id: [unclosed\n", "t.yaml:2: YAML"),
+    # a key given twice (YAML would keep the last silently), at the top and among the parameters
+    (GOOD.replace("family: isis\n", "family: isis\nfamily: bgp\n"), "t.yaml:3: family: duplicate key (first at line 2)"),
+    (GOOD.replace("  metric: {range", '  link: {values: "routers()"}\n  metric: {range'),
+     "t.yaml:6: parameters.link: duplicate key (first at line 5)"),
+    (GOOD.replace("kind: output_check", "kind: no_such_check"), "t.yaml:10: test_cases.0.kind: unknown check kind 'no_such_check'"),
+    (GOOD.replace("reference:", '  - {id: "m/{{ link.a }}", kind: reach, params: {src: r1}}\nreference:'),
+     "t.yaml:11: test_cases.1.id: duplicate test case id"),
+    (GOOD.replace("{range: [40, 60], step: 10}", '{derive: "metric + 1"}'), "t.yaml:6: parameters.metric.derive: dependency cycle: metric depends on itself"),
+    (GOOD.replace("test_cases:", "setup:\n  - {node: r1, sh: 'true', daemons: [bgpdx]}\ntest_cases:"),
+     "t.yaml:10: setup.0.daemons: unknown FRR daemon(s) bgpdx"),
+    ("!!python/object/apply:os.system ['true']\n", "t.yaml:1: YAML: could not determine a constructor"),
 ])
 def test_a_malformed_template_gets_the_field_and_the_line(text: str, where: str) -> None:
     assert where in _bad(text)
@@ -197,8 +215,9 @@ def test_configuration_f1_is_precision_over_the_agent_and_recall_over_the_refere
 @pytest.mark.lab
 def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_lab, tmp_path) -> None:
     """On the shared lab: the scripted A1 reference scores F1 1.0; an agent that also leaves an
-    unrelated change (an extra static route) loses precision, not recall; the record and the
-    run's config_delta.json carry it."""
+    unrelated change (an extra static route) loses precision, not recall; one that does half of
+    the reference (one end of an IS-IS metric change) loses recall, not precision; the record and
+    the run's config_delta.json carry it."""
     import json
 
     from harness.run import CONFIG_DELTA_FILE, config_f1_of_run, execute_run, input_digests
@@ -220,3 +239,13 @@ def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_
     (tmp_path / "detour").mkdir()
     score = config_f1_of_run(lab, v, input_digests(lab, v, []), tmp_path / "detour")
     assert score.recall == 1.0 and score.precision == 0.5 and round(score.f1, 3) == 0.667
+    # less than the reference: the IS-IS metric on one end of the link only (the reference sets both)
+    reset(lab)
+    m = make_template_variant("isis-metric", sc, 0)
+    link, metric = m.parameters["link"], m.parameters["metric"]
+    lab.vtysh(link["a"], "configure terminal", f"interface {link['a_if']}", f"isis metric {metric}")
+    (tmp_path / "half").mkdir()
+    half = config_f1_of_run(lab, m, input_digests(lab, m, []), tmp_path / "half")
+    delta = json.loads((tmp_path / "half" / CONFIG_DELTA_FILE).read_text())
+    assert delta["agent"] == [f"+ {link['a']} frr isisd: interface {link['a_if']} | isis metric {metric}"], delta
+    assert half.precision == 1.0 and half.recall == 0.5 and round(half.f1, 3) == 0.667, delta

@@ -198,6 +198,28 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     return line
 
 
+def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[int, str, int] | None:
+    """(line, field, line of the first) of the first key given twice in one mapping, else None
+    (PyYAML's loader keeps the last silently: a second ``family:`` or parameter would win)."""
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value)
+            field = f"{path}.{key}" if path else key
+            if key in first:
+                return k.start_mark.line + 1, field, first[key]
+            first[key] = k.start_mark.line + 1
+            found = _duplicate_key(v, field)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _duplicate_key(v, f"{path}.{i}")
+            if found:
+                return found
+    return None
+
+
 def parse_template(text: str, source: str = "<template>") -> Template:
     """Parse and check one template file's text (see :mod:`harness.templates.check` for the
     checks that need the expressions: names, dependencies, levels).
@@ -213,6 +235,9 @@ def parse_template(text: str, source: str = "<template>") -> Template:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise TemplateError(f"{source}:{line}: YAML: {getattr(e, 'problem', None) or e}") from None
+    dup = _duplicate_key(node)
+    if dup is not None:
+        raise TemplateError(f"{source}:{dup[0]}: {dup[1]}: duplicate key (first at line {dup[2]}): YAML keeps only the last")
     if not isinstance(data, dict):
         raise TemplateError(f"{source}:1: a template is a mapping (id, family, parameters, ...), got {type(data).__name__}")
     try:
