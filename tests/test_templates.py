@@ -167,12 +167,84 @@ def test_validate_a_sample_of_templates_in_a_real_lab(campaign_lab, tmp_path) ->
 
     lab, sc = campaign_lab
     rows = []
-    for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny"):
+    for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny", "nat-source"):
         rows += validate_template(lab, sc, name, ["A0", "A1"], tmp_path, instances=1)
-    assert [r.status for r in rows] == ["valid"] * 6, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
+    rows += validate_template(lab, sc, "policy-sinkhole", ["A2"], tmp_path, instances=1)  # edit-config + commit
+    assert [r.status for r in rows] == ["valid"] * 9, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
+
+
+@pytest.fixture(scope="module")
+def templates_lab():
+    """The templates' small brownfield (tests/data/templates-small.yaml, seed 7): the campaign
+    grid plus the external eBGP peering, with a spare circuit on the border PE."""
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+    from tests.conftest import unique_name
+
+    sc = build(load_manifest(REPO / "tests" / "data" / "templates-small.yaml"), seed=7)
+    with deploy_scenario(sc, unique_name("t-tpl")) as lab:
+        yield lab, sc
+
+
+@pytest.mark.lab
+def test_an_ebgp_session_to_a_customer_edge_validates_and_its_checks_can_fail(templates_lab, tmp_path) -> None:
+    """bgp-ce-session: the CE's own bgpd (started by the setup step, spared by the stray
+    killer) and the PE's new neighbor come up at A0 and A1 (A2 skipped: no bgpd model); with
+    the setup alone (no PE change) the session test fails, and with an inbound route-map that
+    lets everything in the received test fails on the unagreed prefix and the default route."""
+    from harness.templates.validate import validate_template
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = templates_lab
+    rows = validate_template(lab, sc, "bgp-ce-session", ["A0", "A1", "A2"], tmp_path, instances=1)
+    assert [r.status for r in rows] == ["valid", "valid", "skipped"], [(r.level, r.detail) for r in rows]
+    assert "no bgpd" in rows[2].detail
+    v = make_template_variant("bgp-ce-session", sc, 0)
+    p = v.parameters
+    reset(lab)
+    for st in v.setup:
+        assert lab.exec(st.node, st.argv, timeout_s=30).ok
+    by_id = {x.id.rsplit("/", 1)[1]: x for x in observe(lab, v.test_cases)}
+    assert not by_id["session"].ok and not by_id["received"].ok
+    # the session with a permissive inbound policy: the CE's extra prefix and default route get in
+    lab.vtysh(p["sp"]["pe"], "configure terminal", f"interface {p['sp']['pe_if']}", f"ipv6 address {p['pe_ip']}/64", "exit",
+              "route-map ANY permit 10", "exit", f"router bgp {p['x']['local_as']}",
+              f"neighbor {p['ce_ip']} remote-as {p['ce_as']}", f"neighbor {p['ce_ip']} timers connect 1",
+              "address-family ipv6 unicast", f"neighbor {p['ce_ip']} activate", f"neighbor {p['ce_ip']} route-map ANY in",
+              f"neighbor {p['ce_ip']} route-map ANY out")
+    by_id = {x.id.rsplit("/", 1)[1]: x for x in observe(lab, v.test_cases)}
+    assert by_id["session"].ok, by_id["session"].detail
+    assert not by_id["received"].ok and p["extra"] in by_id["received"].detail and "::/0" in by_id["received"].detail
+    reset(lab)
 
 
 # -- configuration F1 (issue 15 item 4) -----------------------------------------------------------
+
+
+def test_a2_reads_isisd_beside_bgpd_policy() -> None:
+    """A border PE's isisd answers its northbound XML with the library-level prefix-lists and
+    route-maps first (frr-filter, frr-route-map: no A2 model); they are dropped, not the IS-IS
+    data with them (the isis-* templates' A2 references on the border PE)."""
+    from substrate.netconf.device import _without_policy
+
+    xml = ('<lib xmlns="http://frrouting.org/yang/filter"><prefix-list><type>ipv6</type><name>P-IN</name></prefix-list></lib>'
+           '<isis xmlns="http://frrouting.org/yang/isisd"><instance><area-tag>CORE</area-tag><vrf>default</vrf></instance></isis>')
+    out = _without_policy(xml)
+    assert "frrouting.org/yang/filter" not in out and "<area-tag>CORE</area-tag>" in out
+    plain = '<isis xmlns="http://frrouting.org/yang/isisd"/>'
+    assert _without_policy(plain) == plain
+
+
+def test_a2_writes_interface_isis_levels_in_frr_84_order() -> None:
+    """FRR 8.4 takes ``isis metric level-1 50`` (level first) but ``isis priority 64 level-1``
+    (value first); the isis-metric template's A2 reference sets both levels' metric."""
+    from substrate.netconf.device import _level_cli
+
+    assert _level_cli("isis metric", "metric/level-1", "50") == "isis metric level-1 50"
+    assert _level_cli("isis hello-interval", "hello/interval/level-2", "1") == "isis hello-interval level-2 1"
+    assert _level_cli("isis priority", "priority/level-1", "64") == "isis priority 64 level-1"
+    assert _level_cli("isis metric", "metric/level-1", None) == "no isis metric level-1"
 
 
 def _state(node: str = "r1", **kw):
