@@ -59,8 +59,8 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
         assert "no reference solution written" not in (t.cannot("A2") or ""), f"{t.id}: A2 neither written nor marked"
     # A2 references (edit-config of the kernel, IS-IS and interface models) where the models say it
     assert {n for n, t in lib.items() if t.cannot("A2") is None} == {
-        "isis-metric", "isis-overload", "nat-source", "nft-acl-deny", "policy-sinkhole", "srv6-end-dt6", "srv6-end-dx6",
-        "srv6-end-x", "static-tenant-lan"}
+        "isis-metric", "isis-overload", "isis-passive", "nat-source", "nft-acl-deny", "policy-sinkhole", "srv6-end-dt6",
+        "srv6-end-dx6", "srv6-end-x", "srv6-locator-add", "static-blackhole", "static-floating", "static-tenant-lan"}
     assert all("no bgpd" in lib[n].cannot("A2") for n in lib if n.startswith("bgp-"))
 
 
