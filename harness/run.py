@@ -289,7 +289,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     # processes the agent left running in a node (a background loop, a delayed change) are state
     # no request asked for: killed before observing, so that the verdicts are of the state the
     # agent submitted, and each node that had any counts as damage
-    leftovers = kill_strays(lab)
+    leftovers = kill_strays(lab, also_keep={st.node: st.daemons for st in variant.setup if st.daemons})
     try:
         lab.wait_converged(timeout_s=30)
     except Exception:  # noqa: BLE001 - an unconverged underlay is the agent's damage: observe it

@@ -104,6 +104,11 @@ class SetupStep(BaseModel):
     node: str
     argv: list[str]
     why: str = ""
+    daemons: list[str] = Field(
+        default_factory=list, exclude_if=lambda v: not v,  # absent from a variant's digest when empty
+        description="FRR daemons the step starts in its node for this run (a customer edge's bgpd): spared, like "
+        "the node's own daemons, when the harness kills what the agent left running (substrate.scenario.deploy."
+        "kill_strays); the next reset removes them with everything else that is not the node's baseline.")
 
 
 class SiteAdd(BaseModel):

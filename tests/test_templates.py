@@ -52,9 +52,16 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     lib = templates()
     assert len(lib) >= 20
     assert {t.family for t in lib.values()} >= {"isis", "static", "policy", "bgp", "nftables", "nat", "srv6"}
+    assert {"bgp-ce-session", "nat-source", "nat-port-forward"} <= set(lib)  # a session to a CE; two NAT forms
     for t in lib.values():
         assert t.cannot("A0") is None and t.cannot("A1") is None
-        assert all(t.cannot(level) for level in ("A2", "A3-T", "A3-R", "A4")), f"{t.id}: a level neither written nor marked"
+        assert all(t.cannot(level) for level in ("A3-T", "A3-R", "A4")), f"{t.id}: a level neither written nor marked"
+        assert "no reference solution written" not in (t.cannot("A2") or ""), f"{t.id}: A2 neither written nor marked"
+    # A2 references (edit-config of the kernel, IS-IS and interface models) where the models say it
+    assert {n for n, t in lib.items() if t.cannot("A2") is None} == {
+        "isis-metric", "isis-overload", "isis-passive", "nat-source", "nft-acl-deny", "policy-sinkhole", "srv6-end-dt6",
+        "srv6-end-dx6", "srv6-end-x", "srv6-locator-add", "static-blackhole", "static-floating", "static-tenant-lan"}
+    assert all("no bgpd" in lib[n].cannot("A2") for n in lib if n.startswith("bgp-"))
 
 
 @pytest.mark.parametrize(("text", "where"), [
@@ -69,6 +76,17 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     (GOOD.replace("  - {id:", "  - {idd:"), "t.yaml:10: test_cases.0"),
     (GOOD.replace("prompt: \"metric", "prompt: [\"metric").replace("{{ link.a }}\"\n", "{{ link.a }}\"]\n", 1), "prompt"),
     ("id: [unclosed\n", "t.yaml:2: YAML"),
+    # a key given twice (YAML would keep the last silently), at the top and among the parameters
+    (GOOD.replace("family: isis\n", "family: isis\nfamily: bgp\n"), "t.yaml:3: family: duplicate key (first at line 2)"),
+    (GOOD.replace("  metric: {range", '  link: {values: "routers()"}\n  metric: {range'),
+     "t.yaml:6: parameters.link: duplicate key (first at line 5)"),
+    (GOOD.replace("kind: output_check", "kind: no_such_check"), "t.yaml:10: test_cases.0.kind: unknown check kind 'no_such_check'"),
+    (GOOD.replace("reference:", '  - {id: "m/{{ link.a }}", kind: reach, params: {src: r1}}\nreference:'),
+     "t.yaml:11: test_cases.1.id: duplicate test case id"),
+    (GOOD.replace("{range: [40, 60], step: 10}", '{derive: "metric + 1"}'), "t.yaml:6: parameters.metric.derive: dependency cycle: metric depends on itself"),
+    (GOOD.replace("test_cases:", "setup:\n  - {node: r1, sh: 'true', daemons: [bgpdx]}\ntest_cases:"),
+     "t.yaml:10: setup.0.daemons: unknown FRR daemon(s) bgpdx"),
+    ("!!python/object/apply:os.system ['true']\n", "t.yaml:1: YAML: could not determine a constructor"),
 ])
 def test_a_malformed_template_gets_the_field_and_the_line(text: str, where: str) -> None:
     assert where in _bad(text)
@@ -149,12 +167,84 @@ def test_validate_a_sample_of_templates_in_a_real_lab(campaign_lab, tmp_path) ->
 
     lab, sc = campaign_lab
     rows = []
-    for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny"):
+    for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny", "nat-source"):
         rows += validate_template(lab, sc, name, ["A0", "A1"], tmp_path, instances=1)
-    assert [r.status for r in rows] == ["valid"] * 6, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
+    rows += validate_template(lab, sc, "policy-sinkhole", ["A2"], tmp_path, instances=1)  # edit-config + commit
+    assert [r.status for r in rows] == ["valid"] * 9, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
+
+
+@pytest.fixture(scope="module")
+def templates_lab():
+    """The templates' small brownfield (tests/data/templates-small.yaml, seed 7): the campaign
+    grid plus the external eBGP peering, with a spare circuit on the border PE."""
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.deploy import deploy_scenario
+    from tests.conftest import unique_name
+
+    sc = build(load_manifest(REPO / "tests" / "data" / "templates-small.yaml"), seed=7)
+    with deploy_scenario(sc, unique_name("t-tpl")) as lab:
+        yield lab, sc
+
+
+@pytest.mark.lab
+def test_an_ebgp_session_to_a_customer_edge_validates_and_its_checks_can_fail(templates_lab, tmp_path) -> None:
+    """bgp-ce-session: the CE's own bgpd (started by the setup step, spared by the stray
+    killer) and the PE's new neighbor come up at A0 and A1 (A2 skipped: no bgpd model); with
+    the setup alone (no PE change) the session test fails, and with an inbound route-map that
+    lets everything in the received test fails on the unagreed prefix and the default route."""
+    from harness.templates.validate import validate_template
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.observer import observe
+
+    lab, sc = templates_lab
+    rows = validate_template(lab, sc, "bgp-ce-session", ["A0", "A1", "A2"], tmp_path, instances=1)
+    assert [r.status for r in rows] == ["valid", "valid", "skipped"], [(r.level, r.detail) for r in rows]
+    assert "no bgpd" in rows[2].detail
+    v = make_template_variant("bgp-ce-session", sc, 0)
+    p = v.parameters
+    reset(lab)
+    for st in v.setup:
+        assert lab.exec(st.node, st.argv, timeout_s=30).ok
+    by_id = {x.id.rsplit("/", 1)[1]: x for x in observe(lab, v.test_cases)}
+    assert not by_id["session"].ok and not by_id["received"].ok
+    # the session with a permissive inbound policy: the CE's extra prefix and default route get in
+    lab.vtysh(p["sp"]["pe"], "configure terminal", f"interface {p['sp']['pe_if']}", f"ipv6 address {p['pe_ip']}/64", "exit",
+              "route-map ANY permit 10", "exit", f"router bgp {p['x']['local_as']}",
+              f"neighbor {p['ce_ip']} remote-as {p['ce_as']}", f"neighbor {p['ce_ip']} timers connect 1",
+              "address-family ipv6 unicast", f"neighbor {p['ce_ip']} activate", f"neighbor {p['ce_ip']} route-map ANY in",
+              f"neighbor {p['ce_ip']} route-map ANY out")
+    by_id = {x.id.rsplit("/", 1)[1]: x for x in observe(lab, v.test_cases)}
+    assert by_id["session"].ok, by_id["session"].detail
+    assert not by_id["received"].ok and p["extra"] in by_id["received"].detail and "::/0" in by_id["received"].detail
+    reset(lab)
 
 
 # -- configuration F1 (issue 15 item 4) -----------------------------------------------------------
+
+
+def test_a2_reads_isisd_beside_bgpd_policy() -> None:
+    """A border PE's isisd answers its northbound XML with the library-level prefix-lists and
+    route-maps first (frr-filter, frr-route-map: no A2 model); they are dropped, not the IS-IS
+    data with them (the isis-* templates' A2 references on the border PE)."""
+    from substrate.netconf.device import _without_policy
+
+    xml = ('<lib xmlns="http://frrouting.org/yang/filter"><prefix-list><type>ipv6</type><name>P-IN</name></prefix-list></lib>'
+           '<isis xmlns="http://frrouting.org/yang/isisd"><instance><area-tag>CORE</area-tag><vrf>default</vrf></instance></isis>')
+    out = _without_policy(xml)
+    assert "frrouting.org/yang/filter" not in out and "<area-tag>CORE</area-tag>" in out
+    plain = '<isis xmlns="http://frrouting.org/yang/isisd"/>'
+    assert _without_policy(plain) == plain
+
+
+def test_a2_writes_interface_isis_levels_in_frr_84_order() -> None:
+    """FRR 8.4 takes ``isis metric level-1 50`` (level first) but ``isis priority 64 level-1``
+    (value first); the isis-metric template's A2 reference sets both levels' metric."""
+    from substrate.netconf.device import _level_cli
+
+    assert _level_cli("isis metric", "metric/level-1", "50") == "isis metric level-1 50"
+    assert _level_cli("isis hello-interval", "hello/interval/level-2", "1") == "isis hello-interval level-2 1"
+    assert _level_cli("isis priority", "priority/level-1", "64") == "isis priority 64 level-1"
+    assert _level_cli("isis metric", "metric/level-1", None) == "no isis metric level-1"
 
 
 def _state(node: str = "r1", **kw):
@@ -197,8 +287,9 @@ def test_configuration_f1_is_precision_over_the_agent_and_recall_over_the_refere
 @pytest.mark.lab
 def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_lab, tmp_path) -> None:
     """On the shared lab: the scripted A1 reference scores F1 1.0; an agent that also leaves an
-    unrelated change (an extra static route) loses precision, not recall; the record and the
-    run's config_delta.json carry it."""
+    unrelated change (an extra static route) loses precision, not recall; one that does half of
+    the reference (one end of an IS-IS metric change) loses recall, not precision; the record and
+    the run's config_delta.json carry it."""
     import json
 
     from harness.run import CONFIG_DELTA_FILE, config_f1_of_run, execute_run, input_digests
@@ -220,3 +311,13 @@ def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_
     (tmp_path / "detour").mkdir()
     score = config_f1_of_run(lab, v, input_digests(lab, v, []), tmp_path / "detour")
     assert score.recall == 1.0 and score.precision == 0.5 and round(score.f1, 3) == 0.667
+    # less than the reference: the IS-IS metric on one end of the link only (the reference sets both)
+    reset(lab)
+    m = make_template_variant("isis-metric", sc, 0)
+    link, metric = m.parameters["link"], m.parameters["metric"]
+    lab.vtysh(link["a"], "configure terminal", f"interface {link['a_if']}", f"isis metric {metric}")
+    (tmp_path / "half").mkdir()
+    half = config_f1_of_run(lab, m, input_digests(lab, m, []), tmp_path / "half")
+    delta = json.loads((tmp_path / "half" / CONFIG_DELTA_FILE).read_text())
+    assert delta["agent"] == [f"+ {link['a']} frr isisd: interface {link['a_if']} | isis metric {metric}"], delta
+    assert half.precision == 1.0 and half.recall == 0.5 and round(half.f1, 3) == 0.667, delta

@@ -5,7 +5,10 @@
   (:attr:`harness.templates.registry.ValueRegistry.FUNCTIONS`) or a name the place binds
   (``each``'s ``as``);
 - the parameters' dependencies have no cycle (Algorithm 1 would stop with "unresolved
-  dependency");
+  dependency"), and no parameter's domain (``values``, ``derive``, ``distinct_from``) names the
+  parameter itself (only ``where`` binds it: the candidate);
+- every test case's ``kind`` is an observer check kind (substrate.scenario.observer: its own,
+  the service classes' and the device checks), and test case ids are distinct;
 - a reference solution uses only parameters the agent is shown (not ``hidden`` ones): the
   scripted operator derives it from the ticket alone.
 """
@@ -24,6 +27,21 @@ if TYPE_CHECKING:
 
 #: Jinja built-in names allowed in expressions besides parameters and registry functions.
 JINJA_NAMES = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none"})
+
+
+def check_kinds() -> frozenset[str]:
+    """Every observer check kind a test case may name (substrate.scenario.observer.observe's
+    lookup: its own checks, the service classes' and the device checks)."""
+    from substrate.scenario import observer
+
+    return frozenset(observer.CHECKS) | frozenset(observer.class_checks()) | frozenset(observer._device_checks())
+
+
+def _names_or_empty(expr: str) -> set[str]:
+    try:
+        return names_in(expr, is_expression=True)
+    except jinja2.TemplateSyntaxError:
+        return set()  # reported by the name check
 
 
 def dependencies(name: str, p: Parameter, params: set[str]) -> set[str]:
@@ -65,6 +83,12 @@ def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
                 names(("parameters", name, field), v, expr=True, extra=frozenset({name}) if field == "where" else frozenset())
         for i, d in enumerate(p.distinct_from):
             names(("parameters", name, "distinct_from", i), d, expr=True)
+        selfref = [f for f in ("values", "derive") if getattr(p, f) is not None and name in _names_or_empty(getattr(p, f))]
+        selfref += [f"distinct_from.{i}" for i, d in enumerate(p.distinct_from) if name in _names_or_empty(d)]
+        if name in p.depends_on:
+            selfref.append("depends_on")
+        for f in selfref:
+            problems.append((("parameters", name, *f.split(".")), f"dependency cycle: {name} depends on itself"))
         unknown_dep = [d for d in p.depends_on if d not in params]
         if unknown_dep:
             problems.append((("parameters", name, "depends_on"), f"unknown parameter(s) {', '.join(unknown_dep)}"))
@@ -86,7 +110,14 @@ def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
     names(("prompt",), t.prompt)
     for i, s in enumerate(t.setup):
         names(("setup", i), s.model_dump())
+    kinds = check_kinds()
+    seen: dict[str, int] = {}
     for i, tc in enumerate(t.test_cases):
+        if tc.kind not in kinds:
+            problems.append((("test_cases", i, "kind"), f"unknown check kind {tc.kind!r}; known: {', '.join(sorted(kinds))}"))
+        if tc.id in seen:
+            problems.append((("test_cases", i, "id"), f"duplicate test case id {tc.id!r} (also test_cases.{seen[tc.id]})"))
+        seen.setdefault(tc.id, i)
         bound: frozenset[str] = frozenset()
         if tc.each is not None:
             names(("test_cases", i, "each"), tc.each, expr=True)

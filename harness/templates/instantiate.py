@@ -44,7 +44,7 @@ class Instance(BaseModel):
     parameters: dict[str, Any]
     shown: dict[str, Any] = Field(description="The parameters the agent is shown (request.yaml): all but hidden ones.")
     prompt: str
-    setup: list[dict[str, str]]
+    setup: list[dict[str, Any]]
     test_cases: list[Invariant]
     damage_checks: list[Invariant]
     reference: dict[str, dict[str, list[str]] | str] = Field(
@@ -188,7 +188,8 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     ctx = {**reg.globals(), **params}
     try:
         prompt = str(render(t.prompt, ctx)).strip()
-        setup = [{"node": str(render(s.node, ctx)), "sh": str(render(s.sh, ctx)), "why": s.why} for s in t.setup]
+        setup = [{"node": str(render(s.node, ctx)), "sh": str(render(s.sh, ctx)), "why": s.why, "daemons": list(s.daemons)}
+                 for s in t.setup]
         tests = _test_cases(t, ctx)
         patterns = [str(render(p, ctx)) for p in t.invalidates]
         reference = render_reference(t, shown)

@@ -1,7 +1,10 @@
 """The scripted operator of a template variant: the template's reference solution for the
 agent's level, rendered from the ticket alone (request.yaml: the template id and the parameters
 the agent is shown) and sent through the level's MCP tools -- A0 ``run_shell`` (one script per
-device), A1 ``apply_config`` (every device's lines in one call). It never sees the scenario or
+device), A1 ``apply_config`` (every device's lines in one call), A2 ``edit_config`` of each
+device's candidate (the reference's lines are XML elements in the models' namespaces, joined into
+one ``<config>`` content) and ``commit`` (on an edit or commit error: ``discard_changes`` and
+the error is the outcome's). It never sees the scenario or
 the hidden test cases (harness.agents.scripted's contract).
 
 A level whose reference the template marks "cannot express: reason" is not attempted: the run is
@@ -20,7 +23,7 @@ from harness.agents.base import AgentContext, AgentOutcome, ToolSession
 #: A0 scripts stop at the first failing command (the tool result says which).
 A0_PRELUDE = "set -e"
 #: Levels whose tools this operator drives.
-DRIVEN = ("A0", "A1")
+DRIVEN = ("A0", "A1", "A2")
 
 
 def template_request(files: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
@@ -61,6 +64,15 @@ async def run_reference(tools: ToolSession, ctx: AgentContext, template: str, pa
     if ctx.level == "A1":
         r = await tools.call("apply_config", {"commands": ref})
         note = "" if r.ok else f"apply_config failed: {r.text[:300]}"
+    elif ctx.level == "A2":
+        note = ""
+        for dev, elements in ref.items():
+            for tool, args in (("edit_config", {"device": dev, "config": "".join(elements)}), ("commit", {"device": dev})):
+                r = await tools.call(tool, args)
+                if not r.ok:
+                    note += f"{dev}: {tool} failed: {r.text[:300]}; "
+                    await tools.call("discard_changes", {"device": dev})
+                    break
     else:
         note = ""
         for dev, lines in ref.items():

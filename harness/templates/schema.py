@@ -14,7 +14,7 @@ A template::
       metric: {range: [40, 60], step: 10}             # or choice: [..], or derive: "expr"
       far: {values: "routers()", where: "far.name != link.a", distinct_from: ["link.b"]}
     prompt: "Jinja text of the goal, with the parameters"
-    setup: [{node: "...", sh: "..."}]                # customer-side steps before the agent starts
+    setup: [{node: "...", sh: "...", daemons: [bgpd]}]  # customer-side steps before the agent starts
     test_cases: [{id, kind, params, description, each?, as?}]   # hidden; observer kinds
     invalidates: ["underlay/fib/*"]                  # baseline invariants the task changes
     reference:                      # per ANI level: device -> commands, or "cannot express: why"
@@ -110,6 +110,17 @@ class SetupStep(_M):
     node: str
     sh: str
     why: str = ""
+    daemons: list[str] = Field(default_factory=list, description="FRR daemons the step starts (harness.tasks.SetupStep.daemons).")
+
+    @field_validator("daemons")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from substrate.frr_daemons import KNOWN_DAEMONS
+
+        bad = [d for d in v if d not in KNOWN_DAEMONS]
+        if bad:
+            raise ValueError(f"unknown FRR daemon(s) {', '.join(bad)}; known: {', '.join(KNOWN_DAEMONS)}")
+        return v
 
 
 class Requires(_M):
@@ -187,6 +198,28 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int:
     return line
 
 
+def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[int, str, int] | None:
+    """(line, field, line of the first) of the first key given twice in one mapping, else None
+    (PyYAML's loader keeps the last silently: a second ``family:`` or parameter would win)."""
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for k, v in node.value:
+            key = str(k.value)
+            field = f"{path}.{key}" if path else key
+            if key in first:
+                return k.start_mark.line + 1, field, first[key]
+            first[key] = k.start_mark.line + 1
+            found = _duplicate_key(v, field)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            found = _duplicate_key(v, f"{path}.{i}")
+            if found:
+                return found
+    return None
+
+
 def parse_template(text: str, source: str = "<template>") -> Template:
     """Parse and check one template file's text (see :mod:`harness.templates.check` for the
     checks that need the expressions: names, dependencies, levels).
@@ -202,6 +235,9 @@ def parse_template(text: str, source: str = "<template>") -> Template:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark is not None else 1
         raise TemplateError(f"{source}:{line}: YAML: {getattr(e, 'problem', None) or e}") from None
+    dup = _duplicate_key(node)
+    if dup is not None:
+        raise TemplateError(f"{source}:{dup[0]}: {dup[1]}: duplicate key (first at line {dup[2]}): YAML keeps only the last")
     if not isinstance(data, dict):
         raise TemplateError(f"{source}:1: a template is a mapping (id, family, parameters, ...), got {type(data).__name__}")
     try:

@@ -103,7 +103,8 @@ def make_template_variant(name: str, sc: Scenario, variant: int, *, fault_seed: 
         task_class=name, variant=variant, seed=seed, scenario_seed=sc.seed,
         fault_seed=fault_seed if fault_seed is not None else seed, prompt=PREAMBLE + inst.prompt + CLOSING,
         files={"request.yaml": request_doc(name, inst.shown), "design.md": DESIGN_MD},
-        setup=[SetupStep(node=s["node"], argv=["sh", "-c", s["sh"]], why=s["why"] or "customer side") for s in inst.setup],
+        setup=[SetupStep(node=s["node"], argv=["sh", "-c", s["sh"]], why=s["why"] or "customer side",
+                         daemons=s.get("daemons", [])) for s in inst.setup],
         test_cases=inst.test_cases, damage_checks=inst.damage_checks, template=name, family=t.family,
         parameters=inst.parameters, reference=inst.reference,
     )

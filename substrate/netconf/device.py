@@ -630,6 +630,25 @@ def read(lab: Lab, node: str, *, frr: bool = True,
     return state, xmls
 
 
+#: Namespaces of FRR's library-level policy configuration (prefix-lists, access-lists,
+#: route-maps), which every daemon's northbound XML carries once bgpd's policy exists; A2 serves
+#: no model of them, and one unknown element made libyang's strict parse drop the daemon's
+#: whole data (IS-IS vanished from a border PE's running datastore).
+POLICY_NAMESPACES = ("http://frrouting.org/yang/filter", "http://frrouting.org/yang/route-map")
+
+
+def _without_policy(xml: str) -> str:
+    """``xml`` (top-level elements, as a daemon answers) without the elements in
+    :data:`POLICY_NAMESPACES`."""
+    if not any(ns in xml for ns in POLICY_NAMESPACES):
+        return xml
+    root = data.parse_xml(f"<top>{xml}</top>")
+    from lxml import etree
+
+    keep = [el for el in root if etree.QName(el).namespace not in POLICY_NAMESPACES]
+    return "".join(etree.tostring(el, encoding="unicode") for el in keep)
+
+
 def frr_flat(state: DeviceState, northbound: dict[str, str]) -> Flat:
     """FRR's part: interfaces (description, addresses, shutdown) from the daemons' CLI
     configuration (``state.frr_daemons``); IS-IS and static routes from isisd's and staticd's
@@ -662,7 +681,7 @@ def frr_flat(state: DeviceState, northbound: dict[str, str]) -> Flat:
         if daemon not in daemons or daemon not in northbound:
             continue
         try:
-            got = data.to_flat(northbound[daemon])
+            got = data.to_flat(_without_policy(northbound[daemon]))
         except SchemaError:
             continue
         for k, v in got.items():
@@ -746,9 +765,17 @@ def _group(flat: Flat, prefix: str) -> dict[str, Flat]:
     return out
 
 
+#: Interface IS-IS commands whose FRR 8.4 form puts the level before the value
+#: (``isis metric level-1 50``; ``isis metric 50 level-1`` is an unknown command), checked on
+#: this substrate's isisd; the others take the value first (``isis priority 64 level-1``).
+_LEVEL_FIRST = ("isis hello-interval", "isis hello-multiplier", "isis metric")
+
+
 def _level_cli(word: str, rel: str, value: str | None) -> str:
     lvl = rel.rsplit("/", 1)[-1]
-    return f"{word} {value} {lvl}" if value is not None else f"no {word} {lvl}"
+    if value is None:
+        return f"no {word} {lvl}"
+    return f"{word} {lvl} {value}" if word in _LEVEL_FIRST else f"{word} {value} {lvl}"
 
 
 def _isis_if_cli(rel: str, old: str | None, new: str | None, tag: str) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 import shutil
 import time
@@ -136,15 +137,20 @@ def revive_script(daemons: list[str]) -> str:
     return _REVIVE.format(daemons=" ".join(daemons)) + _EMPTY_WRITABLE.format(keep=keep)
 
 
-def kill_strays(lab: Lab, nodes: list[str] | None = None) -> list[str]:
-    """Kill, in ``nodes`` (default: every node), every process but init and the FRR daemons.
+def kill_strays(lab: Lab, nodes: list[str] | None = None, also_keep: dict[str, list[str]] | None = None) -> list[str]:
+    """Kill, in ``nodes`` (default: every node), every process but init and the FRR daemons
+    (the node's own, plus ``also_keep[node]``: daemons a task's customer-side setup started for
+    the run; kept on the same proof as the node's own, a PID file naming a process of that name
+    that runs only installed code).
 
     Returns:
         The processes killed, as ``node:pid:command``.
     """
+    extra = also_keep or {}
 
     def one(node: str) -> list[str]:
-        r = lab.sh(node, _KILL_STRAYS.format(daemons=" ".join(lab.state(node).daemons)) + "true", timeout_s=5)
+        daemons = [*lab.state(node).daemons, *(d for d in extra.get(node, []) if re.fullmatch(r"[a-z0-9]+", d))]
+        r = lab.sh(node, _KILL_STRAYS.format(daemons=" ".join(daemons)) + "true", timeout_s=5)
         return [f"{node}:{ln[2:]}" for ln in r.stdout.splitlines() if ln.startswith("K ")]
 
     return [k for found in lab.map(one, nodes or lab.node_names()) for k in found]
