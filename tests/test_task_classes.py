@@ -66,8 +66,10 @@ def test_steering_firewall_floating_variants_state_the_change() -> None:
     st = [make_variant("steering-change", sc, v) for v in (0, 1)]
     assert [v.ops[0]["op"] for v in st] == ["create", "modify"]
     # the path over IPv6, and over IPv4 where the sites carry it (issue 19)
-    assert all({t.kind for t in v.test_cases} == {"steered_path"} and 6 in {t.params["family"] for t in v.test_cases}
-               for v in st)
+    # (beside the SID and table checks of what the change adds on the waypoint and the ingress PE)
+    paths = [{t.params["family"] for t in v.test_cases if t.kind == "steered_path"} for v in st]
+    assert all(6 in p for p in paths) and {4, 6} in paths, paths
+    assert all({t.kind for t in v.test_cases} <= {"steered_path", "sid_bound", "table_routes"} for v in st)
     fw = make_variant("firewall-change", sc, 0)
     got = {(t.params["expect"], t.params["family"]) for t in fw.test_cases if t.id.startswith("task/")}
     assert {("allow", 6), ("deny", 6), ("allow", 4)} <= got
@@ -189,7 +191,8 @@ def _facts_of(cfg):  # noqa: ANN001, ANN202 - a rendering's rules and SIDs as ip
 def test_the_device_level_firewall_and_floating_plans_follow_the_layers_rendering() -> None:
     """The A0-A2 derivation, fed with what the scenario's rendering puts on the devices, asks for
     exactly what the A3-T planner's device delta asks for in the tables and routes it touches."""
-    from harness.agents.service_devices import FIP_TABLE, FW_TABLE, Border, NftTable, find_border, plan_firewall, plan_floating
+    from harness.agents.service_devices import (FIP_TABLE, FW_TABLE, HAIRPIN_TABLE, Border, NftTable, find_border,
+                                                plan_firewall, plan_floating)
     from harness.service_tasks import expected_after
     import csv
     import io
@@ -213,9 +216,14 @@ def test_the_device_level_firewall_and_floating_plans_follow_the_layers_renderin
         pe, dx4, nh4 = find_border(facts)
         assert pe == sc.external.border_pe
         fip = NftTable.parse(FIP_TABLE, sc.node_config[pe].nft.get(FIP_TABLE, ""))
+        hairpins = {p: NftTable.parse(HAIRPIN_TABLE, sc.node_config[p].nft.get(HAIRPIN_TABLE, ""))
+                    for p in {s["pe"] for s in sites if s.get("prefix4")}}
         got = plan_floating(req, sites, facts, Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=sc.external.pe_if,
-                                                      rules4=facts[pe].rules4, fip=fip))
+                                                      rules4=facts[pe].rules4, fip=fip), hairpins)
         assert got and got[pe].nft[FIP_TABLE].split() == want[pe].nft[FIP_TABLE].split()
+        # the hairpin of the site the address reaches (issue 19), and of the one it leaves on a move
+        for p in {s["pe"] for s in sites if s["site"] in (req.get("to_site"), req.get("from_site"))}:
+            assert (got[p].nft.get(HAIRPIN_TABLE) or "").split() == (want[p].nft.get(HAIRPIN_TABLE) or "").split(), p
 
 
 # -- real lab: a sample (bench/task_classes.py and harness task validate run every variant) ----------

@@ -543,7 +543,7 @@ class ScriptedAgent:
         tables = {pe: await self._nft_table(tools, pe, FW_TABLE, level) for pe in pes}
         deltas = plan_firewall(req, sites, tables)
         for pe, delta in deltas.items():
-            await self._apply_delta(tools, pe, delta, level, nft_now=tables[pe])
+            await self._apply_delta(tools, pe, delta, level, nft_now={FW_TABLE: tables[pe]})
         if deltas:
             await self._nft_table(tools, sorted(deltas)[0], FW_TABLE, level)
 
@@ -551,7 +551,7 @@ class ScriptedAgent:
         """A floating-IP ticket at A0/A1/A2 (:func:`harness.agents.service_devices.plan_floating`):
         find the border PE (the End.DX4 SID toward the external segment), read it and the
         tenant's PEs, derive the NAT, mark, rule and route changes, apply them device by device."""
-        from harness.agents.service_devices import FIP_TABLE, Border, external_port, find_border, plan_floating
+        from harness.agents.service_devices import FIP_TABLE, HAIRPIN_TABLE, Border, external_port, find_border, plan_floating
 
         req = yaml.safe_load(ctx.files["request.yaml"])
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
@@ -574,8 +574,12 @@ class ScriptedAgent:
         if port is None:
             raise ValueError(f"cannot tell {pe}'s port toward the external segment")
         border = Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=port, rules4=facts[pe].rules4, fip=fip)
-        for node, delta in plan_floating(req, sites, facts, border).items():
-            await self._apply_delta(tools, node, delta, level, nft_now=fip if node == pe else None)
+        hairpins = {p: await self._nft_table(tools, p, HAIRPIN_TABLE, level)
+                    for p in sorted({s["pe"] for s in sites if s.get("prefix4")})}
+        now: dict[str, dict[str, Any]] = {p: {HAIRPIN_TABLE: t} for p, t in hairpins.items()}
+        now.setdefault(pe, {})[FIP_TABLE] = fip
+        for node, delta in plan_floating(req, sites, facts, border, hairpins).items():
+            await self._apply_delta(tools, node, delta, level, nft_now=now.get(node))
 
     # -- device reads and writes at A0 / A1 / A2 (the service-change references) ----------------------
 
@@ -653,8 +657,12 @@ class ScriptedAgent:
 
     async def _apply_delta(self, tools: ToolSession, node: str, delta: ConfigDelta, level: str, *, nft_now: Any = None) -> None:
         """Apply one device's change at ``level``: A0 one shell script, A1 its ip/FRR commands and
-        (``nft_now``: the device's table as read) the nft commands that splice it, A2 one
-        edit-config and commit (a refused edit or commit is discarded)."""
+        (``nft_now``: table -> the device's table as read, every table the delta names) the nft
+        commands that splice it, A2 one edit-config and commit (a refused edit or commit is
+        discarded).
+
+        Raises:
+            ValueError: at A1, the delta names an nft table that was not read."""
         if level == "A2":
             from harness.agents.a2_operator import edit_payload
 
@@ -672,8 +680,10 @@ class ScriptedAgent:
                 from substrate.netconf.device import parse_nft
 
                 for table, text in delta.nft.items():
+                    if table not in nft_now:
+                        raise ValueError(f"{node}: the table {table} was not read")
                     fam, name = table.split()
-                    cmds += nft_commands(nft_now, parse_nft(text).get((fam, name)) if text else None)
+                    cmds += nft_commands(nft_now[table], parse_nft(text).get((fam, name)) if text else None)
             await self._mutate(tools, "apply_config", {"commands": {node: cmds}}, has_wait=True)
         else:
             await self._mutate(tools, "run_shell", {"device": node, "command": a0_script(delta)}, has_wait=False)

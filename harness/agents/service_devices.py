@@ -37,6 +37,7 @@ from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.firewall import TABLE as FW_TABLE
 from substrate.scenario.layers.firewall import render_firewalls
 from substrate.scenario.layers.floating_ip import EXTERNAL_PREFIX, render_floating
+from substrate.scenario.layers.floating_ip import HAIRPIN_TABLE
 from substrate.scenario.layers.floating_ip import TABLE as FIP_TABLE
 from substrate.scenario.layers.l3vpn import ce_addr, render_tenant
 from substrate.scenario.model import External, FirewallPolicy, FirewallRule, FloatingIP, NodeConfig, Scenario, Site, Tenant
@@ -327,11 +328,16 @@ def _mark_of(v: Any) -> int | None:
         return None
 
 
-def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[str, PeFacts], border: Border) -> dict[str, ConfigDelta]:
+def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[str, PeFacts], border: Border,
+                  hairpins: dict[str, NftTable]) -> dict[str, ConfigDelta]:
     """Per-device changes of a floating-IP ticket (add ``address`` for ``to_site``, or move the
-    address from ``from_site`` to ``to_site``), both within the tenant of sites.csv.
+    address from ``from_site`` to ``to_site``), both within the tenant of sites.csv: the border
+    PE's mark, DNAT and rule, and the hairpin translation (``ip fip_hairpin``) on the PE of the
+    site the address leaves and of the one it reaches.
 
-    ``facts``: every PE of the tenant's sites (and the border PE).
+    ``facts``: every PE of the tenant's sites (and the border PE). ``hairpins``: PE -> its
+    ``ip fip_hairpin`` table as read (``table=None`` where it has none), every PE of the tenant's
+    IPv4 sites.
 
     Raises:
         ValueError: the devices do not show what the design says, or the move leaves the tenant.
@@ -374,4 +380,6 @@ def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[
         after.append(FloatingIP(id=fid, tenant=tenant, site=req["to_site"], address=req["address"], mark=mark))
     b = render_services(before_t, vpn=True, external=ext, fips=mine)
     a = render_services(before_t, vpn=True, external=ext, fips=after)
-    return device_deltas(b, a, {border.pe: {FIP_TABLE: border.fip}})
+    now: dict[str, dict[str, NftTable]] = {pe: {HAIRPIN_TABLE: t} for pe, t in hairpins.items()}
+    now.setdefault(border.pe, {})[FIP_TABLE] = border.fip
+    return device_deltas(b, a, now)
