@@ -18,6 +18,12 @@ layer's own invariants do not say enough:
 - floating IP: pings from the external host arrive at the right CE (``reach_at``: the counter at
   the CE, after the NAT), beside the layer's reach and NAT-rule checks.
 
+Known gap (adversarial review, h15r): a change made to the *wrong* tenant is a clean failure, not
+damage, when it only adds filtering the other tenant's checks do not sample -- the firewall
+ticket applied to t2 instead of t1 on the small campaign lab (a new drop on TCP 80 of a t2 site)
+broke no damage check: a tenant's firewall invariants sample its own rules' ports and the open
+port only. Likewise nothing checks that a floating IP does *not* reach another tenant's site.
+
 Variants are placed to interact with existing state: policies on flows next to existing ones,
 firewall items on tenants that already have a rule set, floating IPs next to the existing ones on
 the shared border PE (its NAT table, marks and tenant tables).

@@ -251,6 +251,7 @@ def test_a_breakage_is_a_clean_failure_when_nothing_is_done_and_repaired_by_the_
     ("steering-change", 1, "A0"), ("steering-change", 1, "A2"),  # a modify: the new waypoint's lowest free function
     ("firewall-change", 0, "A0"), ("firewall-change", 0, "A1"), ("firewall-change", 0, "A2"),
     ("floating-ip-change", 0, "A0"), ("floating-ip-change", 1, "A1"), ("floating-ip-change", 1, "A2"),
+    ("floating-ip-change", 0, "A2"),  # an add: a new mark rule, which the model holds as nft prints it
     # troubleshooting through the A2 models: a wrong SID behaviour, a floating IP's NAT to the wrong CE
     ("troubleshooting", 0, "A2"), ("troubleshooting", 4, "A2"),
 ])

@@ -6,6 +6,7 @@ candidate. Pure functions; the agent (``harness.agents.scripted``) does the tool
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from lxml import etree
@@ -148,6 +149,13 @@ def nft_tables(xml: str) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def _as_nft_prints(rule: str) -> str:
+    """A rule as nft lists it, which is how the model holds it (the server checks the committed
+    rule against the device's listing): a mark as eight hex digits (``meta mark set 0x101`` is
+    listed ``0x00000101``)."""
+    return re.sub(r"\b(mark set) 0x([0-9a-fA-F]+)\b", lambda m: f"{m.group(1)} 0x{int(m.group(2), 16):08x}", rule)
+
+
 def nft_table_xml(table: str, text: str | None) -> str:
     """``<nftables><table>`` replacing table ``table`` (``"inet tenant_fw"``) by the ``nft -f``
     text ``text``, or removing it (None)."""
@@ -167,7 +175,7 @@ def nft_table_xml(table: str, text: str | None) -> str:
         for k in ("type", "hook", "device", "priority", "policy"):
             if c.get(k):
                 inner += f"<{k}>{escape(str(c[k]))}</{k}>"
-        inner += "".join(f"<rule>{escape(r)}</rule>" for r in c["rules"])
+        inner += "".join(f"<rule>{escape(_as_nft_prints(r))}</rule>" for r in c["rules"])
         body += f"<chain>{inner}</chain>"
     body += "".join(f"<other>{escape(o)}</other>" for o in t["other"])
     return f'<nftables><table {nc} nc:operation="replace">{keys}{body}</table></nftables>'
