@@ -216,8 +216,9 @@ def test_the_device_level_firewall_and_floating_plans_follow_the_layers_renderin
         pe, dx4, nh4 = find_border(facts)
         assert pe == sc.external.border_pe
         fip = NftTable.parse(FIP_TABLE, sc.node_config[pe].nft.get(FIP_TABLE, ""))
+        ends = {req.get("to_site"), req.get("from_site")}
         hairpins = {p: NftTable.parse(HAIRPIN_TABLE, sc.node_config[p].nft.get(HAIRPIN_TABLE, ""))
-                    for p in {s["pe"] for s in sites if s.get("prefix4")}}
+                    for p in {s["pe"] for s in sites if s["site"] in ends}}
         got = plan_floating(req, sites, facts, Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=sc.external.pe_if,
                                                       rules4=facts[pe].rules4, fip=fip), hairpins)
         assert got and got[pe].nft[FIP_TABLE].split() == want[pe].nft[FIP_TABLE].split()
@@ -270,3 +271,28 @@ def test_a_service_change_left_undone_fails_its_test_cases(campaign_lab, tmp_pat
     v = make_variant(task_class, sc, variant)
     rec, _ = execute_run(lab, _spec("A1", "command", tmp_path, agent_options={"template": "true"}), v)
     assert rec.test_cases_passed < rec.test_cases_total and rec.damage_free, rec.violated_invariants
+
+
+def test_a_floating_ip_moved_off_a_protected_site_takes_its_outside_deny_checks_with_it() -> None:
+    """Found by `task validate floating-ip-change` (default manifest, seed 8, variant 1): the
+    external host's deny check on t1s8:8080 through fip1 (issue 19) stayed in A3-T's validation
+    scope after fip1 moved to t1s7, so the move was rolled back as a regression. The rule set's
+    flows from outside derive from the floating IPs, so the set counts as changed."""
+    from pathlib import Path
+
+    from servers.a3_intent.catalog import parse_ops
+    from servers.a3_intent.inventory import expected_found
+    from servers.a3_intent.planner import plan
+    from substrate.scenario import build, load_manifest
+
+    sc = build(load_manifest(Path(__file__).parents[1] / "manifests/srv6-brownfield.yaml"), seed=8, density=2)
+    v = make_variant("floating-ip-change", sc, 1)
+    assert v.ops[0]["op"] == "modify"
+    fip = next(f for f in sc.floating_ips if f.id == v.ops[0]["id"])
+    old_outside = [i for i in sc.invariants if "/outside/" in i.id and i.params.get("dst") == fip.address]
+    assert old_outside, "the variant no longer moves a floating IP off a protected site: pick another"
+    p = plan(sc, parse_ops(v.ops), expected_found(sc))
+    scope = {i.id: i for i in p.invariants}
+    assert f"firewall/{fip.tenant}" in p.changed_services
+    assert not [i.id for i in old_outside if scope.get(i.id) == i]
+    assert {i.id for i in v.test_cases} >= {f"floating_ip/{fip.id}/reach", f"floating_ip/{fip.id}/nat"}

@@ -574,8 +574,11 @@ class ScriptedAgent:
         if port is None:
             raise ValueError(f"cannot tell {pe}'s port toward the external segment")
         border = Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=port, rules4=facts[pe].rules4, fip=fip)
+        # the hairpin translation changes on the PEs of the site the address reaches and of the one
+        # it leaves (a move); reading only those keeps a large tenant within the step budget
+        ends = {req.get("to_site"), req.get("from_site")}
         hairpins = {p: await self._nft_table(tools, p, HAIRPIN_TABLE, level)
-                    for p in sorted({s["pe"] for s in sites if s.get("prefix4")})}
+                    for p in sorted({s["pe"] for s in sites if s["site"] in ends and s.get("prefix4")})}
         now: dict[str, dict[str, Any]] = {p: {HAIRPIN_TABLE: t} for p, t in hairpins.items()}
         now.setdefault(pe, {})[FIP_TABLE] = fip
         for node, delta in plan_floating(req, sites, facts, border, hairpins).items():

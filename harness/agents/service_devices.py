@@ -336,8 +336,8 @@ def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[
     site the address leaves and of the one it reaches.
 
     ``facts``: every PE of the tenant's sites (and the border PE). ``hairpins``: PE -> its
-    ``ip fip_hairpin`` table as read (``table=None`` where it has none), every PE of the tenant's
-    IPv4 sites.
+    ``ip fip_hairpin`` table as read (``table=None`` where it has none), at least the PEs of
+    ``to_site`` and ``from_site`` (the only ones whose hairpin changes).
 
     Raises:
         ValueError: the devices do not show what the design says, or the move leaves the tenant.

@@ -362,12 +362,18 @@ class Firewall(Layer):
             out[f"firewall/{t.id}"] = tenant_nodes(t)
 
     def changed(self, old: Scenario, new: Scenario) -> set[str]:
+        """A rule set whose record differs, that names a site that changed, or whose flows from
+        outside the tenant differ (:func:`outside_invariants` derives them from the floating IPs
+        of its protected sites and the tenant's route leaks: a floating IP moved off a protected
+        site takes its deny checks with it)."""
         out: set[str] = set()
         ofw, nfw = {f.tenant: f for f in old.firewalls}, {f.tenant: f for f in new.firewalls}
         for t in set(ofw) | set(nfw):
             f = nfw.get(t) or ofw[t]
             if dump(ofw.get(t)) != dump(nfw.get(t)) or any(site_changed(old, new, r.dst_site) or site_changed(old, new, r.src_site)
                                                            for r in f.rules):  # fmt: skip
+                out.add(f"firewall/{t}")
+            elif [i.model_dump() for i in outside_invariants(old, ofw[t])] != [i.model_dump() for i in outside_invariants(new, f)]:
                 out.add(f"firewall/{t}")
         return out
 
