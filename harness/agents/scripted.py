@@ -559,8 +559,8 @@ class ScriptedAgent:
         found = find_border(facts)
         if found is None:  # not one of the tenant's PEs: the likeliest others first, read until found
             cands = [r for r in await self._border_candidates(tools, level) if r not in facts]
-            for group in ([cands] if level == "A1" else [[c] for c in cands]):
-                facts.update(await self._node_facts(tools, group, level))
+            for c in cands:  # one at a time: the border (cabled outside) comes first; a PE's read is pages long
+                facts.update(await self._node_facts(tools, [c], level))
                 if (found := find_border(facts)) is not None:
                     break
         if found is None:
