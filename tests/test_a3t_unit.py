@@ -679,3 +679,25 @@ def test_a3r_record_reader_refuses_aliases_control_characters_and_non_utf8() -> 
     msg = refused(lambda: normalize("tenant_site", load_record('tenant: "t3\\0"\npe: r2\npe_interface: eth5\nprefix6: auto\n')))
     assert msg == "spec.tenant: holds the control character U+0000; not accepted", msg
     assert "spec.pe: holds the control character U+0085" in refused(lambda: normalize("tenant_site", {**site, "pe": "r2\x85"}))
+
+
+def test_a3r_working_change_lists_a_delete_and_a_create_never_a_rename(tmp_path: Path) -> None:
+    """Deleting one record and writing a similar one is ``D`` + ``A`` in the working change and in
+    the history (the form the A3-R tools document), never git's ``R067 old new`` rename."""
+    from types import SimpleNamespace
+
+    from servers.a3_reconciled.source import Repo
+
+    repo = Repo(SimpleNamespace(dir=str(tmp_path)))
+    repo.dir.mkdir(parents=True)
+    repo.git("init", "-q", "-b", "main")
+    spec = {"tenant": "t1", "pe": "r1", "pe_interface": "eth3", "prefix6": "fd10::/64", "prefix4": None}
+    repo.write("tenant_site", "t1s1", spec)
+    repo.git("add", "-A")
+    repo.git("commit", "-q", "-m", "base")
+    repo.delete("tenant_site", "t1s1")
+    repo.write("tenant_site", "t1s3", {**spec, "prefix6": "fd10:0:0:9::/64"})
+    assert sorted(repo.status()) == ["A records/tenant_site/t1s3.yaml", "D records/tenant_site/t1s1.yaml"]
+    assert "rename" not in repo.diff()
+    repo.commit("move", ("agent", "agent@lab.invalid"))
+    assert sorted(repo.log(1)[0]["files"]) == ["A records/tenant_site/t1s3.yaml", "D records/tenant_site/t1s1.yaml"]

@@ -353,7 +353,7 @@ class Reconciler:
             if rec.result == "failed":
                 pass
             elif not raw:
-                st.applied_commit, st.failed_commit = head, None
+                st.applied_commit, st.failed_commit, st.failed_message = head, None, None
                 rec.message = "the network already carries this commit's records"
             else:
                 try:

@@ -117,7 +117,7 @@ class CommitResult(BaseModel):
 class StatusResult(BaseModel):
     head: str | None
     applied_commit: str | None = Field(description="Last commit the network carries.")
-    in_sync: bool = Field(description="HEAD is applied and the last reconcile found no drift left unreverted.")
+    in_sync: bool = Field(description="The reconciler runs, HEAD is applied and the last reconcile found no drift left unreverted.")
     failed_commit: str | None = None
     failed_message: str | None = None
     reconciler_running: bool
@@ -178,10 +178,12 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     head = repo.head()
     recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
     last = st.last
-    in_sync = head is not None and st.applied_commit == head and last is not None and (
+    running = rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None
+    # no reconciler: nothing watches the devices, so the last record says nothing of now
+    in_sync = running and head is not None and st.applied_commit == head and last is not None and (
         not last.drift or last.result == "drift_reverted") and last.result != "retry"
     return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
-                        failed_message=st.failed_message, reconciler_running=rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None,
+                        failed_message=st.failed_message, reconciler_running=running,
                         mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent)  # fmt: skip
 
 
@@ -396,9 +398,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
                 cid = repo.commit(message, author)
             except SourceError as e:
                 raise git_error(e) from None
-        rc.wake(lab_)
-        return CommitResult(commit=cid, message=message, files=files, devices_to_change=devices,
-                            next_step="the reconciler applies it now: call wait (or reconcile_status) to see it applied")  # fmt: skip
+        woken = rc.wake(lab_)
+        step = ("the reconciler applies it now: call wait (or reconcile_status) to see it applied" if woken else
+                "committed, but the lab's reconciler is not running: nothing applies it to the devices until one runs "
+                "(restart the server)")  # fmt: skip
+        return CommitResult(commit=cid, message=message, files=files, devices_to_change=devices, next_step=step)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, title="Commit")
     def commit(

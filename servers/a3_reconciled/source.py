@@ -486,13 +486,13 @@ class Repo:
     def status(self) -> list[str]:
         """Changed paths of the working tree against HEAD (``M path``, ``A path``, ``D path``)."""
         self.git("add", "-A", RECORDS)
-        out = self.git("diff", "--cached", "--name-status", "HEAD")
+        out = self.git("diff", "--cached", "--name-status", "--no-renames", "HEAD")
         return [" ".join(ln.split("\t")) for ln in out.splitlines() if ln.strip()]
 
     def diff(self) -> str:
         """Unified diff of the working tree against HEAD."""
         self.git("add", "-A", RECORDS)
-        return self.git("diff", "--cached", "HEAD")
+        return self.git("diff", "--cached", "--no-renames", "HEAD")
 
     def discard(self) -> None:
         """Put the working tree back to HEAD."""
@@ -519,7 +519,7 @@ class Repo:
         """The history, newest first: commit, author, time (ISO 8601), message, files changed."""
         sep = "\x1e"
         out = self.git("log", f"--max-count={limit}", f"--skip={skip}", f"--format={sep}%H%x1f%an <%ae>%x1f%aI%x1f%s",
-                       "--name-status", "HEAD")  # fmt: skip
+                       "--name-status", "--no-renames", "HEAD")  # fmt: skip
         items = []
         for chunk in out.split(sep):
             if not chunk.strip():
