@@ -26,6 +26,7 @@ problem is one line naming the host and what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -33,6 +34,7 @@ import platform
 import queue
 import re
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -55,6 +57,10 @@ __all__ = ["MAX_VARIANT_ATTEMPTS", "LoopbackCluster", "NodeReport", "host_proble
 MAX_VARIANT_ATTEMPTS = 3
 #: Seconds a node may take to answer the pre-flight check, and a slot to start.
 CHECK_TIMEOUT_S = 120.0
+#: Seconds the driver waits, once the slots are killed, for every node to remove what they left
+#: (a Ray worker to start on each node, the killed slots to be gone, their labs destroyed: on a
+#: loaded host this exceeded CHECK_TIMEOUT_S once). A second Ctrl-C cuts the wait short.
+STOP_TIMEOUT_S = 300.0
 #: Names of the labs of lab slots start with this (then the worker's pid and the variant).
 LAB_PREFIX = "ray-"
 #: How often the driver, waiting for the slots' next event, looks whether a stop signal was
@@ -155,6 +161,14 @@ def why_lost(e: BaseException) -> str:
     return f"{name}: {first}" if first and not first.startswith(name) else (first or name)
 
 
+def _is_ray_worker(pid: int) -> bool:
+    """``pid`` is a Ray worker process (its command line starts ``ray::``, as Ray names them)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::")
+    except OSError:
+        return False
+
+
 def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
     """Remove what dead lab slots left on this host: the labs named ``ray-*`` whose owner is gone
     (:func:`substrate.cleanup.cleanup` with that prefix; no other lab of the host is looked at) and
@@ -162,14 +176,22 @@ def _clean_host(dead: tuple[int, ...] = (), bound_s: float = 60.0) -> str:
 
     Args:
         dead: processes of this host just killed (``ray.kill`` returns before they are gone): waited
-            for, up to ``bound_s`` seconds, so that their labs count as left by a dead owner.
+            for, up to ``bound_s`` seconds, so that their labs count as left by a dead owner; a Ray
+            worker among them still running after half of that is sent SIGKILL.
     """
 
     from substrate.cleanup import cleanup
     from substrate.record import pid_alive
 
-    deadline = time.monotonic() + bound_s
-    while any(pid_alive(p) for p in dead) and time.monotonic() < deadline:
+    start = time.monotonic()
+    killed = False
+    while (alive := [p for p in dead if pid_alive(p)]) and time.monotonic() < start + bound_s:
+        if not killed and time.monotonic() > start + bound_s / 2:  # ray.kill did not end it: the host does
+            killed = True
+            for p in alive:
+                if _is_ray_worker(p):
+                    with contextlib.suppress(OSError):
+                        os.kill(p, signal.SIGKILL)
         time.sleep(0.1)
     for d in Path(tempfile.gettempdir()).glob(f"{SLOT_DIR_PREFIX}*-*"):  # run files of a slot killed mid-run
         owner = d.name[len(SLOT_DIR_PREFIX):].split("-", 1)[0]
@@ -316,6 +338,7 @@ def run_campaign_ray(
     resume: bool = False,
     on_run: Callable[[str, RunRecord | None, str], None] | None = None,
     on_nodes: Callable[[list[tuple[str, int]]], None] | None = None,
+    on_cleanup: Callable[[str, str], None] | None = None,
 ) -> list[RunRecord]:
     """Run every pending run of ``spec`` on the nodes of a Ray cluster; returns the records stored now.
 
@@ -326,6 +349,8 @@ def run_campaign_ray(
         on_run: called with (run key, None, node label) when a run starts and (run key, record,
             node label) once it is stored.
         on_nodes: called once, before any lab is deployed, with (node label, lab slots) of every node.
+        on_cleanup: called once per node after a stop signal, with (node label, what its host
+            removed, or that it did not answer and ``harness lab cleanup`` there removes the rest).
 
     Raises:
         AnibenchError: before any lab is deployed, for an unreachable cluster, a node without root
@@ -340,7 +365,7 @@ def run_campaign_ray(
     try:
         reports = _check_nodes(ray)
         with terminate_gracefully():
-            return _drive(ray, spec, store, results_dir, reports, labs_per_node, resume, on_run, on_nodes)
+            return _drive(ray, spec, store, results_dir, reports, labs_per_node, resume, on_run, on_nodes, on_cleanup)
     finally:
         ray.shutdown()
 
@@ -358,7 +383,8 @@ def lab_slots(reports: list[NodeReport], labs_per_node: int | None, variants: in
 
 def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path, reports: list[NodeReport],
            labs_per_node: int | None, resume: bool, on_run: Callable[[str, RunRecord | None, str], None] | None,
-           on_nodes: Callable[[list[tuple[str, int]]], None] | None) -> list[RunRecord]:
+           on_nodes: Callable[[list[tuple[str, int]]], None] | None,
+           on_cleanup: Callable[[str, str], None] | None = None) -> list[RunRecord]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from substrate.signals import raise_if_interrupted
@@ -435,7 +461,7 @@ def _drive(ray: Any, spec: CampaignSpec, store: CampaignStore, results_dir: Path
     except BaseException:
         stopping.set()
         store.release([k for t in st.todo.values() for k in t])  # first: a second Ctrl-C may cut _stop short
-        _stop(ray, slots)
+        _stop(ray, slots, on_cleanup)
         raise
     # every run is stored, but a slot may still be destroying its lab (after its last run): let each
     # variant end before the slots are killed, then have the hosts remove whatever is left
@@ -489,8 +515,14 @@ def _requeue(store: CampaignStore, spec: CampaignSpec, st: _State, work: queue.Q
     del st.todo[v]
 
 
-def _stop(ray: Any, slots: list[_Slot]) -> None:
-    """Kill every slot, then have every node that had one remove what they left (labs, namespaces)."""
+def _stop(ray: Any, slots: list[_Slot], on_cleanup: Callable[[str, str], None] | None = None) -> None:
+    """Kill every slot, then have every node that had one remove what they left (labs, namespaces),
+    waiting up to ``STOP_TIMEOUT_S`` for them all.
+
+    Args:
+        on_cleanup: called once per node with (node label, what its host removed, or why it did
+            not answer: then ``harness lab cleanup`` on that host removes the rest).
+    """
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     for s in slots:
@@ -500,13 +532,20 @@ def _stop(ray: Any, slots: list[_Slot]) -> None:
             except Exception:  # noqa: BLE001,S110 -- already dead
                 pass
     clean = ray.remote(num_cpus=0, max_retries=0)(_clean_host)
-    refs = [clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
+    nodes = {s.node.node_id: s.node for s in slots}
+    refs = {node_id: clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
             .remote(tuple(s.pid for s in slots if s.node.node_id == node_id and s.pid))
-            for node_id in {s.node.node_id for s in slots}]
-    try:
-        ray.get(refs, timeout=CHECK_TIMEOUT_S)
-    except Exception:  # noqa: BLE001,S110 -- a node that is gone cleans up with harness lab cleanup
-        pass
+            for node_id in nodes}
+    t0 = time.monotonic()
+    deadline = t0 + STOP_TIMEOUT_S
+    for node_id, ref in refs.items():
+        try:
+            line = f"{ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))} in {time.monotonic() - t0:.1f} s"
+        except Exception as e:  # noqa: BLE001 -- a node that is gone cleans up with harness lab cleanup
+            line = (f"did not clean up in {time.monotonic() - t0:.1f} s ({why_lost(e)}): "
+                    f"run harness lab cleanup on {nodes[node_id].host}")
+        if on_cleanup:
+            on_cleanup(nodes[node_id].label, line)
 
 
 @dataclass

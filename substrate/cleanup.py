@@ -17,7 +17,7 @@ from substrate import confine
 from substrate.backends.netns import delete_netns, kill_netns_processes, unmount_under
 from substrate.errors import SubstrateError
 from substrate.faults import clear_all
-from substrate.lab import Lab
+from substrate.lab import STAGING_SUFFIX, Lab
 from substrate.paths import LABS_DIR, NETNS_PREFIX, lab_dir
 from substrate.process import run_bounded
 from substrate.controllers import stop_all as stop_all_controllers
@@ -95,6 +95,11 @@ def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
     if LABS_DIR.is_dir():
         for d in sorted(LABS_DIR.iterdir()):
             if not d.is_dir() or not d.name.startswith(prefix):
+                continue
+            if STAGING_SUFFIX in d.name:  # a lab directory being staged (Lab.create): its creator's until renamed
+                if all_labs or not _owner_alive(d):
+                    shutil.rmtree(d, ignore_errors=True)
+                    report.labs.append(d.name)
                 continue
             try:
                 record = LabRecord.model_validate_json((d / "lab.json").read_text())

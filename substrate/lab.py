@@ -76,6 +76,10 @@ class NodeInfo:
     interfaces: list[str] = field(default_factory=list)
 
 
+#: A lab's directory is staged as NAME + this + the creating PID, then renamed to NAME.
+STAGING_SUFFIX = ".staging-"
+
+
 def validate_lab_name(name: str) -> str:
     """Return ``name`` if it is a valid lab name, else raise SubstrateError saying the rule."""
     if not LAB_NAME_RE.fullmatch(name):
@@ -143,18 +147,26 @@ class Lab:
         be.check_environment()
         LABS_DIR.mkdir(parents=True, exist_ok=True)
         d = lab_dir(name)
-        try:
-            d.mkdir()
-        except FileExistsError:
-            raise LabExistsError(
-                f"lab {name!r} already exists (harness lab down {name}; or harness lab cleanup if it is a leftover)"
-            ) from None
         record = LabRecord(
             name=name, backend=backend, owner_pid=os.getpid(), owner_start=_pid_start(os.getpid()), created_at=time.time(),
             topology=topology,
         )
+        # the directory appears with its record in it (a rename), never empty: a cleanup running
+        # beside this (another lab slot starting) would take an empty directory for a leftover
+        staging = LABS_DIR / f"{name}{STAGING_SUFFIX}{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        (staging / "lab.json").write_text(record.model_dump_json(indent=1))
+        try:
+            if d.exists():
+                raise FileExistsError(d)
+            os.rename(staging, d)  # fails (ENOTEMPTY) if another process created the lab meanwhile
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise LabExistsError(
+                f"lab {name!r} already exists (harness lab down {name}; or harness lab cleanup if it is a leftover)"
+            ) from None
         lab = cls(record)
-        lab._save()
         say = progress or (lambda _m: None)
         with terminate_gracefully():
             try:
@@ -218,6 +230,8 @@ class Lab:
         out = []
         if LABS_DIR.is_dir():
             for d in sorted(LABS_DIR.iterdir()):
+                if STAGING_SUFFIX in d.name:  # listed once renamed (Lab.create)
+                    continue
                 try:
                     out.append(LabRecord.model_validate_json((d / "lab.json").read_text()))
                 except (OSError, ValueError):

@@ -137,7 +137,10 @@ def test_ray_campaign_matches_local_and_survives_a_killed_worker(ray_cluster, tm
             p.kill()
             p.communicate()
     assert p.returncode == 130 and "resume with the same options and --resume" in " ".join(err.split()), err[-3000:]
-    assert not list(LABS_DIR.glob("ray-*")), "Ctrl-C left a lab of the cluster"  # stopped by the hosts themselves
+    # stopped by the hosts themselves, each saying what it removed (or that it did not answer)
+    assert not list(LABS_DIR.glob("ray-*")), ("Ctrl-C left a lab of the cluster", err[-3000:])
+    assert "removed " in err and "did not clean up" not in err, err[-3000:]
+    print(next(line for line in err.splitlines() if "removed " in line))  # how long the hosts took (pytest -s)
     assert all(status in ("done", "pending") for _, status in _status(db))
     p = subprocess.Popen(ray_cluster.command([*argv, "--resume"]), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = p.communicate(timeout=600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -270,6 +271,7 @@ def test_duplicate_name_is_refused_and_existing_lab_untouched(line3: Lab) -> Non
     with pytest.raises(LabExistsError, match="already exists"):
         Lab.create(Topology.from_spec("line:2"), line3.name)
     assert line3.alive() and line3.exec("r1", ["true"]).ok
+    assert not list(LABS_DIR.glob(f"{line3.name}.staging-*"))  # the refused creator's staging directory
 
 
 def test_bad_lab_name_is_refused() -> None:
@@ -330,6 +332,35 @@ def test_cleanup_removes_a_lab_up_killed_during_bringup() -> None:
     assert name in rep.labs and name not in rep.kept
     assert_gone(name)
     assert lab_processes(name) == []
+
+
+def test_a_lab_directory_being_staged_is_its_live_creators_and_a_dead_ones_is_removed(line3: Lab) -> None:
+    """A Ray host runs a cleanup as each lab slot starts, beside the other slots' bring-ups; the lab
+    directory used to exist empty for a moment (mkdir, then the record), and a cleanup in that
+    moment took it for a leftover. It is now staged with its record and renamed: a cleanup keeps
+    the staging directory of a live creator, removes a dead creator's, and never touches the lab
+    of the same name that the dead one failed to create."""
+    from substrate.lab import STAGING_SUFFIX
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    record = json.loads((LABS_DIR / line3.name / "lab.json").read_text())
+    staged = {}
+    for owner in (os.getpid(), int(dead)):
+        d = LABS_DIR / f"{line3.name}{STAGING_SUFFIX}{owner}"
+        d.mkdir()
+        (d / "lab.json").write_text(json.dumps({**record, "owner_pid": owner, "owner_start": 0, "status": "creating"}))
+        staged[owner] = d
+    try:
+        rep = cleanup(prefix=line3.name)
+        assert staged[int(dead)].name in rep.labs and not staged[int(dead)].exists()
+        assert staged[os.getpid()].is_dir() and staged[os.getpid()].name not in rep.labs
+        assert line3.name not in rep.labs and line3.alive() and line3.exec("r1", ["true"]).ok
+        assert [r.name for r in Lab.list()].count(line3.name) == 1  # a staging directory is not listed
+    finally:
+        for d in staged.values():
+            shutil.rmtree(d, ignore_errors=True)
+    assert not list(LABS_DIR.glob(f"*{STAGING_SUFFIX}*{os.getpid()}"))
 
 
 def test_cleanup_removes_crashed_labs_only() -> None:

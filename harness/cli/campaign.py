@@ -140,6 +140,7 @@ def campaign(
             progress.advance(bar)
             progress.console.print(escape(summary_line(rec)), highlight=False)
 
+        cleaned: list[str] = []
         try:
             if executor == "ray":
                 from harness.cluster import run_campaign_ray
@@ -155,13 +156,20 @@ def campaign(
                     if rec is not None:
                         progress.advance(node_bars[node])
 
+                def on_cleanup(node: str, line: str) -> None:
+                    cleaned.append(f"{node}: {line}")
+
                 run_campaign_ray(spec, store, results_dir=results, address=ray_address, labs_per_node=labs_per_node,
-                                 resume=resume, on_run=on_node_run, on_nodes=on_nodes)
+                                 resume=resume, on_run=on_node_run, on_nodes=on_nodes, on_cleanup=on_cleanup)
             else:
                 run_campaign(spec, store, results_dir=results, resume=resume, on_run=on_run,
                              on_stage=lambda m: progress.update(bar, description=escape(m)))
         except KeyboardInterrupt:
-            err.print(f"interrupted: the lab{'s were' if executor == 'ray' else ' was'} destroyed; resume with the "
+            for line in cleaned:  # what each Ray host removed, or that it did not answer
+                err.print(escape(line), highlight=False)
+            left = any("harness lab cleanup" in line for line in cleaned)
+            err.print(f"interrupted: the lab{'s were' if executor == 'ray' else ' was'} "
+                      f"{'not all destroyed (above)' if left else 'destroyed'}; resume with the "
                       f"same options and --resume (campaign {spec.campaign_id})", highlight=False)
             raise typer.Exit(130) from None
         if report:
