@@ -534,7 +534,7 @@ def _stop(ray: Any, slots: list[_Slot], on_cleanup: Callable[[str, str], None] |
     clean = ray.remote(num_cpus=0, max_retries=0)(_clean_host)
     nodes = {s.node.node_id: s.node for s in slots}
     refs = {node_id: clean.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
-            .remote(tuple(s.pid for s in slots if s.node.node_id == node_id and s.pid))
+            .remote(tuple(s.pid for s in slots if s.node.node_id == node_id and s.pid), STOP_TIMEOUT_S - 30.0)
             for node_id in nodes}
     t0 = time.monotonic()
     deadline = t0 + STOP_TIMEOUT_S
