@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from harness.agents.troubleshoot import interface_blocks, isis_fix, nat_fix, rule_fixes, shadow_fixes, sid_fix
+from harness.agents.troubleshoot import (
+    interface_blocks,
+    isis_fix,
+    nat_fix,
+    rule_fixes,
+    shadow_fixes,
+    sid_fix,
+    tenant_table,
+)
 from harness.errors import AnibenchError
 from harness.run import RunSpec, execute_run
 from harness.tasks import TASK_CLASSES, TaskClass, make_variant, register_task, skipped_levels, variant_skips
@@ -121,6 +129,16 @@ def test_nat_rule_sid_rule_and_isis_repairs() -> None:
     theirs = interface_blocks("interface eth1\n description to r4\n ipv6 router isis CORE\n isis network point-to-point\nexit\n")
     assert isis_fix("r4", mine, "r7", theirs) == ["interface eth3", "ipv6 router isis CORE", "isis network point-to-point", "exit"]
     assert isis_fix("r7", theirs, "r4", mine) == []
+
+
+def test_the_tenant_table_is_read_off_each_pes_own_ports() -> None:
+    # t5's sites: s1 on r2 eth5, s2 on r3 eth4; on r2, eth4 is t1's circuit (table 101): a port
+    # name means a circuit only on its own PE (troubleshooting variant 4 wrote t5's prefix into 101)
+    sites = {"t5s1": {"site": "t5s1", "pe": "r2", "pe_port": "eth5"}, "t5s2": {"site": "t5s2", "pe": "r3", "pe_port": "eth4"}}
+    rules6 = {"r2": [{"priority": 1000, "iif": "eth4", "table": "101"}, {"priority": 1000, "iif": "eth5", "table": "105"}],
+              "r3": [{"priority": 1000, "iif": "eth4", "table": "105"}]}
+    assert tenant_table(sites, rules6) == 105
+    assert tenant_table(sites, {"r2": rules6["r2"][:1], "r3": []}) is None  # only another tenant's eth4 on r2
 
 
 # -- the scripted operator's firewall and floating-IP splice (pure) ---------------------------------

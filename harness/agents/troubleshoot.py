@@ -239,10 +239,23 @@ def _sid_function(sid: str) -> tuple[int, int]:
 
 
 def table_of(rules6: list[dict[str, Any]], ports: set[str]) -> int | None:
-    """The tenant table: what a policy rule of one of the tenant's ports looks up."""
+    """The tenant table: what a policy rule of one of the tenant's ports looks up (``rules6``
+    and ``ports`` of one PE: a port name means a circuit only on its own PE)."""
     for r in rules6:
         if r.get("iif") in ports and str(r.get("table", "")).isdigit():
             return int(r["table"])
+    return None
+
+
+def tenant_table(sites: dict[str, dict[str, str]], rules6: dict[str, list[dict[str, Any]]]) -> int | None:
+    """The tenant's table, read off the policy rules (``ip -6 -j rule show`` per PE in
+    ``rules6``) of the tenant's attachment-circuit ports (sites.csv rows: ``pe``, ``pe_port``):
+    each PE is asked about its own ports only -- the same port name on another PE is another
+    tenant's circuit. None when no PE shows a rule of the tenant's ports."""
+    for pe in sorted(rules6):
+        own = {s["pe_port"] for s in sites.values() if s["pe"] == pe}
+        if own and (t := table_of(rules6[pe], own)) is not None:
+            return t
     return None
 
 
@@ -364,8 +377,7 @@ async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str, *,
     tenant_pes = sorted({s["pe"] for s in rep.sites.values()})
     if rep.sites:
         rules6 = {pe: await hands.json(pe, "ip -6 -j rule show") for pe in tenant_pes}
-        ports = {s["pe_port"] for s in rep.sites.values()}
-        table = next((t for pe in tenant_pes if (t := table_of(rules6[pe], ports)) is not None), None)
+        table = tenant_table(rep.sites, rules6)
         for sid in named:
             s = rep.sites[sid]
             link = await hands.json(s["pe"], f"ip -j link show dev {s['pe_port']}")
