@@ -13,6 +13,7 @@ from harness.agents.troubleshoot import (
     rule_fixes,
     shadow_fixes,
     sid_fix,
+    await_reconciled,
     tenant_table,
 )
 from harness.errors import AnibenchError
@@ -139,6 +140,37 @@ def test_the_tenant_table_is_read_off_each_pes_own_ports() -> None:
               "r3": [{"priority": 1000, "iif": "eth4", "table": "105"}]}
     assert tenant_table(sites, rules6) == 105
     assert tenant_table(sites, {"r2": rules6["r2"][:1], "r3": []}) is None  # only another tenant's eth4 on r2
+
+
+@pytest.mark.anyio
+async def test_the_wait_for_the_reconcilers_repair_is_bounded_by_time_and_spaced() -> None:
+    from harness.agents.base import Reply
+
+    class Status:  # reconcile_status on a fake clock: in sync from ``at`` seconds on
+        def __init__(self, at: float) -> None:
+            self.now, self.at, self.calls, self.pauses = 0.0, at, 0, []
+
+        async def call(self, name: str, args: dict) -> Reply:
+            assert name == "reconcile_status"
+            self.calls += 1
+            ok = self.now >= self.at
+            return Reply(ok=True, text="", data={"in_sync": ok, "recent": [{"result": "drift_reverted"}] if ok else []})
+
+        async def sleep(self, s: float) -> None:
+            self.pauses.append(s)
+            self.now += s
+
+    # a repair of ~60 s (the reconciler's pre-check pings the broken tenant until timeout) is waited for
+    st = Status(at=61.0)
+    assert await await_reconciled(st, clock=lambda: st.now, sleep=st.sleep)  # type: ignore[arg-type]
+    assert st.calls == 8 and st.pauses == [10.0] * 7
+    # never in sync: 300 s, polls 10 s apart, one last poll at the bound (31 calls: inside 40 steps)
+    st = Status(at=float("inf"))
+    assert not await await_reconciled(st, clock=lambda: st.now, sleep=st.sleep)  # type: ignore[arg-type]
+    assert st.now == 300.0 and st.calls == 31 and set(st.pauses) == {10.0}
+    st = Status(at=float("inf"))
+    assert not await await_reconciled(st, timeout_s=25.0, clock=lambda: st.now, sleep=st.sleep)  # type: ignore[arg-type]
+    assert st.pauses == [10.0, 10.0, 5.0] and st.calls == 4
 
 
 # -- the scripted operator's firewall and floating-IP splice (pure) ---------------------------------

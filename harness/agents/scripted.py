@@ -695,7 +695,7 @@ class ScriptedAgent:
         """A troubleshooting ticket (:mod:`harness.agents.troubleshoot`): diagnose and repair at
         A0/A1/A2, confirm the reconciler's repair at A3-R/A4; other levels have no reference
         (``harness.troubleshooting.INEXPRESSIBLE``) and submit with an error saying so."""
-        from harness.agents.troubleshoot import await_reconciled, troubleshoot
+        from harness.agents.troubleshoot import RECONCILE_POLL_S, RECONCILE_WAIT_S, await_reconciled, troubleshoot
 
         try:
             if ctx.level in ("A0", "A1", "A2"):
@@ -705,7 +705,9 @@ class ScriptedAgent:
                 done = await troubleshoot(tools, ctx.files, ctx.level, get_config=get_config)
                 note = "; ".join(done) or "nothing found to repair"
             elif ctx.level in ("A3-R", "A4"):
-                ok = await await_reconciled(tools)
+                # within the run's wall time and step budget (a poll is a step; submit is one more)
+                bound = min(RECONCILE_WAIT_S, ctx.time_left() - 10.0, (ctx.budget_steps - 2) * RECONCILE_POLL_S)
+                ok = await await_reconciled(tools, timeout_s=max(0.0, bound))
                 note = "reconciler in sync" if ok else "reconciler not in sync"
             else:
                 await tools.call("submit", {})
