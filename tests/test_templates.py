@@ -159,6 +159,31 @@ def test_every_template_instantiates_five_times_on_its_scenario(sc) -> None:
             assert reference_for(tid, shown, "A1") == v.reference["A1"]
 
 
+def test_the_border_pe_gets_a_spare_circuit_without_a_seed_draw(monkeypatch) -> None:
+    """When the l3vpn layer leaves no spare circuit on the peering's PE, the ebgp_peering layer
+    cables one (bgp-ce-session was refused for every instance on the default manifest); it draws
+    nothing from the seed: with ebgp_peering ahead of steering, firewall and floating IPs, their
+    records are those of a build without the spare."""
+    from substrate.scenario import build
+    from substrate.scenario.layers import ebgp_peering
+    from substrate.scenario.manifest import parse_manifest
+
+    text = (REPO / "tests" / "data" / "templates-small.yaml").read_text().replace("spare_circuits: 5", "spare_circuits: 1")
+    i, j = text.index("  - steering:"), text.index("  - ebgp_peering:")
+    m = parse_manifest(text[:i] + text[j:] + text[i:j])
+    sc = build(m, seed=1)
+    pe = sc.ebgp_peerings[0].pe
+    assert [sp.model_dump() for sp in sc.spares if sp.pe == pe] == [{"pe": pe, "pe_if": "eth7", "ce": "c12", "ce_if": "eth1"}]
+    vs = [make_template_variant("bgp-ce-session", sc, k) for k in range(DEFAULT_INSTANCES)]
+    assert {v.parameters["sp"]["ce"] for v in vs} == {"c12"}
+    monkeypatch.setattr(ebgp_peering, "spare_for_pe", lambda sc, topo, pe: (topo, list(sc.spares)))
+    plain = build(m, seed=1)
+    assert not any(sp.pe == pe for sp in plain.spares)
+    for f in ("tenants", "steering", "firewalls", "floating_ips", "ebgp_peerings", "route_leaks", "rate_limits"):
+        assert getattr(sc, f) == getattr(plain, f), f
+    assert sc.spares[:-1] == plain.spares
+
+
 @pytest.mark.lab
 def test_validate_a_sample_of_templates_in_a_real_lab(campaign_lab, tmp_path) -> None:
     """One instance of three families at A0 and A1 on the harness's shared lab: reference

@@ -47,10 +47,10 @@ from pydantic import AfterValidator, Field, field_validator
 
 from substrate import frr_daemons
 from substrate.scenario.layers.base import GenerationError, Layer, LayerParams, RecordIntent, address_plan_clash, node_cfg, register, registry
-from substrate.scenario.layers.l3vpn import ce_addr, dump, interface_block, next_free_if, overlaps
+from substrate.scenario.layers.l3vpn import attach_host, ce_addr, dump, interface_block, next_free_if, overlaps
 from substrate.scenario.layers.specs import InstanceId, Spec, distinct, link_slash64, no_zone
-from substrate.scenario.model import SID_BLOCK, EbgpPeering, Invariant, NodeConfig, Scenario
-from substrate.topology import Endpoint, Link, Node, Role
+from substrate.scenario.model import SID_BLOCK, EbgpPeering, Invariant, NodeConfig, Scenario, SpareCircuit
+from substrate.topology import Endpoint, Link, Node, Role, Topology
 
 if TYPE_CHECKING:
     from substrate.scenario.observer import Evidence, ObserveContext
@@ -309,6 +309,22 @@ class EbgpPeeringIntent(RecordIntent):
         return False
 
 
+def spare_for_pe(sc: Scenario, topo: Topology, pe: str) -> tuple[Topology, list[SpareCircuit]]:
+    """The border PE's spare attachment circuit, for tasks that add a customer-edge session
+    next to the peering (template ``bgp-ce-session``): when the l3vpn layer ran before this one
+    and left no spare circuit on ``pe``, one more CE host (``c<N+1>``, after the highest CE
+    number) is cabled to ``pe``'s next free port, after the peering's own; otherwise nothing
+    changes. Draws nothing from the seed, so the other layers' choices stay as they were.
+    Returns the topology and the scenario's spare circuits."""
+    spares = list(sc.spares)
+    before = sc.layers[: sc.layers.index("ebgp_peering")] if "ebgp_peering" in sc.layers else sc.layers
+    if "l3vpn" not in before or any(sp.pe == pe for sp in spares):
+        return topo, spares
+    n = max((int(h.name[1:]) for h in topo.hosts if h.name[:1] == "c" and h.name[1:].isdigit()), default=0)
+    topo, port = attach_host(topo, pe, f"c{n + 1}")
+    return topo, [*spares, SpareCircuit(pe=pe, pe_if=port, ce=f"c{n + 1}")]
+
+
 @register
 class EbgpPeeringClass(Layer):
     """External eBGP peering (see module docstring)."""
@@ -352,7 +368,8 @@ class EbgpPeeringClass(Layer):
             announced=[*own, "::/0", sc.pools.prefix6], accept=accept,
             advertise=[nth48(PROVIDER_SPACE, k) for k in range(params.advertise_per_density * density)], internal=[INTERNAL],
         )  # fmt: skip
-        return sc.model_copy(update={"topology": topo, "ebgp_peerings": [x]})
+        topo, spares = spare_for_pe(sc, topo, pe)
+        return sc.model_copy(update={"topology": topo, "ebgp_peerings": [x], "spares": spares})
 
     def render(self, sc: Scenario, out: dict[str, NodeConfig]) -> None:
         render_peerings(sc, out)
