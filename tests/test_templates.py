@@ -346,3 +346,15 @@ def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_
     delta = json.loads((tmp_path / "half" / CONFIG_DELTA_FILE).read_text())
     assert delta["agent"] == [f"+ {link['a']} frr isisd: interface {link['a_if']} | isis metric {metric}"], delta
     assert half.precision == 1.0 and half.recall == 0.5 and round(half.f1, 3) == 0.667, delta
+
+
+def test_an_explicit_manifest_is_honoured_by_the_task_commands() -> None:
+    """``--manifest manifests/srv6-brownfield.yaml`` was silently replaced by the templates'
+    small manifest (the default's value could not be told from an explicit one)."""
+    from harness.cli.campaign import DEFAULT_MANIFEST, TEMPLATE_MANIFEST, task_manifest
+
+    assert task_manifest(True, DEFAULT_MANIFEST, None) == (DEFAULT_MANIFEST, 2)
+    assert task_manifest(True, None, None) == (TEMPLATE_MANIFEST, 1)
+    assert task_manifest(True, None, 3) == (TEMPLATE_MANIFEST, 3)
+    assert task_manifest(False, None, None) == (DEFAULT_MANIFEST, 2)
+    assert task_manifest(False, "x.yaml", 1) == ("x.yaml", 1)

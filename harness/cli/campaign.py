@@ -32,6 +32,16 @@ def _opts(values: list[str] | None) -> dict[str, str]:
     return out_
 
 
+def task_manifest(template: bool, manifest: str | None, density: int | None) -> tuple[str, int]:
+    """The manifest and density a task command builds its scenario from: what was given; when
+    no ``--manifest`` was given, :data:`TEMPLATE_MANIFEST` for a protocol template (density 1
+    unless ``--density``) and :data:`DEFAULT_MANIFEST` for a task class (density 2 unless given).
+    An explicit ``--manifest`` is honoured even when it names the default manifest."""
+    if manifest is None:
+        return (TEMPLATE_MANIFEST, density or 1) if template else (DEFAULT_MANIFEST, density or 2)
+    return manifest, density or 2
+
+
 def _manifest_path(manifest: str) -> str:
     p = Path(manifest)
     if not p.exists():
@@ -208,8 +218,10 @@ def task_show(
     task_class: Annotated[str, typer.Argument(help="Task class.")],
     variant: Annotated[int, typer.Option(help="Variant index.")] = 0,
     seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
-    density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
-    manifest: Annotated[str, typer.Option(help="Scenario manifest.")] = DEFAULT_MANIFEST,
+    density: Annotated[int | None, typer.Option(min=1, help="State density (default 2; a template on its default "
+                                                "manifest: 1).")] = None,
+    manifest: Annotated[str | None, typer.Option(help=f"Scenario manifest (default {DEFAULT_MANIFEST}; a template: "
+                                                 f"{TEMPLATE_MANIFEST}).")] = None,
     reveal: Annotated[bool, typer.Option(help="Also list the hidden test cases.")] = False,
 ) -> None:
     """Show one variant: the prompt, the attached files, and how many hidden checks it has."""
@@ -218,11 +230,12 @@ def task_show(
 
     from harness.templates.tasks import is_template
 
-    if is_template(task_class):  # a template's instances share one scenario (NetConfArena V-A3)
-        path = TEMPLATE_MANIFEST if manifest == DEFAULT_MANIFEST else manifest
-        sc = build(load_manifest(_manifest_path(path)), seed=seed, density=density if path == manifest else 1)
+    template = is_template(task_class)
+    path, dens = task_manifest(template, manifest, density)
+    if template:  # a template's instances share one scenario (NetConfArena V-A3)
+        sc = build(load_manifest(_manifest_path(path)), seed=seed, density=dens)
     else:
-        sc = build(load_manifest(_manifest_path(manifest)), seed=seed + variant, density=density)
+        sc = build(load_manifest(_manifest_path(path)), seed=seed + variant, density=dens)
     v = make_variant(task_class, sc, variant)
     out.print(f"[bold]prompt[/]\n{escape(v.prompt)}\n")
     for name, text in v.files.items():
@@ -244,9 +257,10 @@ def task_validate(
     variants: Annotated[int | None, typer.Option(min=1, help="Variants to validate (default 3; a template: its 5 "
                                                  "instances).")] = None,
     seed: Annotated[int, typer.Option(min=0, help="Scenario seed of variant 0.")] = 7,
-    density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
-    manifest: Annotated[str, typer.Option(help="Scenario manifest (a template: default "
-                                          f"{TEMPLATE_MANIFEST}).")] = DEFAULT_MANIFEST,
+    density: Annotated[int | None, typer.Option(min=1, help="State density (default 2; a template on its default "
+                                                "manifest: 1).")] = None,
+    manifest: Annotated[str | None, typer.Option(help=f"Scenario manifest (default {DEFAULT_MANIFEST}; a template: "
+                                                 f"{TEMPLATE_MANIFEST}).")] = None,
     lab: Annotated[str | None, typer.Option(help="A template: validate on this deployed scenario lab instead of "
                                             "deploying one.")] = None,
 ) -> None:
@@ -266,7 +280,9 @@ def task_validate(
     levels = parse_ani_settings(_csv(ani))
     from harness.templates.tasks import is_template
 
-    if is_template(task_class):
+    template = is_template(task_class)
+    manifest, density = task_manifest(template, manifest, density)
+    if template:
         _validate_template(task_class, [str(x) for x in levels], instances=variants_given or 5, seed=seed,
                            density=density, manifest=manifest, lab_name=lab)
         return
@@ -322,8 +338,7 @@ def _validate_template(name: str, levels: list[str], *, instances: int, seed: in
             lab = Lab.attach(lab_name)
             sc = load_scenario(lab)
         else:
-            path = TEMPLATE_MANIFEST if manifest == DEFAULT_MANIFEST else manifest
-            sc = build(load_manifest(_manifest_path(path)), seed=seed, density=density if path == manifest else 1)
+            sc = build(load_manifest(_manifest_path(manifest)), seed=seed, density=density)
             with err.status("deploying the scenario"):
                 lab = stack.enter_context(deploy_scenario(sc, f"validate-{os.getpid() % 100000}"))
         rows = validate_template(lab, sc, name, levels, Path(tmp), instances=instances)
