@@ -87,6 +87,21 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     (GOOD.replace("test_cases:", "setup:\n  - {node: r1, sh: 'true', daemons: [bgpdx]}\ntest_cases:"),
      "t.yaml:10: setup.0.daemons: unknown FRR daemon(s) bgpdx"),
     ("!!python/object/apply:os.system ['true']\n", "t.yaml:1: YAML: could not determine a constructor"),
+    # aliases: recursive (was a RecursionError), an alias bomb (was a hang), nesting too deep
+    ("id: x\nparameters: &p {a: *p}\n", "t.yaml:2: YAML: recursive alias *p"),
+    ("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(f"{b}: &{b} [{','.join(['*' + a] * 10)}]\n" for a, b in zip("abc", "bcd"))
+     + "e: [" + ",".join(["*d"] * 10) + "]\n", "t.yaml:4: YAML: more than 10000 nodes with aliases expanded"),
+    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "t.yaml:1: YAML: nested deeper than 32 levels"),
+    (GOOD.replace("{range: [40, 60], step: 10}", "{range: [0, 1048576]}"),
+     "t.yaml:6: parameters.metric: range [0, 1048576] with step 1 has 1048577 values; at most 2^20"),
+    (GOOD.replace("  metric: {range", "  routers: {choice: [1]}\n  metric: {range"),
+     "t.yaml:6: parameters.routers: parameter name 'routers' is a registry function's name"),
+    (GOOD.replace("  metric: {range", "  usid: {choice: [1]}\n  metric: {range"),
+     "t.yaml:6: parameters.usid: parameter name 'usid' is a registry function's name"),
+    (GOOD.replace("  metric: {range", "  item: {choice: [1]}\n  metric: {range"),
+     "t.yaml:6: parameters.item: parameter name 'item' is reserved for the harness"),
+    (GOOD.replace("  metric: {range", "  none: {choice: [1]}\n  metric: {range"),
+     "t.yaml:6: parameters.none: parameter name 'none' is a Jinja built-in name"),
 ])
 def test_a_malformed_template_gets_the_field_and_the_line(text: str, where: str) -> None:
     assert where in _bad(text)
@@ -130,6 +145,17 @@ def test_an_unsatisfiable_template_is_refused_with_the_parameter_and_the_reason(
     nocap = ValueRegistry(sc, capabilities=frozenset({"zebra"}))
     with pytest.raises(InstantiationRefused, match="the devices lack isisd"):
         instantiate(templates()["isis-metric"], sc, 0, registry=nocap)
+
+
+def test_a_malformed_file_is_left_out_of_the_library_with_its_error(tmp_path) -> None:
+    from harness.templates.tasks import broken_templates
+
+    (tmp_path / "demo.yaml").write_text(GOOD)
+    (tmp_path / "latin.yaml").write_bytes(b"id: latin\nfamily: isis\ntitle: caf\xe9\n")
+    assert list(templates(tmp_path)) == ["demo"]
+    assert broken_templates(tmp_path) == {"latin": f"{tmp_path / 'latin.yaml'}:3: not UTF-8 text (byte 0xe9 at offset 33): "
+                                                   "a template file is UTF-8 YAML"}
+    assert broken_templates() == {}  # the shipped library
 
 
 def test_the_registry_offers_free_values_and_real_transit_paths(sc) -> None:

@@ -199,7 +199,7 @@ def task_list() -> None:
     the protocol templates (harness/templates/library)."""
     from harness.tasks import TASK_CLASSES
     from harness.templates.schema import LEVELS
-    from harness.templates.tasks import templates
+    from harness.templates.tasks import broken_templates, templates
 
     t = Table("class", "kind", "request (prompt template, identical across variants)", "no reference at")
     for c in TASK_CLASSES.values():
@@ -210,6 +210,11 @@ def task_list() -> None:
         levels = [lv for lv in LEVELS if tpl.cannot(lv) is None]
         t.add_row(name, tpl.family, escape(tpl.title), ", ".join(tpl.requires.layers) or "-", ", ".join(levels))
     out.print(t)
+    bad = broken_templates()
+    for why in bad.values():
+        err.print(f"template file left out: {why}", highlight=False, markup=False)
+    if bad:
+        raise typer.Exit(1)
 
 
 @task_app.command("show")

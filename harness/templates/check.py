@@ -10,11 +10,14 @@
 - every test case's ``kind`` is an observer check kind (substrate.scenario.observer: its own,
   the service classes' and the device checks), and test case ids are distinct;
 - a reference solution uses only parameters the agent is shown (not ``hidden`` ones): the
-  scripted operator derives it from the ticket alone.
+  scripted operator derives it from the ticket alone;
+- a parameter's name is an identifier and not :data:`RESERVED` (a registry function, a Jinja
+  built-in, a name the harness binds).
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import jinja2
@@ -26,7 +29,14 @@ if TYPE_CHECKING:
     from harness.templates.schema import Parameter, Template
 
 #: Jinja built-in names allowed in expressions besides parameters and registry functions.
-JINJA_NAMES = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none"})
+JINJA_NAMES = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop", "true", "false", "none",
+                         "True", "False", "None"})
+#: Names a parameter may not take: the registry functions, the Jinja built-ins and what the
+#: harness binds itself (``__template__`` while drawing; ``usid`` in references; a test case's
+#: default ``as``, ``item``; Jinja's ``self``, ``varargs``, ``kwargs``).
+RESERVED = frozenset(ValueRegistry.FUNCTIONS) | JINJA_NAMES | {"__template__", "usid", "item", "self", "varargs", "kwargs"}
+#: A parameter's name: an identifier that Jinja reads as a name (no leading underscore).
+PARAM_RE = r"[A-Za-z][A-Za-z0-9_]*"
 
 
 def check_kinds() -> frozenset[str]:
@@ -77,6 +87,11 @@ def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
         return used
 
     for name, p in t.parameters.items():
+        if name in RESERVED or not re.fullmatch(PARAM_RE, name):
+            why = (f"a registry function's name (the parameter would hide {name}())" if name in ValueRegistry.FUNCTIONS else
+                   "a Jinja built-in name" if name in JINJA_NAMES else
+                   "reserved for the harness" if name in RESERVED else f"not a name expressions can use ({PARAM_RE})")
+            problems.append((("parameters", name), f"parameter name {name!r} is {why}"))
         for field in ("values", "derive", "where"):
             v = getattr(p, field)
             if v is not None:

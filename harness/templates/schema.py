@@ -43,6 +43,13 @@ LEVELS = ("A0", "A1", "A2", "A3-T", "A3-R", "A4")
 REQUIRED_LEVELS = ("A0", "A1")
 CANNOT = "cannot express:"
 ID_RE = r"[a-z0-9][a-z0-9-]{1,62}"
+#: Bounds of a template file's YAML (the library's largest has ~170 nodes, 5 levels): nesting
+#: depth, and nodes with every alias expanded (an alias bomb -- anchors nested in anchors --
+#: grows exponentially; a recursive alias never ends).
+MAX_DEPTH = 32
+MAX_NODES = 10_000
+#: Most values a ``range`` domain may have (Algorithm 1 lists the domain).
+MAX_RANGE = 2**20
 
 
 class TemplateError(AnibenchError):
@@ -50,11 +57,12 @@ class TemplateError(AnibenchError):
 
 
 class InstantiationRefused(AnibenchError):
-    """A template cannot be instantiated on a scenario (message names the parameter and why)."""
+    """A template cannot be instantiated on a scenario: the message names the parameter (or
+    the ``field`` whose rendering failed, e.g. ``test_cases.2``; else the requirements) and why."""
 
-    def __init__(self, template: str, parameter: str | None, reason: str):
-        self.template, self.parameter, self.reason = template, parameter, reason
-        where = f"parameter {parameter!r}" if parameter else "requirements"
+    def __init__(self, template: str, parameter: str | None, reason: str, *, field: str | None = None):
+        self.template, self.parameter, self.reason, self.field = template, parameter, reason, field
+        where = f"parameter {parameter!r}" if parameter else field or "requirements"
         super().__init__(f"template {template}: {where}: {reason}")
 
 
@@ -84,6 +92,9 @@ class Parameter(_M):
             raise ValueError(f"give exactly one domain of values, choice, range, derive (got {', '.join(given) or 'none'})")
         if self.range is not None and self.range[0] > self.range[1]:
             raise ValueError(f"range {list(self.range)} is empty (lo > hi)")
+        if self.range is not None and (n := (self.range[1] - self.range[0]) // self.step + 1) > MAX_RANGE:
+            raise ValueError(f"range {list(self.range)} with step {self.step} has {n} values; at most 2^20 ({MAX_RANGE}): "
+                             "narrow it or raise the step")
         if self.choice is not None and not self.choice:
             raise ValueError("choice is empty")
         return self
@@ -220,6 +231,49 @@ def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[int, str, in
     return None
 
 
+def _bounded(text: str, source: str) -> None:
+    """Refuse YAML that nests deeper than :data:`MAX_DEPTH`, holds a recursive alias (an alias
+    inside its own anchor's node), or has more than :data:`MAX_NODES` nodes with aliases
+    expanded -- before anything builds the (recursive or exponential) structure. Reads PyYAML's
+    event stream, which is flat (no recursion).
+
+    Raises:
+        TemplateError: ``SOURCE:LINE: YAML: ...`` at the offending node; yaml.YAMLError for
+            a syntax error (the caller reports it).
+    """
+    open_: list[list[Any]] = []  # collections being read: [anchor, nodes so far, itself included]
+    sizes: dict[str, int] = {}  # anchor -> nodes of its node, aliases expanded
+    done = 0  # nodes of the top-level collections read so far
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = ev.start_mark.line + 1
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            open_.append([ev.anchor, 1])
+            if len(open_) > MAX_DEPTH:
+                raise TemplateError(f"{source}:{line}: YAML: nested deeper than {MAX_DEPTH} levels")
+            n = 0
+        elif isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, n = open_.pop()
+            if anchor:
+                sizes[anchor] = n
+        elif isinstance(ev, yaml.AliasEvent):
+            if any(c[0] == ev.anchor for c in open_):
+                raise TemplateError(f"{source}:{line}: YAML: recursive alias *{ev.anchor} (inside its own anchor &{ev.anchor})")
+            n = sizes.get(ev.anchor, 1)
+        elif isinstance(ev, yaml.ScalarEvent):
+            n = 1
+            if ev.anchor:
+                sizes[ev.anchor] = 1
+        else:
+            continue
+        if n:
+            if open_:
+                open_[-1][1] += n
+            else:
+                done += n
+        if done + sum(c[1] for c in open_) > MAX_NODES:
+            raise TemplateError(f"{source}:{line}: YAML: more than {MAX_NODES} nodes with aliases expanded (an alias bomb?)")
+
+
 def parse_template(text: str, source: str = "<template>") -> Template:
     """Parse and check one template file's text (see :mod:`harness.templates.check` for the
     checks that need the expressions: names, dependencies, levels).
@@ -229,6 +283,7 @@ def parse_template(text: str, source: str = "<template>") -> Template:
             malformed field, or a semantic error (harness.templates.check).
     """
     try:
+        _bounded(text, source)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -261,7 +316,15 @@ def load_template(path: str | Path) -> Template:
     """Read and parse one template file.
 
     Raises:
-        TemplateError, OSError.
+        TemplateError: malformed, or not UTF-8 text (the file and line of the first bad byte).
+        OSError: unreadable.
     """
     p = Path(path)
-    return parse_template(p.read_text(), str(p))
+    data = p.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise TemplateError(f"{p}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}): a template "
+                            "file is UTF-8 YAML") from None
+    return parse_template(text, str(p))

@@ -26,7 +26,7 @@ from pydantic import Field
 from harness.errors import AnibenchError
 from harness.tasks import Changes, SetupStep, TaskVariant
 from harness.templates.instantiate import instantiate
-from harness.templates.schema import Template, load_template
+from harness.templates.schema import Template, TemplateError, load_template
 from substrate.scenario.model import Scenario
 
 LIBRARY = "library"
@@ -53,30 +53,42 @@ def library_dir() -> Path:
 
 
 @functools.cache
-def _library(directory: str) -> dict[str, Template]:
+def _library(directory: str) -> tuple[dict[str, Template], dict[str, str]]:
+    """(id -> template, file stem -> why the file was left out) of ``directory``'s ``*.yaml``:
+    a malformed file (not UTF-8, bad YAML, a bad field, an id that is not its name or is taken)
+    is left out with its error, so the others stay usable."""
     out: dict[str, Template] = {}
+    bad: dict[str, str] = {}
     for p in sorted(Path(directory).glob("*.yaml")):
-        t = load_template(p)
+        try:
+            t = load_template(p)
+        except (AnibenchError, OSError) as e:
+            bad[p.stem] = str(e) if isinstance(e, AnibenchError) else f"{p}: cannot read: {e.strerror or e}"
+            continue
         if t.id in out:
-            raise AnibenchError(f"{p}: template id {t.id!r} is also {out[t.id].source}")
-        if t.id != p.stem:
-            raise AnibenchError(f"{p}: a template's file is named after its id ({t.id}.yaml)")
-        out[t.id] = t
-    return out
+            bad[p.stem] = f"{p}: template id {t.id!r} is also {out[t.id].source}"
+        elif t.id != p.stem:
+            bad[p.stem] = f"{p}: a template's file is named after its id ({t.id}.yaml)"
+        else:
+            out[t.id] = t
+    return out, bad
 
 
 def templates(directory: str | Path | None = None) -> dict[str, Template]:
-    """Every template of the library (id -> template), parsed once per process.
+    """Every well-formed template of the library (id -> template), parsed once per process; the
+    malformed files are left out (:func:`broken_templates` says why)."""
+    return _library(str(directory or library_dir()))[0]
 
-    Raises:
-        TemplateError: a malformed file (file, line, field). AnibenchError: two files with one id.
-    """
-    return _library(str(directory or library_dir()))
+
+def broken_templates(directory: str | Path | None = None) -> dict[str, str]:
+    """File stem -> the error of each template file of the library left out (file, line, field)."""
+    return _library(str(directory or library_dir()))[1]
 
 
 def is_template(name: str) -> bool:
-    """Whether ``name`` is a template's id."""
-    return name in templates()
+    """Whether ``name`` is a template's id (or the name of a template file left out as
+    malformed: using it reports the file's error)."""
+    return name in templates() or name in broken_templates()
 
 
 def request_doc(template: str, shown: dict[str, Any]) -> str:
@@ -94,6 +106,8 @@ def make_template_variant(name: str, sc: Scenario, variant: int, *, fault_seed: 
     from harness.tasks import DESIGN_MD
 
     lib = templates()
+    if name in broken_templates():
+        raise TemplateError(broken_templates()[name])
     if name not in lib:
         raise AnibenchError(f"unknown template {name!r}; known: {', '.join(sorted(lib))}")
     t = lib[name]
