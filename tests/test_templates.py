@@ -147,6 +147,61 @@ def test_an_unsatisfiable_template_is_refused_with_the_parameter_and_the_reason(
         instantiate(templates()["isis-metric"], sc, 0, registry=nocap)
 
 
+def test_python_errors_in_expressions_name_the_field_and_the_template(sc) -> None:
+    t = parse_template(GOOD.replace('"metric {{ metric }} on', '"metric {{ metric // (metric - metric) }} on'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: prompt: rendering failed: ZeroDivisionError"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: ["{{ metric < link.a }}"]'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: rendering failed: TypeError: '<' not supported"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace("other.name not in [link.a, link.b]", "(metric // 0) > 0"))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: parameter 'other': its constraint .* could not be "
+                                                   r"evaluated: ZeroDivisionError"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace('"isis metric {{ metric }}"]}', '"isis metric {{ metric.x() }}"]}'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: reference.A1: rendering failed: 'int object' has no attribute 'x'"):
+        instantiate(t, sc, 0)
+
+
+def test_algorithm_1_backs_up_and_keeps_what_it_drew_without_backing_up(sc) -> None:
+    import random
+
+    from harness.templates.instantiate import resolve_all
+
+    # instances that need no backing up are Algorithm 1's plain draws, one Random(seed) in order
+    t = parse_template(GOOD)
+    for i in range(DEFAULT_INSTANCES):
+        got = instantiate(t, sc, i)
+        rng = random.Random(got.seed)
+        reg = ValueRegistry(sc)
+        link = rng.choice(reg.core_links())
+        metric = rng.choice([40, 50, 60])
+        other = rng.choice([r for r in reg.routers() if r["name"] not in (link["a"], link["b"])])
+        assert got.parameters == {"link": link, "metric": metric, "other": other}
+    # a draw that leaves a later domain empty is taken back: only a == 7 lets b through
+    two = textwrap.dedent("""\
+        id: demo
+        family: isis
+        title: demo
+        parameters:
+          a: {choice: [1, 2, 3, 4, 5, 6, 7, 8]}
+          b: {choice: [40], where: "a == 7"}
+        prompt: "{{ a }} {{ b }}"
+        test_cases: [{id: x, kind: output_check, params: {node: r1, command: "show version", contains: ["{{ a }}"]}}]
+        reference: {A0: {r1: ["true"]}, A1: {r1: ["true"]}}
+        """)
+    t = parse_template(two)
+    firsts = [random.Random(f"template/demo/{sc.seed}/{i}").choice(range(1, 9)) for i in range(DEFAULT_INSTANCES)]
+    assert any(f != 7 for f in firsts)  # the plain draw refused these (parameter 'b')
+    assert [instantiate(t, sc, i).parameters["a"] for i in range(DEFAULT_INSTANCES)] == [7] * DEFAULT_INSTANCES
+    # no combination: the first refusal met; the search is bounded
+    t = parse_template(two.replace("a == 7", "a == 9"))
+    with pytest.raises(InstantiationRefused, match=r"parameter 'b': none of the 1 value\(s\) of its domain satisfies 'a == 9'$"):
+        instantiate(t, sc, 0)
+    with pytest.raises(InstantiationRefused, match=r"parameter 'b': .*\(and no other combination found within 3 draws\)"):
+        resolve_all(t, ValueRegistry(sc), "s", max_draws=3)
+
+
 def test_a_malformed_file_is_left_out_of_the_library_with_its_error(tmp_path) -> None:
     from harness.templates.tasks import broken_templates
 

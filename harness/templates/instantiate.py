@@ -6,7 +6,9 @@ in rounds: each round resolves every parameter whose dependencies are resolved (
 lines 7-23); a round that resolves none raises "unresolved dependency". ``Resolve`` draws,
 with a :class:`random.Random` seeded by (template, scenario seed, instance), one value of the
 parameter's domain that satisfies its ``where`` and differs from its ``distinct_from`` values; a
-domain left empty refuses the instance, naming the parameter and the reason. The artifacts are
+domain left empty by earlier draws makes the search back up and draw other values of the
+earlier parameters (bounded: :data:`MAX_DRAWS`); a template no combination satisfies is
+refused, naming the parameter and the reason. The artifacts are
 then rendered (line 25): the prompt and request file, the customer-side setup, the hidden test
 cases, the damage checks (every baseline invariant the task does not change), and the
 reference solutions per level.
@@ -17,8 +19,10 @@ parameter is drawn.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import random
+from collections.abc import Iterator
 from typing import Any
 
 import jinja2
@@ -51,6 +55,12 @@ class Instance(BaseModel):
         description="Level -> device -> commands, or 'cannot express: reason' (hidden from the agent).")
 
 
+def failure(e: BaseException) -> str:
+    """What went wrong evaluating a template expression: Jinja's message, or the Python error
+    an expression raised (``ZeroDivisionError: division by zero``)."""
+    return str(e) if isinstance(e, jinja2.TemplateError) else f"{type(e).__name__}: {e}"
+
+
 def _candidates(name: str, p: Parameter, ctx: dict[str, Any]) -> list[Any]:
     if p.choice is not None:
         return list(p.choice)
@@ -64,37 +74,52 @@ def _candidates(name: str, p: Parameter, ctx: dict[str, Any]) -> list[Any]:
     return list(vals)
 
 
-def resolve(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg: ValueRegistry,
-            rng: random.Random) -> Any:
-    """Draw parameter ``name`` (Algorithm 1, ``Resolve``).
+def domain(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg: ValueRegistry) -> list[Any]:
+    """The values parameter ``name`` may take given the ``resolved`` ones: its domain, kept to
+    the candidates that satisfy its ``where`` and differ from its ``distinct_from`` values.
 
     Raises:
         InstantiationRefused: the domain is empty, or no candidate satisfies the constraints
-            (the message says which and gives the domain's size).
+            (the message says which and gives the domain's size), or an expression failed.
     """
     ctx = {**reg.globals(), **resolved, "__template__": template}
     try:
         cands = _candidates(name, p, ctx)
-    except jinja2.TemplateError as e:
-        raise InstantiationRefused(template, name, f"its domain could not be evaluated: {e}") from None
+    except InstantiationRefused:
+        raise
+    except Exception as e:  # noqa: BLE001 - any error of the template's expression is the template's
+        raise InstantiationRefused(template, name, f"its domain could not be evaluated: {failure(e)}") from None
     if not cands:
         raise InstantiationRefused(template, name, f"the domain {p.values or p.choice or p.range!r} is empty on this scenario")
     kept = cands
     if p.where is not None:
         try:
             kept = [c for c in cands if expression(p.where, {**ctx, name: c})]
-        except jinja2.TemplateError as e:
-            raise InstantiationRefused(template, name, f"its constraint {p.where!r} could not be evaluated: {e}") from None
+        except Exception as e:  # noqa: BLE001
+            raise InstantiationRefused(template, name, f"its constraint {p.where!r} could not be evaluated: {failure(e)}") from None
         if not kept:
             raise InstantiationRefused(template, name, f"none of the {len(cands)} value(s) of its domain satisfies {p.where!r}")
     if p.distinct_from:
-        others = [expression(d, ctx) for d in p.distinct_from]
+        try:
+            others = [expression(d, ctx) for d in p.distinct_from]
+        except Exception as e:  # noqa: BLE001
+            raise InstantiationRefused(template, name, f"its distinct_from could not be evaluated: {failure(e)}") from None
         before = len(kept)
         kept = [c for c in kept if c not in others]
         if not kept:
             raise InstantiationRefused(template, name, f"each of the {before} value(s) left equals one of "
                                                        f"{', '.join(p.distinct_from)} (distinctness)")
-    return rng.choice(kept)
+    return kept
+
+
+def resolve(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg: ValueRegistry,
+            rng: random.Random) -> Any:
+    """Draw parameter ``name`` (Algorithm 1, ``Resolve``): one value of :func:`domain`.
+
+    Raises:
+        InstantiationRefused: see :func:`domain`.
+    """
+    return rng.choice(domain(template, name, p, resolved, reg))
 
 
 def check_requirements(t: Template, sc: Scenario, reg: ValueRegistry) -> None:
@@ -107,31 +132,78 @@ def check_requirements(t: Template, sc: Scenario, reg: ValueRegistry) -> None:
         raise InstantiationRefused(t.id, None, f"the devices lack {', '.join(lacking)}")
 
 
-def resolve_all(t: Template, reg: ValueRegistry, seed: str) -> dict[str, Any]:
-    """Algorithm 1 lines 3-23: every parameter, in rounds of those whose dependencies are resolved.
+#: Most values Algorithm 1 draws for one instance while backing up (a bound on the search).
+MAX_DRAWS = 10_000
+
+
+def resolution_order(t: Template) -> list[str]:
+    """The parameters in the order Algorithm 1 resolves them (lines 7-23): rounds of those
+    whose dependencies are resolved, each round in the template's order.
 
     Raises:
-        InstantiationRefused: a parameter cannot be drawn, or a round resolves nothing
-            (unresolved dependency).
+        InstantiationRefused: a round resolves nothing (unresolved dependency).
     """
-    rng = random.Random(seed)
     names = set(t.parameters)
-    resolved: dict[str, Any] = {}
+    order: list[str] = []
     pending = list(t.parameters.items())
     while pending:
         nxt, r = [], 0
         for name, spec in pending:
-            if dependencies(name, spec, names) <= resolved.keys():
-                resolved[name] = resolve(t.id, name, spec, resolved, reg, rng)
+            if dependencies(name, spec, names) <= set(order):
+                order.append(name)
                 r += 1
             else:
                 nxt.append((name, spec))
         if r == 0:
             raise InstantiationRefused(t.id, nxt[0][0], "unresolved dependency: "
-                                       + "; ".join(f"{n} needs {', '.join(sorted(dependencies(n, s, names) - resolved.keys()))}"
+                                       + "; ".join(f"{n} needs {', '.join(sorted(dependencies(n, s, names) - set(order)))}"
                                                    for n, s in nxt))
         pending = nxt
-    return resolved
+    return order
+
+
+def resolve_all(t: Template, reg: ValueRegistry, seed: str, *, max_draws: int = MAX_DRAWS) -> dict[str, Any]:
+    """Algorithm 1 lines 3-23: every parameter in :func:`resolution_order`, each drawn from its
+    :func:`domain` with one ``random.Random(seed)``. When a parameter's domain is left empty by
+    the values drawn before it, the search backs up: the latest parameter draws another of its
+    values not yet tried (depth first), at most ``max_draws`` values in all. The first draws are
+    Algorithm 1's own, so an instance that needs no backing up is what the plain draw gives.
+
+    Raises:
+        InstantiationRefused: no combination of values satisfies the constraints (the first
+            refusal met: the parameter and why), or ``max_draws`` were drawn without finding one.
+    """
+    rng = random.Random(seed)
+    order = resolution_order(t)
+    first: list[InstantiationRefused] = []
+    draws = 0
+
+    def search(k: int, resolved: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal draws
+        if k == len(order):
+            return resolved
+        name = order[k]
+        try:
+            left = domain(t.id, name, t.parameters[name], resolved, reg)
+        except InstantiationRefused as e:
+            first.append(e)
+            return None
+        while left:
+            if draws >= max_draws:
+                why = first[0].reason if first else "no value fits"
+                raise InstantiationRefused(t.id, first[0].parameter if first else name,
+                                           f"{why} (and no other combination found within {max_draws} draws)")
+            draws += 1
+            value = left.pop(rng.choice(range(len(left))))  # the same draw as rng.choice(left)
+            got = search(k + 1, {**resolved, name: value})
+            if got is not None:
+                return got
+        return None
+
+    got = search(0, {})
+    if got is None:
+        raise first[0]
+    return got
 
 
 def reference_context(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -154,22 +226,35 @@ def render_reference(t: Template, shown: dict[str, Any]) -> dict[str, dict[str, 
         sol = t.reference[level]
         assert isinstance(sol, dict)
         devices: dict[str, list[str]] = {}
-        for dev, cmds in sol.items():
-            d = str(render(dev, ctx))
-            lines = [ln for c in cmds for ln in str(render(c, ctx)).splitlines() if ln.strip()]
-            devices.setdefault(d, []).extend(lines)
+        with _field(t, f"reference.{level}"):
+            for dev, cmds in sol.items():
+                d = str(render(dev, ctx))
+                lines = [ln for c in cmds for ln in str(render(c, ctx)).splitlines() if ln.strip()]
+                devices.setdefault(d, []).extend(lines)
         out[level] = devices
     return out
 
 
+@contextlib.contextmanager
+def _field(t: Template, field: str) -> Iterator[None]:
+    """Turn an error rendering ``field`` of ``t`` into InstantiationRefused naming the field."""
+    try:
+        yield
+    except InstantiationRefused:
+        raise
+    except Exception as e:  # noqa: BLE001 - any error of the template's expressions is the template's
+        raise InstantiationRefused(t.id, None, f"rendering failed: {failure(e)}", field=field) from None
+
+
 def _test_cases(t: Template, ctx: dict[str, Any]) -> list[Invariant]:
     out: list[Invariant] = []
-    for tc in t.test_cases:
-        items = [None] if tc.each is None else list(expression(tc.each, ctx))
-        for it in items:
-            c = ctx if tc.each is None else {**ctx, tc.as_: it}
-            out.append(Invariant(id=f"template/{t.id}/{render(tc.id, c)}", kind=tc.kind, service=f"template/{t.id}",
-                                 params=render(tc.params, c), description=str(render(tc.description, c))))
+    for i, tc in enumerate(t.test_cases):
+        with _field(t, f"test_cases.{i}"):
+            items = [None] if tc.each is None else list(expression(tc.each, ctx))
+            for it in items:
+                c = ctx if tc.each is None else {**ctx, tc.as_: it}
+                out.append(Invariant(id=f"template/{t.id}/{render(tc.id, c)}", kind=tc.kind, service=f"template/{t.id}",
+                                     params=render(tc.params, c), description=str(render(tc.description, c))))
     return out
 
 
@@ -186,15 +271,18 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     params = resolve_all(t, reg, seed)
     shown = {k: v for k, v in params.items() if not t.parameters[k].hidden}
     ctx = {**reg.globals(), **params}
-    try:
+    with _field(t, "prompt"):
         prompt = str(render(t.prompt, ctx)).strip()
-        setup = [{"node": str(render(s.node, ctx)), "sh": str(render(s.sh, ctx)), "why": s.why, "daemons": list(s.daemons)}
-                 for s in t.setup]
-        tests = _test_cases(t, ctx)
-        patterns = [str(render(p, ctx)) for p in t.invalidates]
-        reference = render_reference(t, shown)
-    except jinja2.TemplateError as e:
-        raise InstantiationRefused(t.id, None, f"rendering failed: {e}") from None
+    setup = []
+    for i, s in enumerate(t.setup):
+        with _field(t, f"setup.{i}"):
+            setup.append({"node": str(render(s.node, ctx)), "sh": str(render(s.sh, ctx)), "why": s.why, "daemons": list(s.daemons)})
+    tests = _test_cases(t, ctx)
+    patterns = []
+    for i, p in enumerate(t.invalidates):
+        with _field(t, f"invalidates.{i}"):
+            patterns.append(str(render(p, ctx)))
+    reference = render_reference(t, shown)
     damage = [i for i in sc.invariants if not any(fnmatch.fnmatchcase(i.id, p) for p in patterns)]
     return Instance(template=t.id, family=t.family, instance=instance, seed=seed, parameters=params, shown=shown,
                     prompt=prompt, setup=setup, test_cases=tests, damage_checks=damage, reference=reference)
