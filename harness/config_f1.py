@@ -148,7 +148,8 @@ def reference_delta(lab: Lab, variant_key: str, apply: list[tuple[str, list[str]
     Leaves the lab in the reference's state (every run resets first).
 
     Raises:
-        SubstrateError: the reset failed. RuntimeError: a reference command failed.
+        SubstrateError: the reset failed. RuntimeError: a setup step or a reference command
+            failed (nothing is cached; the run's config F1 is then not measured, and says why).
     """
     from substrate.scenario.deploy import reset
 
@@ -157,7 +158,9 @@ def reference_delta(lab: Lab, variant_key: str, apply: list[tuple[str, list[str]
         return set(json.loads(cache.read_text()))
     reset(lab)
     for node, argv in setup:
-        lab.exec(node, argv, timeout_s=10)
+        r = lab.exec(node, argv, timeout_s=10)  # as the run does it (harness.run)
+        if not r.ok:  # without the customer side the reference's delta is not the task's
+            raise RuntimeError(f"a setup step failed on {node}, so the reference delta cannot be measured: {r.summary()}")
     for node, lines in apply:
         r = lab.sh(node, "\n".join(["set -e", *lines]), timeout_s=60)
         if not r.ok:

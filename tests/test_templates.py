@@ -427,6 +427,12 @@ def test_config_f1_of_real_runs_rewards_the_reference_and_not_a_detour(campaign_
     delta = json.loads((tmp_path / "half" / CONFIG_DELTA_FILE).read_text())
     assert delta["agent"] == [f"+ {link['a']} frr isisd: interface {link['a_if']} | isis metric {metric}"], delta
     assert half.precision == 1.0 and half.recall == 0.5 and round(half.f1, 3) == 0.667, delta
+    # a customer-side setup step that fails: the reference delta is refused, not measured without it
+    from harness.config_f1 import REFERENCE_DIR, reference_delta
+
+    with pytest.raises(RuntimeError, match=f"a setup step failed on {pe}, so the reference delta cannot be measured"):
+        reference_delta(lab, "setup-fails", [], [(pe, ["false"])])
+    assert not (lab.dir / REFERENCE_DIR / "setup-fails.json").exists()
 
 
 def test_an_explicit_manifest_is_honoured_by_the_task_commands() -> None:
