@@ -91,7 +91,7 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     ("id: x\nparameters: &p {a: *p}\n", "t.yaml:2: YAML: recursive alias *p"),
     ("a: &a [x,x,x,x,x,x,x,x,x,x]\n" + "".join(f"{b}: &{b} [{','.join(['*' + a] * 10)}]\n" for a, b in zip("abc", "bcd"))
      + "e: [" + ",".join(["*d"] * 10) + "]\n", "t.yaml:4: YAML: more than 10000 nodes with aliases expanded"),
-    ("a: " + "[" * 5000 + "]" * 5000 + "\n", "t.yaml:1: YAML: nested deeper than 32 levels"),
+    ("a: " + "[" * 40 + "]" * 40 + "\n", "t.yaml:1: YAML: nested deeper than 32 levels"),
     (GOOD.replace("{range: [40, 60], step: 10}", "{range: [0, 1048576]}"),
      "t.yaml:6: parameters.metric: range [0, 1048576] with step 1 has 1048577 values; at most 2^20"),
     (GOOD.replace("  metric: {range", "  routers: {choice: [1]}\n  metric: {range"),
