@@ -66,25 +66,32 @@ def has(lab: Lab, node: str, route: str) -> bool:
 
 async def test_drift_reverted_and_reconciler_lifecycle(lab: Lab, sc: Scenario, tmp_path: Path) -> None:
     """An out-of-band delete is reverted by the reconciler within a bounded number of periods; the
-    reconcile is recorded with its drift; closing the server stops the reconciler."""
+    reconcile is recorded with its drift. submit made while the repair's transaction is in flight
+    waits for it (bounded) and stops the reconciler: nothing is left half-applied and the result
+    says so; closing the server after it stops nothing more."""
     pe, route = site_route(lab, sc)
     srv = a3r(lab, tmp_path)
+    eng = Engine(lab)
     try:
         pid = int(controllers.info(lab.dir, rc.CONTROLLER)["pid"])  # type: ignore[index]
         poll("the first reconcile", lambda: status(lab).reconciles >= 1)
-        words = route.split()
-        lab.exec(pe, ["ip", "-6", "route", "del", *words[: words.index("table") + 2]], timeout_s=10)
-        assert not has(lab, pe, route)
-        before = status(lab).reconciles
-        # the route is back once the repair is applied; the reconcile is recorded after its validation
-        poll("the drift reverted and recorded", lambda: status(lab).drift_events >= 1 and has(lab, pe, route))
+        async with connect(srv) as c:
+            assert data(await c.call_tool("reconcile_status", {}))["reconciler_running"]
+            words = route.split()
+            lab.exec(pe, ["ip", "-6", "route", "del", *words[: words.index("table") + 2]], timeout_s=10)
+            assert not has(lab, pe, route)
+            before = status(lab).reconciles
+            poll("the repair in flight", lambda: bool(eng.journal.unfinished()))
+            sub = data(await c.call_tool("submit", {}))
+            # submit waited for the repair's transaction: finished, the route back, the reconciler stopped
+            assert not eng.journal.unfinished() and has(lab, pe, route), sub
+            assert not pid_alive(pid) and controllers.info(lab.dir, rc.CONTROLLER) is None
+            assert "The reconciler finished its in-flight reconcile and stopped" in sub["network"], sub
+            assert f"The devices carry HEAD (commit {Repo(lab).head()[:12]})" in sub["network"], sub  # type: ignore[index]
         st = status(lab)
-        assert st.reconciles - before <= 10
+        assert st.drift_events >= 1 and st.reconciles - before <= 10
         rec = next(r for r in rc.read_log(lab, st.epoch, 20) if r.drift)
         assert pe in rec.drift and rec.result == "drift_reverted" and pe in rec.devices, rec
-        async with connect(srv) as c:
-            s = data(await c.call_tool("reconcile_status", {}))
-            assert s["drift_events"] >= 1 and s["reconciler_running"]
     finally:
         srv.close()
     assert not pid_alive(pid) and controllers.info(lab.dir, rc.CONTROLLER) is None

@@ -38,6 +38,8 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -499,19 +501,68 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 _CHILD_LAB: dict[int, str] = {}
 
 
-def stop(lab: Lab) -> bool:
-    """Stop the lab's reconciler (it finishes or abandons its step: an abandoned transaction is
-    journaled and finished by the next one). Whether one ran."""
-    ran = controllers.stop(lab.dir, CONTROLLER)
+#: Bound on the wait for a stopped reconciler to finish its in-flight reconcile (seconds): a
+#: reconcile is one A3-T transaction, whose own steps are bounded (lock wait, device commands,
+#: capture, active validation); on this loaded 2-core machine one takes up to about a minute.
+STOP_TIMEOUT_S = 180.0
+
+
+@dataclass
+class StopReport:
+    """What stopping a lab's reconciler did (:func:`stop`)."""
+
+    #: a reconciler ran
+    ran: bool = False
+    #: it exited by itself within the bound, its in-flight reconcile (if any) finished
+    finished: bool = True
+    #: seconds waited for it
+    waited_s: float = 0.0
+    #: the bound (seconds)
+    timeout_s: float = STOP_TIMEOUT_S
+    #: what recovery did after it was killed (its transaction finished or undone), and what is left
+    recovery: list[str] = dc_field(default_factory=list)
+    #: journaled transactions still unfinished afterwards (change ids)
+    unfinished: list[str] = dc_field(default_factory=list)
+
+    def describe(self) -> str:
+        """One sentence for a tool result or a log."""
+        if not self.ran:
+            return "no reconciler was running"
+        if self.finished:
+            return f"the reconciler finished its in-flight reconcile and stopped ({self.waited_s:.1f} s)"
+        out = (f"the reconciler did not finish its in-flight reconcile within {self.timeout_s:g} s and was killed; "
+               + ("its transaction was recovered: " + "; ".join(self.recovery) if self.recovery else "no transaction was left open"))
+        if self.unfinished:
+            out += (f"; still unfinished: change {', '.join(self.unfinished)} (half-applied until a reconciler or A3-T "
+                    "server starts and finishes it, or a lab reset)")
+        return out
+
+
+def stop(lab: Lab, *, timeout_s: float = STOP_TIMEOUT_S, options: EngineOptions | None = None) -> StopReport:
+    """Stop the lab's reconciler: SIGTERM, then a wait of up to ``timeout_s`` for it to finish its
+    in-flight reconcile (the process checks for the stop between reconciles, never inside one) and
+    exit. Past the bound it is killed and its journaled transaction, if any, is finished or undone
+    here (:meth:`Engine.recover_at_start`), so that no transaction is left half-applied unless a
+    device does not answer (the report names what is left)."""
+    ran, finished, waited = controllers.stop_waiting(lab.dir, CONTROLLER, timeout_s=timeout_s)
     for p in list(_CHILDREN):
         if _CHILD_LAB.get(p.pid) == str(lab.dir) and p.poll() is None:
-            # stopped above (SIGKILL after the SIGTERM bound): reaped here, bounded, else a zombie is left
+            # stopped above (SIGKILL after the bound): reaped here, bounded, else a zombie is left
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=REAP_TIMEOUT_S)
         if p.poll() is not None:
             _CHILDREN.remove(p)
             _CHILD_LAB.pop(p.pid, None)
-    return ran
+    rep = StopReport(ran=ran, finished=finished, waited_s=waited, timeout_s=timeout_s)
+    if ran and not finished:
+        eng = Engine(lab, options or EngineOptions(holder=f"A3-R reconciler stop (pid {os.getpid()})"))
+        try:
+            rep.recovery = eng.recover_at_start()
+            rep.unfinished = [e.txn for e in eng.journal.unfinished()]
+        except (SubstrateError, OSError) as e:
+            rep.recovery = [f"recovery failed: {e}"]
+        log.warning("A3-R reconciler of %s: %s", lab.name, rep.describe())
+    return rep
 
 
 def wake(lab: Lab) -> bool:

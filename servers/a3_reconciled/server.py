@@ -70,6 +70,8 @@ class A3ROptions(BaseModel):
     capture_timeout_s: float = Field(default=8.0, gt=0, le=60)
     device_timeout_s: float = Field(default=20.0, gt=0, le=120)
     reconciler: bool = Field(default=True, description="Start the lab's reconciler with the server (tests start their own).")
+    stop_timeout_s: float = Field(default=rc.STOP_TIMEOUT_S, gt=0, le=900, description="Bound on the wait, at submit and at "
+                                  "close, for the reconciler's (or an apply's) in-flight transaction to finish (seconds).")
 
 
 ClassName = Annotated[str, Field(max_length=64, description="Service class, e.g. 'tenant_site' (see list_records).")]
@@ -150,24 +152,75 @@ def _problems(e: RecordRejected | ChangeSetRejected, what: str) -> ToolError:
     return ToolError(f"{what}:\n" + "\n".join(lines))
 
 
-def start_reconciler(server: AniServer, opts: A3ROptions) -> None:
+def start_reconciler(server: AniServer, opts: A3ROptions, engine: Engine) -> None:
     """Start the lab's reconciler process (unless ``opts.reconciler`` is false) over the server's
-    devices, stopped when the server closes (A3-R and A4).
+    devices; at ``submit`` and when the server closes, wait (bounded by ``opts.stop_timeout_s``)
+    for the transaction in flight to finish and stop the reconciler (:func:`settle`) (A3-R and A4).
 
     Raises:
         ServerSetupError: it did not start.
     """
-    if not opts.reconciler:
-        return
     lab_ = server.lab
+    if opts.reconciler:
+        try:
+            rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
+                     devices=None if server.config.devices == "all" else sorted(server.device_names),
+                     options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
+                              "device_timeout_s": opts.device_timeout_s})  # fmt: skip
+        except SubstrateError as e:
+            raise ServerSetupError(str(e)) from None
+    repo, mine = Repo(lab_), opts.reconciler
+    server.on_submit.append(lambda: settle(engine, repo, opts.stop_timeout_s, stop_reconciler=mine))
+    server.on_close.append(lambda: log.info("A3-R close: %s", settle(engine, repo, opts.stop_timeout_s, stop_reconciler=mine)))
+
+
+def settle(engine: Engine, repo: Repo, timeout_s: float, *, stop_reconciler: bool = True) -> str:
+    """Make the network final for evaluation (``submit``, server close): stop the lab's reconciler
+    (when ``stop_reconciler``: the server started it) after its in-flight reconcile
+    (:func:`servers.a3_reconciled.reconciler.stop`, bounded), then wait
+    for any other transaction in flight (an A4 apply in another thread or process holds the A3-T
+    transaction lock) within what is left of ``timeout_s`` and finish or undo any journaled
+    transaction left unfinished. Never raises for a device or lock problem.
+
+    Returns:
+        What was done and where the network stands: the repository's HEAD, the commit the devices
+        carry, and whether a transaction could not be finished within the bound (then the network
+        may be evaluated with it half-applied, and the sentence says so).
+    """
+    from substrate.locks import ConfigLockHeld
+
+    t0 = time.monotonic()
+    out = []
+    if stop_reconciler:
+        rep = rc.stop(repo.lab, timeout_s=timeout_s, options=engine.opts)
+        said = rep.describe()
+        out.append(said[:1].upper() + said[1:] + ".")
+    left = max(0.0, timeout_s - (time.monotonic() - t0))
     try:
-        rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
-                 devices=None if server.config.devices == "all" else sorted(server.device_names),
-                 options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
-                          "device_timeout_s": opts.device_timeout_s})  # fmt: skip
-    except SubstrateError as e:
-        raise ServerSetupError(str(e)) from None
-    server.on_close.append(lambda: rc.stop(lab_))
+        with engine.records.transaction_lock(f"{engine.opts.holder}: submit", left):
+            notes = engine.recover() if engine.journal.unfinished() else []
+            open_ = [e.txn for e in engine.journal.unfinished()]
+        out += [f"Recovered: {n}." for n in notes]
+        if open_:
+            out.append(f"Change {', '.join(open_)} is still unfinished (a device did not answer): the network is evaluated "
+                       "with it half-applied.")
+    except ConfigLockHeld as e:
+        out.append(f"A transaction was still running after {timeout_s:g} s ({e}): the network is evaluated while it runs.")
+    except (SubstrateError, OSError) as e:
+        out.append(f"Unfinished transactions could not be checked: {e}.")
+    try:
+        st = rc.read_status(repo.lab, engine.records.epoch())
+        head = repo.head()
+    except (SubstrateError, SourceError, OSError) as e:
+        out.append(f"The source of truth could not be read: {e}.")
+        return " ".join(out)
+    if head is not None and st.applied_commit == head:
+        out.append(f"The devices carry HEAD (commit {head[:12]}).")
+    else:
+        out.append(f"The devices carry commit {(st.applied_commit or 'none')[:12]}, not HEAD {(head or 'none')[:12]}"
+                   + (f" (HEAD failed to apply: {st.failed_message[:300]})" if st.failed_commit == head and st.failed_message else
+                      " (not reconciled yet)") + ".")  # fmt: skip
+    return " ".join(out)
 
 
 def status_of(engine: Engine, repo: Repo) -> StatusResult:
@@ -228,7 +281,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         ensure()
     except SourceError as e:
         raise ServerSetupError(f"A3-R: cannot make the source-of-truth repository: {e}") from None
-    start_reconciler(server, opts)
+    start_reconciler(server, opts, engine)
     classes = writable_classes(engine.records.base_scenario())
 
     def known_class(name: str) -> str:

@@ -140,7 +140,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
             rec.ensure_repo()
         except (SourceError, SubstrateError) as e:
             raise ServerSetupError(f"A4: cannot make the source-of-truth repository: {e}") from None
-        start_reconciler(server, opts)
+        start_reconciler(server, opts, engine)
         author = (f"agent ({config.run_id})" if config.run_id else "agent", "agent@lab.invalid")
         state.update(engine=engine, repo=rec.repo)
 
