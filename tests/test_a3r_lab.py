@@ -4,6 +4,7 @@ sleep: every wait polls the expected state with a bound."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -346,6 +347,79 @@ def test_drift_below_the_records_is_reverted(lab: Lab, sc: Scenario) -> None:
     finally:
         rc.stop(lab)
     assert not pid_alive(pid)
+
+
+def test_the_reconciler_owns_the_whole_device(lab: Lab, sc: Scenario) -> None:
+    """State no record renders is drift too (issue 13: the reconciler owns the device): a foreign
+    nft table (and one named like the probe table's with a drop chain), an FRR top-level line (the
+    concurrent writer's route), a foreign FRR stanza and a foreign line in a core interface's
+    stanza, a prohibit rule, a blackhole route in the main table, an address on lo and a core
+    port's MTU. Report-only mode lists each and changes nothing; revert mode lists each in its
+    drift report and removes it. The observer's probe table and the loss and latency faults'
+    tables (below the ANI on purpose) are left alone, judged by their content."""
+    from substrate.faults import Fault, _record, clear, inject
+    from substrate.scenario.observer import _ARRIVAL_RULESET
+
+    node = "r1"
+    core = [lk.endpoint_of(node).interface for lk in sc.topology.core_links() if node in (lk.a.node, lk.b.node)]
+    fault_node = next(lk.peer_of(node).node for lk in sc.topology.core_links() if node in (lk.a.node, lk.b.node))
+    fault_ifs = [lk.endpoint_of(fault_node).interface for lk in sc.topology.core_links() if fault_node in (lk.a.node, lk.b.node)]
+    mtu0 = lab.exec(node, ["cat", f"/sys/class/net/{core[0]}/mtu"], timeout_s=10).stdout.strip()
+    faults = [Fault(id="f1", kind="loss", step=1, duration_steps=1, target={"node": node, "interface": core[0], "percent": 0}),
+              Fault(id="f2", kind="latency", step=1, duration_steps=1, target={"node": fault_node, "interface": fault_ifs[0], "delay_ms": 50}),
+              Fault(id="f3", kind="concurrent_writer", step=1, duration_steps=1, target={"node": node})]  # fmt: skip
+    evil = "table inet anibench_probe_evil {\n chain c {\n  type filter hook input priority 0; policy drop;\n }\n}\n"
+    cmds = [["nft", "add", "table", "inet", "drift_extra"], ["nft", "-f", "-"], ["ip", "-6", "rule", "add", "pref", "5", "prohibit"],
+            ["ip", "-6", "route", "add", "blackhole", "fcbb:bb00:8::/48"], ["ip", "addr", "add", "fd99:dead::1/128", "dev", "lo"],
+            ["ip", "link", "set", core[1], "mtu", "1400"],
+            ["vtysh", "-c", "configure terminal", "-c", "route-map DRIFT permit 10", "-c", "exit", "-c", f"interface {core[0]}",
+             "-c", "bandwidth 1000"]]  # fmt: skip
+    want = ["nft table extra: inet drift_extra", "nft table extra: inet anibench_probe_evil", "rule extra: ip -6 rule priority 5 prohibit",
+            "route extra: ip -6 route blackhole fcbb:bb00:8::/48 metric 1024", "address extra: fd99:dead::1/128 dev lo",
+            f"link differs: {core[1]} mtu 1400 (baseline {mtu0})", "FRR stanza extra: route-map DRIFT permit 10",
+            f"FRR line extra: interface {core[0]} / bandwidth 1000"]  # fmt: skip
+    try:
+        for f in faults:
+            inject(lab, f, {})
+        _record(lab, faults)
+        for probe in (node, fault_node):
+            lab.check([lab.exec(probe, ["nft", "-f", "-"], input=_ARRIVAL_RULESET, timeout_s=10)])
+        for c in cmds:
+            lab.check([lab.exec(node, c, input=evil if c == ["nft", "-f", "-"] else None, timeout_s=20)])
+        writer = next(ln for ln in lab.vtysh(node, "show running-config").stdout.splitlines() if ln.startswith("ipv6 route 2001:db8:ffff"))
+        want.append(f"FRR stanza extra: {writer}")
+        before = everything(lab)
+
+        reported = rc.Reconciler(lab, mode="report", options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        lines = reported.drift.get(node, []) + [ln for ls in rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0]).values() for ln in ls]
+        assert reported.result == "drift_reported" and not reported.devices, reported
+        assert not [w for w in want if w not in lines], "\n".join(lines)
+        assert not [ln for ln in lines if "anibench_probe\n" in ln + "\n" or "anibench_fault" in ln or "mangle" in ln], lines
+        after = everything(lab)
+        assert all(before[n].same_as(after[n]) for n in before), "report-only mode changed a device"
+
+        r = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        assert r.result == "drift_reverted" and node in r.devices, r
+        shown = [ln for ls in r.drift.values() for ln in ls]
+        assert not [w for w in want if w not in shown], shown  # the drift report, made before the repair
+        left = rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0])
+        assert not left, left
+        nft = lab.exec(node, ["nft", "list", "tables"], timeout_s=10).stdout
+        assert "drift_extra" not in nft and "anibench_probe_evil" not in nft, nft
+        assert f"anibench_fault_loss_{core[0]}" in nft and "inet anibench_probe" in nft, nft  # below the ANI: kept
+        assert "mangle" in lab.exec(fault_node, ["nft", "list", "tables"], timeout_s=10).stdout
+        assert "prohibit" not in lab.exec(node, ["ip", "-6", "rule"], timeout_s=10).stdout
+        assert "fd99:dead" not in lab.exec(node, ["ip", "addr", "show", "dev", "lo"], timeout_s=10).stdout
+        assert lab.exec(node, ["cat", f"/sys/class/net/{core[1]}/mtu"], timeout_s=10).stdout.strip() == mtu0
+        frr = lab.vtysh(node, "show running-config").stdout
+        assert "route-map DRIFT" not in frr and "bandwidth 1000" not in frr and writer not in frr, frr
+    finally:
+        for f in faults:
+            with contextlib.suppress(Exception):
+                clear(lab, f, {})
+        _record(lab, [])
+        for probe in (node, fault_node):
+            lab.exec(probe, ["nft", "delete", "table", "inet", "anibench_probe"], timeout_s=10)
 
 
 def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:

@@ -47,7 +47,9 @@ from pydantic import BaseModel, Field
 
 from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
-from servers.a3_intent.planner import _frr_stanzas, drift, repair_delta, underlay_as_shown, underlay_frr, underlay_ports
+from servers.a3_intent.planner import (
+    Underlay, _frr_stanzas, drift, foreign, repair_delta, underlay_as_shown, underlay_frr, underlay_of, underlay_ports,
+)
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
 from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
@@ -185,6 +187,28 @@ class ChangeWatch:
         self.monitors = {}
 
 
+def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
+    """Who put nftables table ``table`` on ``node`` below the ANI on purpose, judged by its content
+    (``blocks``: :func:`servers.a3_intent.planner._nft_blocks`), or None: the observer's probe table
+    (:func:`substrate.scenario.observer.is_probe_table`) or an active fault's of ``active``
+    (:func:`substrate.faults.nft_table_owner`). A table of such a name holding anything else is drift."""
+    from substrate.faults import nft_table_owner
+    from substrate.scenario.observer import ARRIVAL_TABLE, is_probe_table
+
+    if table == f"inet {ARRIVAL_TABLE}" and is_probe_table(blocks):
+        return "observer"
+    return nft_table_owner(active, node, table, blocks)
+
+
+def fault_route(route: str) -> bool:
+    """Whether a canonical route is the pool-exhaustion fault's (its own protocol numbers,
+    :data:`substrate.faults.FAULT_PROTOS`): put there below the ANI on purpose, not drift."""
+    from substrate.faults import FAULT_PROTOS
+
+    w = route.split()
+    return "proto" in w and w.index("proto") + 1 < len(w) and w[w.index("proto") + 1] in {str(p) for p in FAULT_PROTOS.values()}
+
+
 def state_dir(lab: Lab) -> Path:
     return Path(lab.dir) / STATE_DIR
 
@@ -238,6 +262,7 @@ class Reconciler:
         self.watch: ChangeWatch | None = None
         self._why = ""
         self._underlay: dict[str, dict[str, set[str]]] = {}
+        self._owned: dict[str, Underlay | None] = {}
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -273,34 +298,62 @@ class Reconciler:
         routers = {n.name for n in sc.topology.routers}
         return [n for n in scanned_nodes(sc) if (n in sc.node_config or n in routers) and (self.allowed is None or n in self.allowed)]
 
+    def _baseline(self, node: str) -> tuple[Any, Any, Any]:
+        """``(baseline capture, its FRR view, the baseline's service rendering)`` of ``node`` (Nones when unknown)."""
+        from substrate.journal import FrrView
+        from substrate.scenario.deploy import load_baseline, load_scenario
+
+        try:
+            base = load_baseline(self.lab).get(node)
+            view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
+            deployed = load_scenario(self.lab).node_config.get(node)
+        except SubstrateError:
+            return None, None, None
+        return base, view, deployed
+
     def underlay(self, sc: Scenario, node: str) -> dict[str, set[str]]:
         """``node``'s underlay FRR stanzas as its FRR shows them (:func:`underlay_as_shown`, from
         the lab's baseline; cached: the underlay never changes with the records)."""
         if node not in self._underlay:
-            from substrate.journal import FrrView
-            from substrate.scenario.deploy import load_baseline, load_scenario
-
-            try:
-                base = load_baseline(self.lab).get(node)
-                view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
-                deployed = load_scenario(self.lab).node_config.get(node)
-            except SubstrateError:
-                view, deployed = None, None
+            _base, view, deployed = self._baseline(node)
             self._underlay[node] = underlay_as_shown(underlay_frr(sc, node), view, _frr_stanzas(deployed.frr) if deployed else {})
         return self._underlay[node]
+
+    def owned(self, node: str) -> Underlay | None:
+        """What ``node`` holds outside the records by design (:func:`~servers.a3_intent.planner.underlay_of`
+        of its baseline; cached), or None when the lab has no baseline of it."""
+        if node not in self._owned:
+            base, view, deployed = self._baseline(node)
+            self._owned[node] = underlay_of(base, deployed, view) if base is not None else None
+        return self._owned[node]
 
     def drift_of(self, sc: Scenario) -> dict[str, list[str]]:
         """Per device (of the desired rendering, within the allowed devices), how it differs from
         it: everything the rendering owns, the services' state and the underlay's (FRR lines,
-        ports up; :func:`~servers.a3_intent.planner.drift` with ``own_underlay``)."""
+        ports up; :func:`~servers.a3_intent.planner.drift` with ``own_underlay``), and everything
+        else the device holds that neither the records nor the baseline's underlay explain
+        (:func:`~servers.a3_intent.planner.foreign`: a table, rule, main-table route, address, FRR
+        stanza, MTU). Exempt, by content: the observer's probe table and what an active fault put
+        there below the ANI on purpose (:func:`exempt_nft`, :func:`fault_route`); the
+        concurrent-writer fault's FRR route is drift like any other (issue 13)."""
+        from substrate.faults import active_faults
+
         nodes = self.nodes(sc)
         states, _found, _errors = self.engine.scan(sc, nodes)
         views = self.engine.frr_views(nodes)
+        active = active_faults(self.lab)
         out = {}
         for n in nodes:
             if n in states:
-                lines = drift(n, sc.node_config.get(n) or NodeConfig(), states[n], frr=views.get(n), underlay=self.underlay(sc, n),
+                cfg = sc.node_config.get(n) or NodeConfig()
+                lines = drift(n, cfg, states[n], frr=views.get(n), underlay=self.underlay(sc, n),
                               own_underlay=True, underlay_links=underlay_ports(sc, n))
+                under = self.owned(n)
+                if under is not None:
+                    lines += foreign(n, cfg, states[n], under, frr=views.get(n), ports=underlay_ports(sc, n),
+                                     exempt_nft=lambda t, b, n=n: exempt_nft(active, n, t, b), exempt_route=fault_route,
+                                     underlay_heads=set(self.underlay(sc, n)))  # fmt: skip
+                lines = list(dict.fromkeys(lines))
                 if lines:
                     out[n] = lines
         return out
