@@ -18,6 +18,8 @@ from typing import Any
 from substrate.record import pid_alive, pid_start
 
 DIR = "controllers"
+#: Bound on the wait for a controller to die after SIGKILL (seconds; a loaded machine may take a moment to schedule it).
+KILL_WAIT_S = 10.0
 
 
 def _dir(lab_dir: Path | str) -> Path:
@@ -81,6 +83,9 @@ def stop_waiting(lab_dir: Path | str, name: str, *, timeout_s: float) -> tuple[b
     if pid_alive(pid, start):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while pid_alive(pid, start) and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll interval: SIGKILL takes effect when the process next runs
         return True, False, waited
     return True, True, waited
 

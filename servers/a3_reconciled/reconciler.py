@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -77,6 +78,14 @@ DRIFT_LINES = 12
 #: every this-many-th period compares the devices regardless (what no announcement covers: sysctl
 #: files outside netconf, a node whose watch could not be opened).
 DEFAULT_FULL_EVERY = 12
+#: Held (flock) by the running reconciler of a lab for its whole life: a second one exits at start.
+SINGLETON_LOCK = "reconciler.lock"
+#: Exit status of a reconciler that found another one running on its lab.
+ALREADY_RUNNING = 3
+#: Restarts of a dead reconciler its supervisor makes at most (per server).
+MAX_RESTARTS = 5
+SUPERVISOR_LOG = "supervisor.jsonl"
+SUPERVISOR_FILE = "supervisor.json"
 #: Bound on the wait for a started reconciler to register (seconds).
 START_TIMEOUT_S = 30.0
 
@@ -185,6 +194,25 @@ class ChangeWatch:
         for m in self.monitors.values():
             m.close()
         self.monitors = {}
+
+
+#: A3-T phrases that are false in an A3-R/A4 result, where "commit" is the source of truth's ->
+#: what they mean there (:func:`as_reconciled`).
+_A3T_WORDING = (
+    ("Nothing was committed.", "No device change was kept (the transaction was undone on the devices)."),
+    ("; nothing was committed", "; no device was changed"),
+    ("finished by the next apply_change_set", "finished by the next reconcile"),
+    ("the next apply_change_set", "the next reconcile"),
+)
+
+
+def as_reconciled(message: str) -> str:
+    """An A3-T transaction message (:class:`~servers.a3_intent.transaction.ChangeResult`) worded for
+    A3-R and A4, where "committed" means a commit of the source of truth: "Nothing was committed"
+    says what happened on the devices instead (the commit that asked for the change exists)."""
+    for a3t, here in _A3T_WORDING:
+        message = message.replace(a3t, here)
+    return message
 
 
 def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
@@ -423,10 +451,11 @@ class Reconciler:
                     st.applied_commit, st.failed_commit, st.failed_message = head, None, None
                     rec.result, rec.message = "applied", f"commit {head[:12]} applied as change {res.change_id}: {res.message}"
                 else:
-                    st.failed_commit, st.failed_message, st.failed_transient = head, res.message, res.transient
+                    msg = as_reconciled(res.message)
+                    st.failed_commit, st.failed_message, st.failed_transient = head, msg, res.transient
                     rec.result = "retry" if res.transient else "failed"
                     rec.message = (f"commit {head[:12]} not applied (change {res.change_id}, {res.status}); the network stays at "
-                                   f"commit {(st.applied_commit or 'baseline')[:12]}: {res.message}")  # fmt: skip
+                                   f"commit {(st.applied_commit or 'baseline')[:12]}: {msg}")  # fmt: skip
             sc, _ = self.engine.inventory()
         found = self.drift_of(sc)
         if not found:
@@ -456,7 +485,8 @@ class Reconciler:
             rec.message += f" drift on {', '.join(found)} reverted (change {res.change_id})"
         elif res.status != "no_change":
             rec.result = "retry" if res.transient else "failed"
-            rec.message += f" drift on {', '.join(found)} could not be reverted (change {res.change_id}, {res.status}): {res.message}"
+            rec.message += (f" drift on {', '.join(found)} could not be reverted (change {res.change_id}, {res.status}): "
+                            f"{as_reconciled(res.message)}")  # fmt: skip
         rec.message = rec.message.strip()
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -535,7 +565,9 @@ def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT
     logf.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while (running := controllers.info(lab.dir, CONTROLLER)) is None or int(running["pid"]) != proc.pid:
-        if proc.poll() is not None:
+        if proc.poll() == ALREADY_RUNNING and running is not None:
+            return int(running["pid"])  # another starter's reconciler holds the lab's singleton lock
+        if proc.poll() is not None and proc.returncode != ALREADY_RUNNING:
             raise SubstrateError(f"the A3-R reconciler of lab {lab.name} exited ({proc.returncode}): {_tail(d / 'reconciler.log')}")
         if time.monotonic() > deadline:
             proc.kill()
@@ -618,6 +650,132 @@ def stop(lab: Lab, *, timeout_s: float = STOP_TIMEOUT_S, options: EngineOptions 
     return rep
 
 
+class SupervisorState(BaseModel):
+    """``supervisor.json``: the reconciler's supervisor (the server that started it)."""
+
+    restarts: int = Field(default=0, description="Restarts of a dead reconciler so far (this server).")
+    max_restarts: int = MAX_RESTARTS
+    down: bool = Field(default=False, description="The reconciler died and is not restarted any more (the bound is spent).")
+    message: str = ""
+    owner_pid: int = Field(default_factory=os.getpid, description="The supervising server's pid.")
+    owner_start: int = 0
+
+
+def read_supervisor(lab: Lab) -> SupervisorState | None:
+    """The state of the lab's live supervisor, or None when none runs (none started, or its server is gone)."""
+    from substrate.record import pid_alive
+
+    try:
+        st = SupervisorState.model_validate_json((state_dir(lab) / SUPERVISOR_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return st if pid_alive(st.owner_pid, st.owner_start or None) else None
+
+
+class Supervisor:
+    """Restarts the lab's reconciler when it dies (at most ``max_restarts`` times): a thread of the
+    server that started it. Each restart is a line of ``<lab dir>/a3r/supervisor.jsonl`` (time, why
+    it died, the new pid) and counted in ``supervisor.json`` (:func:`read_supervisor`, shown by
+    reconcile_status); past the bound the reconciler stays down and the state says so and how to
+    recover. A stop (:meth:`close`, :func:`stop`) is not a death.
+
+    ``start`` starts a reconciler and returns its pid (:func:`start` with the server's options);
+    ``exit_status(pid)`` is its exit status once it ended (None while it runs)."""
+
+    def __init__(self, lab: Lab, start_fn: Any, *, max_restarts: int = MAX_RESTARTS, exit_status: Any = None,
+                 poll_s: float = 0.5):  # fmt: skip
+        self.lab = lab
+        self.start_fn = start_fn
+        self.max_restarts = max_restarts
+        self.exit_status = exit_status or _exit_status
+        self.poll_s = poll_s
+        from substrate.record import pid_start
+
+        self.state = SupervisorState(max_restarts=max_restarts, owner_start=pid_start(os.getpid()))
+        self.pid: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _write(self) -> None:
+        d = state_dir(self.lab)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{SUPERVISOR_FILE}.tmp"
+        tmp.write_text(self.state.model_dump_json())
+        tmp.replace(d / SUPERVISOR_FILE)
+
+    def _log(self, **rec: Any) -> None:
+        with open(state_dir(self.lab) / SUPERVISOR_LOG, "a") as f:
+            f.write(json.dumps({"time": time.time(), **rec}) + "\n")
+
+    def begin(self) -> int:
+        """Start the reconciler and the watching thread; returns the pid.
+
+        Raises:
+            SubstrateError: the first start failed (nothing is watched then)."""
+        self.pid = self.start_fn()
+        self._write()
+        self._thread = threading.Thread(target=self._watch, name="a3r-supervisor", daemon=True)
+        self._thread.start()
+        return self.pid
+
+    def check(self) -> None:
+        """One look: restart the reconciler if it died (bounded); what the thread does every ``poll_s``."""
+        if self.pid is None or self.state.down or self._stop.is_set():
+            return
+        status = self.exit_status(self.pid)
+        if status is None:
+            return
+        why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        for p in [p for p in _CHILDREN if p.pid == self.pid]:  # reaped: forgotten
+            _CHILDREN.remove(p)
+            _CHILD_LAB.pop(p.pid, None)
+        if self.state.restarts >= self.max_restarts:
+            self.state.down = True
+            self.state.message = (f"the reconciler {why} (pid {self.pid}) and was not restarted: it died {self.state.restarts + 1} "
+                                  f"times, past the bound of {self.max_restarts} restarts. Nothing applies commits or reverts "
+                                  "drift now; to recover, read a3r/reconciler.log in the lab directory for why it died, then "
+                                  "restart the server (a new server starts a new reconciler)")  # fmt: skip
+            self._log(event="down", pid=self.pid, why=why, restarts=self.state.restarts)
+            log.error("A3-R supervisor of %s: %s", self.lab.name, self.state.message)
+            self._write()
+            return
+        self.state.restarts += 1
+        old = self.pid
+        try:
+            self.pid = self.start_fn()
+            self.state.message = f"restart {self.state.restarts} of {self.max_restarts}: the reconciler {why} (pid {old})"
+            self._log(event="restart", n=self.state.restarts, pid=old, why=why, new_pid=self.pid)
+        except SubstrateError as e:
+            self.state.message = f"restart {self.state.restarts} of {self.max_restarts} failed: {e}"
+            self._log(event="restart_failed", n=self.state.restarts, pid=old, why=why, error=str(e))
+        log.warning("A3-R supervisor of %s: %s", self.lab.name, self.state.message)
+        self._write()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the watch must go on
+                log.error("A3-R supervisor check failed", exc_info=True)
+
+    def close(self) -> None:
+        """Stop watching (before the reconciler is stopped: a stop is not a death)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def _exit_status(pid: int) -> int | None:
+    """Exit status of a reconciler this process started (negative: the signal), None while it runs;
+    one it did not start: 0 once gone (its status cannot be known)."""
+    from substrate.record import pid_alive
+
+    for p in _CHILDREN:
+        if p.pid == pid:
+            return p.poll()
+    return None if pid_alive(pid) else 0
+
+
 def wake(lab: Lab) -> bool:
     """Tell the running reconciler to reconcile now (after a commit)."""
     return controllers.signal_controller(lab.dir, CONTROLLER, signal.SIGUSR1)
@@ -659,6 +817,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop_ev.set())
     signal.signal(signal.SIGUSR1, lambda *_: wake_ev.set())
     lab_dir = Path(lab.dir)
+    # one reconciler per lab, whoever starts it and however they race: the lock is held for the
+    # process's life and released by the kernel when it dies (kill -9 included)
+    state_dir(lab).mkdir(parents=True, exist_ok=True)
+    single = open(state_dir(lab) / SINGLETON_LOCK, "w")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(single, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = controllers.info(lab_dir, CONTROLLER)
+        log.warning("another A3-R reconciler runs on lab %s (pid %s): this one exits", lab.name, other and other.get("pid"))
+        return ALREADY_RUNNING
     controllers.register(lab_dir, CONTROLLER, a.owner)
 
     def alive() -> bool:

@@ -70,6 +70,7 @@ class A3ROptions(BaseModel):
     capture_timeout_s: float = Field(default=8.0, gt=0, le=60)
     device_timeout_s: float = Field(default=20.0, gt=0, le=120)
     reconciler: bool = Field(default=True, description="Start the lab's reconciler with the server (tests start their own).")
+    max_restarts: int = Field(default=rc.MAX_RESTARTS, ge=0, le=100, description="Restarts of a dead reconciler at most.")
     stop_timeout_s: float = Field(default=rc.STOP_TIMEOUT_S, gt=0, le=900, description="Bound on the wait, at submit and at "
                                   "close, for the reconciler's (or an apply's) in-flight transaction to finish (seconds).")
 
@@ -127,6 +128,11 @@ class StatusResult(BaseModel):
     reconciles: int
     drift_events: int
     recent: list[dict[str, Any]] = Field(description="Last reconciles, newest first (commit, result, devices, drift, duration).")
+    restarts: int = Field(default=0, description="Times the reconciler died and was restarted by its supervisor (this server).")
+    reconciler_down: str | None = Field(default=None, description="Set when the reconciler died past the restart bound: why, "
+                                        "and how to recover.")
+    summary: str = Field(default="", description="In words: the repository (HEAD) and the devices (reconciled to HEAD, "
+                         "pending, failed with the device and command, drift reported, or no reconciler running).")
 
 
 class HistoryResult(BaseModel):
@@ -161,17 +167,28 @@ def start_reconciler(server: AniServer, opts: A3ROptions, engine: Engine) -> Non
         ServerSetupError: it did not start.
     """
     lab_ = server.lab
+    sup: rc.Supervisor | None = None
     if opts.reconciler:
+        def start() -> int:
+            return rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
+                            devices=None if server.config.devices == "all" else sorted(server.device_names),
+                            options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
+                                     "device_timeout_s": opts.device_timeout_s})  # fmt: skip
+
+        sup = rc.Supervisor(lab_, start, max_restarts=opts.max_restarts)
         try:
-            rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
-                     devices=None if server.config.devices == "all" else sorted(server.device_names),
-                     options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
-                              "device_timeout_s": opts.device_timeout_s})  # fmt: skip
+            sup.begin()
         except SubstrateError as e:
             raise ServerSetupError(str(e)) from None
-    repo, mine = Repo(lab_), opts.reconciler
-    server.on_submit.append(lambda: settle(engine, repo, opts.stop_timeout_s, stop_reconciler=mine))
-    server.on_close.append(lambda: log.info("A3-R close: %s", settle(engine, repo, opts.stop_timeout_s, stop_reconciler=mine)))
+    repo = Repo(lab_)
+
+    def final() -> str:
+        if sup is not None:
+            sup.close()  # the stop that follows is not a death to restart
+        return settle(engine, repo, opts.stop_timeout_s, stop_reconciler=sup is not None)
+
+    server.on_submit.append(final)
+    server.on_close.append(lambda: log.info("A3-R close: %s", final()))
 
 
 def settle(engine: Engine, repo: Repo, timeout_s: float, *, stop_reconciler: bool = True) -> str:
@@ -232,12 +249,36 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
     last = st.last
     running = rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None
+    sup = rc.read_supervisor(lab_)
     # no reconciler: nothing watches the devices, so the last record says nothing of now
     in_sync = running and head is not None and st.applied_commit == head and last is not None and (
         not last.drift or last.result == "drift_reverted") and last.result != "retry"
     return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
                         failed_message=st.failed_message, reconciler_running=running,
-                        mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent)  # fmt: skip
+                        mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent,
+                        restarts=sup.restarts if sup else 0, reconciler_down=sup.message if sup and sup.down else None,
+                        summary=summary_of(st, head, running, in_sync, sup))  # fmt: skip
+
+
+def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync: bool, sup: rc.SupervisorState | None = None) -> str:
+    """reconcile_status in words: what the repository holds and what the devices carry."""
+    repo_ = f"repository: HEAD is commit {head[:12]}" if head else "repository: no commit yet"
+    applied = (st.applied_commit or "none")[:12]
+    last = st.last
+    if head is not None and st.failed_commit == head:
+        dev = f"devices: failed -- HEAD was not applied, they stay at commit {applied}: {st.failed_message or 'no reason recorded'}"
+    elif head is not None and st.applied_commit == head and in_sync:
+        dev = "devices: reconciled -- they carry HEAD" + (" (drift found was reverted)" if last and last.result == "drift_reverted" else "")
+    elif head is not None and st.applied_commit == head and last is not None and last.drift and last.result != "drift_reverted":
+        dev = (f"devices: HEAD applied, but drift on {', '.join(sorted(last.drift))} is "
+               + ("reported, not reverted (report-only mode)" if last.result == "drift_reported" else f"not reverted: {last.message}"))
+    else:
+        dev = f"devices: pending -- HEAD is not applied yet (they carry commit {applied})" + (
+            f"; the last reconcile is to be retried: {last.message}" if last is not None and last.result == "retry" else "")
+    if not running:
+        dev += ("; no reconciler is running, so nothing applies commits or reverts drift now"
+                + (f": {sup.message}" if sup is not None and sup.down else " (restart the server)"))
+    return f"{repo_}; {dev}."
 
 
 def history_of(repo: Repo, limit: int, skip: int) -> HistoryResult:
@@ -452,9 +493,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             except SourceError as e:
                 raise git_error(e) from None
         woken = rc.wake(lab_)
-        step = ("the reconciler applies it now: call wait (or reconcile_status) to see it applied" if woken else
-                "committed, but the lab's reconciler is not running: nothing applies it to the devices until one runs "
-                "(restart the server)")  # fmt: skip
+        sup = rc.read_supervisor(lab_)
+        step = ("committed to the repository; the devices are pending: the reconciler applies it now (call wait or "
+                "reconcile_status to see it applied or why not)" if woken else
+                "committed to the repository, but the lab's reconciler is not running: nothing applies it to the devices "
+                "until one runs" + (f" -- it is down: {sup.message}" if sup is not None and sup.down else " (restart the server)"))  # fmt: skip
         return CommitResult(commit=cid, message=message, files=files, devices_to_change=devices, next_step=step)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, title="Commit")
