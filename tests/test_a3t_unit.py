@@ -790,3 +790,15 @@ def test_exempt_tables_are_judged_by_content() -> None:
               '\t\toifname "eth2"  counter packets 3 bytes 9 queue num 4202 bypass\n\t}\n}\n')
     assert exempt_nft([lat], "r1", "ip6 mangle", _nft_blocks(mangle)) == "f2"
     assert exempt_nft([lat], "r1", "ip6 mangle", _nft_blocks(mangle.replace("queue num 4202 bypass", "drop"))) is None
+
+
+def test_a_port_the_link_down_fault_set_down_is_not_drift() -> None:
+    """A port an active link-down fault set down is the fault's (cleared by it), not drift to revert;
+    the same port down without the fault, or another port, is drift."""
+    from servers.a3_reconciled.reconciler import fault_lines
+    from substrate.faults import Fault
+
+    f = Fault(id="f1", kind="link_down", step=1, duration_steps=1, target={"node": "r1", "interface": "eth1", "peer": "r2"})
+    lines = ["link down: eth1", "link down: eth2", "route missing: ip -6 route x"]
+    assert fault_lines([f], "r1", lines) == lines[1:]
+    assert fault_lines([f], "r2", lines) == lines and fault_lines([], "r1", lines) == lines

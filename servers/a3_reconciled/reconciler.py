@@ -228,6 +228,14 @@ def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[
     return nft_table_owner(active, node, table, blocks)
 
 
+def fault_lines(active: list[Any], node: str, lines: list[str]) -> list[str]:
+    """``lines`` (drift of ``node``) less what an active fault of ``active`` made on purpose below
+    the ANI and clears itself: a port the link-down fault set down. (The concurrent writer's FRR
+    route stays drift: issue 13 has it reverted.)"""
+    down = {f"link down: {f.target.get('interface')}" for f in active if f.kind == "link_down" and f.target.get("node") == node}
+    return [ln for ln in lines if ln not in down]
+
+
 def fault_route(route: str) -> bool:
     """Whether a canonical route is the pool-exhaustion fault's (its own protocol numbers,
     :data:`substrate.faults.FAULT_PROTOS`): put there below the ANI on purpose, not drift."""
@@ -362,7 +370,7 @@ class Reconciler:
         else the device holds that neither the records nor the baseline's underlay explain
         (:func:`~servers.a3_intent.planner.foreign`: a table, rule, main-table route, address, FRR
         stanza, MTU). Exempt, by content: the observer's probe table and what an active fault put
-        there below the ANI on purpose (:func:`exempt_nft`, :func:`fault_route`); the
+        there below the ANI on purpose (:func:`exempt_nft`, :func:`fault_route`, :func:`fault_lines`); the
         concurrent-writer fault's FRR route is drift like any other (issue 13)."""
         from substrate.faults import active_faults
 
@@ -381,7 +389,7 @@ class Reconciler:
                     lines += foreign(n, cfg, states[n], under, frr=views.get(n), ports=underlay_ports(sc, n),
                                      exempt_nft=lambda t, b, n=n: exempt_nft(active, n, t, b), exempt_route=fault_route,
                                      underlay_heads=set(self.underlay(sc, n)))  # fmt: skip
-                lines = list(dict.fromkeys(lines))
+                lines = fault_lines(active, n, list(dict.fromkeys(lines)))
                 if lines:
                     out[n] = lines
         return out
