@@ -514,11 +514,14 @@ class AniServer(MCPServer):
         ) -> SubmitResult:
             """End the episode: the task is done (or abandoned) and the network is to be evaluated as it is now.
 
-            After submit every call (submit included) is refused. Counts as one step.
+            After submit every call (submit included) is refused. Counts as one step. A level whose network is still
+            changing (A3-R, A4: a reconcile in flight) first lets that change finish, bounded; the result's network
+            field then says what was done.
             """
             seq = _current_seq.get()
             server.episode.submit(seq)
-            said = [fn() for fn in server.on_submit]
+            # close() waits for these too, should the client give up on a slow submit and go away
+            said = [server.unabandoned(fn)() for fn in server.on_submit]
             return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget,
                                 network=" ".join(said) if said else None)  # fmt: skip
 
