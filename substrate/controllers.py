@@ -18,6 +18,8 @@ from typing import Any
 from substrate.record import pid_alive, pid_start
 
 DIR = "controllers"
+#: Bound on the wait for a controller to die after SIGKILL (seconds; a loaded machine may take a moment to schedule it).
+KILL_WAIT_S = 10.0
 
 
 def _dir(lab_dir: Path | str) -> Path:
@@ -59,21 +61,33 @@ def signal_controller(lab_dir: Path | str, name: str, sig: int = signal.SIGUSR1)
 
 def stop(lab_dir: Path | str, name: str, *, timeout_s: float = 5.0) -> bool:
     """Stop controller ``name`` (SIGTERM, then SIGKILL after ``timeout_s``); whether one ran."""
+    return stop_waiting(lab_dir, name, timeout_s=timeout_s)[0]
+
+
+def stop_waiting(lab_dir: Path | str, name: str, *, timeout_s: float) -> tuple[bool, bool, float]:
+    """Stop controller ``name``: SIGTERM, a wait of up to ``timeout_s`` seconds for it to exit by
+    itself (a controller ends its step first: A3-R's reconciler finishes its transaction), then
+    SIGKILL. Returns ``(ran, exited by itself within the bound, seconds waited)``."""
     data = info(lab_dir, name)
     with contextlib.suppress(OSError):
         (_dir(lab_dir) / f"{name}.json").unlink()
     if data is None:
-        return False
+        return False, True, 0.0
     pid, start = int(data["pid"]), int(data.get("start", 0))
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid, start) and time.monotonic() < deadline:
+    t0 = time.monotonic()
+    while pid_alive(pid, start) and time.monotonic() - t0 < timeout_s:
         time.sleep(0.05)  # poll interval while it finishes its step
+    waited = time.monotonic() - t0
     if pid_alive(pid, start):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return True
+        deadline = time.monotonic() + KILL_WAIT_S
+        while pid_alive(pid, start) and time.monotonic() < deadline:
+            time.sleep(0.05)  # poll interval: SIGKILL takes effect when the process next runs
+        return True, False, waited
+    return True, True, waited
 
 
 def stop_all(lab_dir: Path | str, *, orphans_only: bool = False) -> int:

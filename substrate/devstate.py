@@ -137,6 +137,8 @@ _METRIC_WORDS = {"mtu": "mtu", "advmss": "advmss", "window": "window", "rtt": "r
                  "ssthresh": "ssthresh", "cwnd": "cwnd", "initcwnd": "initcwnd", "initrwnd": "initrwnd",
                  "hoplimit": "hoplimit", "reordering": "reordering", "quickack": "quickack", "rto_min": "rto_min",
                  "fastopen_no_cookie": "fastopen_no_cookie", "congestion": "congctl"}  # fmt: skip
+#: Rule actions as ``ip -N rule`` prints them (numbers: FR_ACT_* of linux/fib_rules.h) -> their names.
+_FR_ACT = {"1": "to_tbl", "2": "goto", "3": "nop", "6": "blackhole", "7": "unreachable", "8": "prohibit"}
 _RULE_KEYS = frozenset({"priority", "not", "src", "srclen", "dst", "dstlen", "iif", "oif", "fwmark", "fwmask", "tos",
                         "dsfield", "ipproto", "sport", "dport", "table", "action", "protocol", "flags", "l3mdev",
                         "suppress_prefixlen", "suppress_ifgroup", "target", "uid_start", "uid_end", "realms",
@@ -727,6 +729,7 @@ def rule_args(rule: dict[str, Any]) -> str:
     if "suppress_ifgroup" in rule:
         parts.append(f"suppress_ifgroup {rule['suppress_ifgroup']}")
     action = rule.get("action")
+    action = _FR_ACT.get(str(action), action) if action is not None else None  # `ip -N` prints 8 for prohibit
     table = _num(rule.get("table", ""), _TABLE_NUM)
     if action in ("blackhole", "unreachable", "prohibit", "nop"):
         parts.append(action)

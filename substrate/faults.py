@@ -225,6 +225,46 @@ class FaultInjector:
         return ev
 
 
+def _loss_rule(target: dict[str, Any]) -> str:
+    return f"numgen random mod 100 < {target['percent']} drop"
+
+
+def active_faults(lab: Lab) -> list[Fault]:
+    """The faults recorded as active in the lab directory (none when the record is missing or unreadable)."""
+    try:
+        return [Fault.model_validate(x) for x in json.loads((lab.dir / FAULTS_FILE).read_text())]
+    except (OSError, ValueError):
+        return []
+
+
+def nft_table_owner(active: list[Fault], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
+    """The active fault that put nftables table ``table`` (``"FAMILY NAME"``) on ``node``, judged by
+    its content, or None: a table that holds anything else is not a fault's, whatever its name.
+
+    ``blocks`` is the table as the device lists it, normalized, block by block
+    (``{"chain egress": [lines]}``: :func:`servers.a3_intent.planner._nft_blocks`). A fault's
+    tables: the loss fault's ``netdev anibench_fault_loss_IF`` (one egress chain holding exactly
+    its ``numgen`` drop), and the latency fault's ``ip mangle`` / ``ip6 mangle`` of iptables-nft (a
+    ``POSTROUTING`` chain of policy accept whose every rule hands the packets leaving a delayed
+    interface to that fault's NFQUEUE; left empty once the fault is cleared)."""
+    body = {h: ls for h, ls in blocks.items() if h or ls}
+    for f in active:
+        t = f.target
+        if t.get("node") != node:
+            continue
+        if f.kind == "loss" and table == f"netdev {LOSS_TABLE}_{t.get('interface')}":
+            want = [f'type filter hook egress device "{t["interface"]}" priority filter; policy accept;', _loss_rule(t)]
+            if body == {"chain egress": want}:
+                return f.id
+    if table in ("ip mangle", "ip6 mangle") and set(body) == {"chain POSTROUTING"}:
+        chain = body["chain POSTROUTING"]
+        mine = {f'oifname "{f.target.get("interface")}" counter queue num {_queue_of(f)} bypass': f.id
+                for f in active if f.kind == "latency" and f.target.get("node") == node}  # fmt: skip
+        if chain[:1] == ["type filter hook postrouting priority mangle; policy accept;"] and all(r in mine for r in chain[1:]):
+            return ", ".join(dict.fromkeys(mine[r] for r in chain[1:])) or "a latency fault (cleared)"
+    return None
+
+
 def _record(lab: Lab, active: list[Fault]) -> None:
     (lab.dir / FAULTS_FILE).write_text(json.dumps([f.model_dump() for f in active]))
 
@@ -246,7 +286,7 @@ def inject(lab: Lab, f: Fault, locks: dict[str, threading.Event] | None = None) 
             f"table netdev {LOSS_TABLE}_{t['interface']} {{",
             "  chain egress {",
             f"    type filter hook egress device \"{t['interface']}\" priority 0; policy accept;",
-            f"    numgen random mod 100 < {t['percent']} drop",
+            f"    {_loss_rule(t)}",
             "  }",
             "}",
         ])
@@ -360,9 +400,8 @@ def restart_daemons(lab: Lab, node: str, dead: list[str], *, load_config: bool =
 def clear_all(lab: Lab) -> list[str]:
     """Clear the faults recorded as active in the lab directory (after a crash). Returns what was done."""
     path = lab.dir / FAULTS_FILE
-    try:
-        active = [Fault.model_validate(x) for x in json.loads(path.read_text())]
-    except (OSError, ValueError):
+    active = active_faults(lab)
+    if not active:
         return []
     done = []
     for f in active:

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 JOURNAL_DIR = "journal"
 SCHEMA_VERSION = 1
 
-ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "nft", "sysctl", "frr", "qdisc"]
+ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc"]
 Phase = Literal["applying", "validating", "rolling_back", "rolled_back", "committed", "abandoned"]
 FINISHED: frozenset[str] = frozenset({"rolled_back", "committed", "abandoned"})
 #: Value of a present rule, address or FRR line (absent: None).
@@ -87,7 +87,7 @@ class Item(BaseModel):
     Keys and values per kind: ``route4|route6``: the route key (:func:`substrate.routes.route_key`)
     -> the canonical route (``route add`` arguments); ``rule4|rule6``: the rule (``rule add``
     arguments) -> ``present``; ``address``: ``ADDR/LEN dev IF`` -> ``present``; ``link``: the
-    interface -> ``up|down``; ``nft``: the table (``inet tenant_fw``) -> its ``nft list`` text;
+    interface -> ``up|down``; ``mtu``: the interface -> its MTU (decimal); ``nft``: the table (``inet tenant_fw``) -> its ``nft list`` text;
     ``sysctl``: the path under /proc/sys -> the value; ``frr``: ``<stanza head>\\t<line>`` ->
     ``present``; ``qdisc``: the interface -> its root qdisc
     (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default).
@@ -104,7 +104,7 @@ class Item(BaseModel):
             head, _, line = self.key.partition(_FRR_SEP)
             return f"FRR '{head} / {line}'" if head else f"FRR '{line}'"
         names = {"route4": "ip -4 route", "route6": "ip -6 route", "rule4": "ip -4 rule", "rule6": "ip -6 rule",
-                 "address": "address", "link": "link", "nft": "nft table", "sysctl": "sysctl", "qdisc": "root qdisc of"}  # fmt: skip
+                 "address": "address", "link": "link", "mtu": "MTU of", "nft": "nft table", "sysctl": "sysctl", "qdisc": "root qdisc of"}  # fmt: skip
         return f"{names[self.kind]} {self.key}"
 
 
@@ -224,6 +224,9 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
     if kind == "link":
         ln = state.links.get(key)
         return None if ln is None else ("up" if ln.up else "down")
+    if kind == "mtu":
+        ln = state.links.get(key)
+        return None if ln is None else str(ln.mtu)
     if kind == "nft":
         return nft_tables(state.nft).get(key)
     if kind == "sysctl":
@@ -259,6 +262,8 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
             want[("address", args)] = None if verb[1] == "del" else PRESENT
         elif verb == ["link", "set"] and len(rest) == 4 and rest[3] in ("up", "down"):
             want[("link", rest[2])] = rest[3]
+        elif verb == ["link", "set"] and len(rest) == 5 and rest[3] == "mtu" and rest[4].isdigit():
+            want[("mtu", rest[2])] = rest[4]
         else:
             raise ValueError(f"{delta.node}: cannot undo {cmd!r}")
     for table, text in delta.nft.items():
@@ -291,6 +296,9 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
         elif it.kind == "link":
             if v is not None:
                 (d.removals if v == "down" else d.additions).append(f"link set {it.key} {v}")
+        elif it.kind == "mtu":
+            if v is not None:
+                d.additions.append(f"link set {it.key} mtu {v}")
         elif it.kind == "nft":
             d.nft[it.key] = v
         elif it.kind == "sysctl":

@@ -701,3 +701,104 @@ def test_a3r_working_change_lists_a_delete_and_a_create_never_a_rename(tmp_path:
     assert "rename" not in repo.diff()
     repo.commit("move", ("agent", "agent@lab.invalid"))
     assert sorted(repo.log(1)[0]["files"]) == ["A records/tenant_site/t1s3.yaml", "D records/tenant_site/t1s1.yaml"]
+
+
+def test_a3r_supervisor_restarts_a_dead_reconciler_at_most_its_bound(tmp_path: Path) -> None:
+    """A reconciler that keeps dying is restarted max_restarts times, each restart logged and
+    counted; the next death leaves it down, and the state says why and how to recover."""
+    import json
+    from types import SimpleNamespace
+
+    from servers.a3_reconciled import reconciler as rc
+
+    lab = SimpleNamespace(dir=tmp_path, name="fake")
+    pids = iter(range(100, 200))
+    dead: set[int] = set()
+    sup = rc.Supervisor(lab, lambda: next(pids), max_restarts=2, exit_status=lambda pid: -9 if pid in dead else None)  # type: ignore[arg-type]
+    assert sup.begin() == 100
+    sup.close()  # the thread is not needed: check() is driven here
+    sup._stop.clear()
+    sup.check()
+    assert sup.state.restarts == 0  # alive: nothing done
+    for n in (1, 2):
+        dead.add(sup.pid)  # type: ignore[arg-type]
+        sup.check()
+        assert sup.state.restarts == n and not sup.state.down and sup.pid == 100 + n
+    dead.add(sup.pid)  # type: ignore[arg-type]
+    sup.check()
+    assert sup.state.down and sup.pid == 102 and "past the bound of 2 restarts" in sup.state.message
+    assert "restart the server" in sup.state.message and "killed by signal 9" in sup.state.message
+    lines = [json.loads(x) for x in (tmp_path / "a3r" / rc.SUPERVISOR_LOG).read_text().splitlines()]
+    assert [x["event"] for x in lines] == ["restart", "restart", "down"]
+    st = rc.read_supervisor(lab)  # type: ignore[arg-type]
+    assert st is not None and st.down and st.restarts == 2
+    sup.check()  # down: no more restarts
+    assert sup.state.restarts == 2
+
+
+def test_a3r_wording_never_says_nothing_was_committed() -> None:
+    """A3-T's "Nothing was committed" is false at A3-R/A4, where a commit exists: the devices are named instead."""
+    from servers.a3_reconciled.reconciler import as_reconciled
+
+    msg = ("rolled back: 1 regression(s) after applying; some state could not be put back: x (pending on r2: finished by the "
+           "next apply_change_set). Nothing was committed.")
+    out = as_reconciled(msg)
+    assert "Nothing was committed" not in out and "apply_change_set" not in out
+    assert "No device change was kept" in out and "finished by the next reconcile" in out
+
+
+def test_exempt_tables_are_judged_by_content() -> None:
+    """The observer's probe table and an active fault's tables are exempt from drift by what they
+    hold: a look-alike name, a drop chain in the probe table, or a loss table of another rate is not."""
+    from servers.a3_intent.planner import _nft_blocks
+    from servers.a3_reconciled.reconciler import exempt_nft
+    from substrate.faults import Fault
+
+    probe = """table inet anibench_probe {
+\tset seen4 {
+\t\ttypeof ip daddr . meta length
+\t\tsize 65535
+\t\tflags dynamic
+\t\tcounter
+\t}
+\tset seen6 {
+\t\ttypeof ip6 daddr . meta length
+\t\tflags dynamic
+\t\tcounter
+\t\telements = { ::1 . 198 counter packets 1 bytes 198 }
+\t}
+\tchain c {
+\t\ttype filter hook prerouting priority -400; policy accept;
+\t\ticmp type echo-request update @seen4 { ip daddr . meta length }
+\t\ticmpv6 type echo-request update @seen6 { ip6 daddr . meta length }
+\t}
+}
+"""
+    assert exempt_nft([], "r1", "inet anibench_probe", _nft_blocks(probe)) == "observer"
+    assert exempt_nft([], "r1", "inet anibench_probe_evil", _nft_blocks(probe.replace("anibench_probe", "anibench_probe_evil"))) is None
+    dropping = probe.replace("policy accept;", "policy drop;")
+    assert exempt_nft([], "r1", "inet anibench_probe", _nft_blocks(dropping)) is None
+    loss = ('table netdev anibench_fault_loss_eth1 {\n\tchain egress {\n\t\ttype filter hook egress device "eth1" priority filter; '
+            'policy accept;\n\t\tnumgen random mod 100 < 20 drop\n\t}\n}\n')
+    f = Fault(id="f1", kind="loss", step=1, duration_steps=1, target={"node": "r1", "interface": "eth1", "percent": 20})
+    assert exempt_nft([f], "r1", "netdev anibench_fault_loss_eth1", _nft_blocks(loss)) == "f1"
+    assert exempt_nft([f], "r2", "netdev anibench_fault_loss_eth1", _nft_blocks(loss)) is None  # not its node
+    assert exempt_nft([], "r1", "netdev anibench_fault_loss_eth1", _nft_blocks(loss)) is None  # no active fault
+    assert exempt_nft([f], "r1", "netdev anibench_fault_loss_eth1", _nft_blocks(loss.replace("< 20", "< 90"))) is None
+    lat = Fault(id="f2", kind="latency", step=1, duration_steps=1, target={"node": "r1", "interface": "eth2", "delay_ms": 50})
+    mangle = ('table ip6 mangle {\n\tchain POSTROUTING {\n\t\ttype filter hook postrouting priority mangle; policy accept;\n'
+              '\t\toifname "eth2"  counter packets 3 bytes 9 queue num 4202 bypass\n\t}\n}\n')
+    assert exempt_nft([lat], "r1", "ip6 mangle", _nft_blocks(mangle)) == "f2"
+    assert exempt_nft([lat], "r1", "ip6 mangle", _nft_blocks(mangle.replace("queue num 4202 bypass", "drop"))) is None
+
+
+def test_a_port_the_link_down_fault_set_down_is_not_drift() -> None:
+    """A port an active link-down fault set down is the fault's (cleared by it), not drift to revert;
+    the same port down without the fault, or another port, is drift."""
+    from servers.a3_reconciled.reconciler import fault_lines
+    from substrate.faults import Fault
+
+    f = Fault(id="f1", kind="link_down", step=1, duration_steps=1, target={"node": "r1", "interface": "eth1", "peer": "r2"})
+    lines = ["link down: eth1", "link down: eth2", "route missing: ip -6 route x"]
+    assert fault_lines([f], "r1", lines) == lines[1:]
+    assert fault_lines([f], "r2", lines) == lines and fault_lines([], "r1", lines) == lines

@@ -58,6 +58,9 @@ def test_rules_addresses_and_links_keep_what_a_command_sets() -> None:
     assert rule_args({"priority": 0, "src": "all", "table": "255", "protocol": "2"}) == "priority 0 lookup local protocol kernel"
     assert rule_args({"priority": 1000, "src": "all", "iif": "eth5", "table": "101", "protocol": "0"}) == \
         "priority 1000 iif eth5 lookup 101"  # fmt: skip
+    # `ip -N` prints a rule's action as its number (FR_ACT_*): 8 prohibit, 6 blackhole, 7 unreachable
+    for num, name in (("8", "prohibit"), ("6", "blackhole"), ("7", "unreachable")):
+        assert rule_args({"priority": 5, "src": "all", "action": num, "protocol": "0"}) == f"priority 5 {name}"
     # the network's broadcast (zebra's, `brd +`) is the plain form; flags and deprecation are not
     assert addr_args("eth5", {"family": "inet", "local": "10.0.1.1", "prefixlen": 24, "broadcast": "10.0.1.255",
                               "scope": "0", "label": "eth5"}) == "10.0.1.1/24 dev eth5"

@@ -68,6 +68,16 @@ def test_items_carry_before_values_and_undo_puts_exactly_them_back() -> None:
     assert ("link", "eth3") not in items and not any(k == ("nft", "ip other") for k in items)
 
 
+def test_a_port_mtu_is_an_item_undone_to_its_value_before() -> None:
+    """The reconciler's MTU repair (``link set IF mtu N``) is a journaled item: its before-value is
+    the captured MTU and undoing it sets that MTU back."""
+    from substrate.scenario.apply import ConfigDelta
+
+    items = jr.items_of(ConfigDelta(node="r1", additions=["link set eth3 mtu 1400"]), before_state(), None)
+    assert [(i.kind, i.key, i.before, i.after) for i in items] == [("mtu", "eth3", "1500", "1400")]
+    assert jr.delta_setting("r1", [(i, i.before) for i in items]).additions == ["link set eth3 mtu 1500"]
+
+
 def test_values_compare_in_normalized_form() -> None:
     st = before_state()
     assert jr.same_value("nft", jr.value_of(st, None, "nft", "inet tenant_fw"), TABLE)

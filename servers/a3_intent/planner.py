@@ -585,6 +585,98 @@ def drift(node: str, expected: NodeConfig, state: DeviceState, *, full: NodeConf
     return out
 
 
+@dataclass
+class Underlay:
+    """What a device holds that no service record renders: the part of its baseline (the state the
+    lab was put in from its scenario, every invariant verified) outside the baseline's service
+    rendering (:func:`underlay_of`). What :func:`foreign` accepts beside the records' rendering."""
+
+    #: route keys (:func:`substrate.routes.route_key`) of the main table, per family
+    routes: dict[int, set[str]] = field(default_factory=dict)
+    #: ``rule add`` arguments, per family
+    rules: dict[int, set[str]] = field(default_factory=dict)
+    #: global addresses (``ADDR/LEN dev IF ...``)
+    addresses: set[str] = field(default_factory=set)
+    #: nftables tables (``"FAMILY NAME"``)
+    nft_tables: set[str] = field(default_factory=set)
+    #: FRR top-level lines and stanza heads
+    frr_heads: set[str] = field(default_factory=set)
+    #: port -> MTU
+    mtu: dict[str, int] = field(default_factory=dict)
+
+
+def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView | None) -> Underlay:
+    """The :class:`Underlay` of a node from its baseline capture ``baseline`` (with ``frr``, its FRR
+    configuration then) less what the baseline's service rendering ``services`` put there (a
+    service object of the baseline may since have been deleted by a record)."""
+    svc = expected_state(baseline.node, services or NodeConfig())
+    out = Underlay()
+    for fam in (6, 4):
+        mine = {route_key(normalize_route(r)) for r in getattr(svc, f"routes{fam}")}
+        out.routes[fam] = {k for r in getattr(baseline, f"routes{fam}") if _table_of(r) is None
+                           and (k := route_key(normalize_route(r))) not in mine}  # fmt: skip
+        out.rules[fam] = set(getattr(baseline, f"rules{fam}")) - set(getattr(svc, f"rules{fam}"))
+    out.addresses = set(baseline.addresses) - set(svc.addresses)
+    out.nft_tables = set(nft_tables(baseline.nft)) - set((services or NodeConfig()).nft)
+    if frr is not None:
+        out.frr_heads = set(frr.stanzas) - set(_frr_stanzas((services or NodeConfig()).frr))
+    out.mtu = {dev: ln.mtu for dev, ln in baseline.links.items()}
+    return out
+
+
+def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *, frr: FrrView | None = None,
+            ports: list[str] | None = None, exempt_nft: Callable[[str, dict[str, list[str]]], str | None] | None = None,
+            exempt_route: Callable[[str], bool] | None = None, underlay_heads: set[str] | None = None) -> list[str]:  # fmt: skip
+    """What a device holds that neither its rendering ``full`` nor its :class:`Underlay` explains: the
+    reconciler owns the whole device (issue 13), not only what the records render (:func:`drift`
+    compares those). Found: an nftables table, a policy-routing rule, a route of the main table, a
+    global address (on any port, lo included), an FRR top-level line or stanza, and an MTU of one of
+    ``ports`` other than its baseline's.
+
+    Args:
+        exempt_nft: ``(table, blocks) -> owner or None``: a table put there on purpose below the
+            ANI (the observer's probe table, a fault's), judged by its content (:func:`_nft_blocks`).
+        exempt_route: a route (canonical form) put there on purpose (a fault's, by its protocol).
+        underlay_heads: FRR heads of the underlay rendering (:func:`underlay_frr`), also not foreign.
+
+    Returns:
+        Lines ``nft table extra: T``, ``rule extra: ip -F rule R``, ``route extra: ip -F route R``,
+        ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``
+        (:func:`repair_delta` undoes each).
+    """
+    whole = expected_state(node, full)
+    out: list[str] = []
+    for table, text in sorted(nft_tables(state.nft).items()):
+        if table in full.nft or table in under.nft_tables:
+            continue
+        if exempt_nft is not None and exempt_nft(table, _nft_blocks(text)):
+            continue
+        out.append(f"nft table extra: {table}")
+    for fam in (6, 4):
+        known = set(getattr(whole, f"rules{fam}")) | under.rules.get(fam, set())
+        out += [f"rule extra: ip -{fam} rule {r}" for r in getattr(state, f"rules{fam}") if r not in known]
+        keys = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")} | under.routes.get(fam, set())
+        for r in getattr(state, f"routes{fam}"):
+            n = normalize_route(r)
+            if _table_of(n) is None and route_key(n) not in keys and not (exempt_route and exempt_route(n)):
+                out.append(f"route extra: ip -{fam} route {n}")
+    out += [f"address extra: {a}" for a in sorted(set(state.addresses) - set(whole.addresses) - under.addresses)]
+    if frr is not None:
+        heads = set(_frr_stanzas(full.frr)) | under.frr_heads | (underlay_heads or set())
+        for h in sorted(frr.stanzas):
+            if h in heads:
+                continue
+            if h.startswith("interface "):  # FRR refuses to delete a live interface: its lines are negated
+                out += [f"FRR line extra: {h} / {ln}" for ln in sorted(frr.stanzas[h])]
+            else:
+                out.append(f"FRR stanza extra: {h}")
+    for dev in ports or []:
+        ln, base = state.links.get(dev), under.mtu.get(dev)
+        if ln is not None and base is not None and ln.mtu != base:
+            out.append(f"link differs: {dev} mtu {ln.mtu} (baseline {base})")
+    return out
+
+
 # -- the plan -----------------------------------------------------------------------------------------
 
 
@@ -670,6 +762,13 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
             (d.additions if what == "rule missing" else d.removals).append(f"-{fam} rule {'add' if what == 'rule missing' else 'del'} {rule}")
         elif what == "link down":
             d.additions.append(f"link set {rest} up")
+        elif what == "link differs" and " mtu " in rest and "(baseline " in rest:
+            dev = rest.split(" mtu ", 1)[0]
+            d.additions.append(f"link set {dev} mtu {rest.rsplit('(baseline ', 1)[1].rstrip(')')}")
+        elif what == "nft table extra":
+            d.nft[rest] = None
+        elif what == "FRR stanza extra":
+            d.frr_changes.append(("", rest, False))
         elif what == "address missing":
             d.additions.append(f"addr replace {rest}")
         elif what == "address extra":

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -38,6 +39,8 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from dataclasses import field as dc_field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -45,7 +48,9 @@ from pydantic import BaseModel, Field
 
 from servers.a3_intent.catalog import ChangeSetRejected, parse_ops
 from servers.a3_intent.inventory import scanned_nodes
-from servers.a3_intent.planner import _frr_stanzas, drift, repair_delta, underlay_as_shown, underlay_frr, underlay_ports
+from servers.a3_intent.planner import (
+    Underlay, _frr_stanzas, drift, foreign, repair_delta, underlay_as_shown, underlay_frr, underlay_of, underlay_ports,
+)
 from servers.a3_intent.transaction import Engine, EngineOptions, TransactionError
 from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
@@ -73,6 +78,14 @@ DRIFT_LINES = 12
 #: every this-many-th period compares the devices regardless (what no announcement covers: sysctl
 #: files outside netconf, a node whose watch could not be opened).
 DEFAULT_FULL_EVERY = 12
+#: Held (flock) by the running reconciler of a lab for its whole life: a second one exits at start.
+SINGLETON_LOCK = "reconciler.lock"
+#: Exit status of a reconciler that found another one running on its lab.
+ALREADY_RUNNING = 3
+#: Restarts of a dead reconciler its supervisor makes at most (per server).
+MAX_RESTARTS = 5
+SUPERVISOR_LOG = "supervisor.jsonl"
+SUPERVISOR_FILE = "supervisor.json"
 #: Bound on the wait for a started reconciler to register (seconds).
 START_TIMEOUT_S = 30.0
 
@@ -183,6 +196,55 @@ class ChangeWatch:
         self.monitors = {}
 
 
+#: A3-T phrases that are false in an A3-R/A4 result, where "commit" is the source of truth's ->
+#: what they mean there (:func:`as_reconciled`).
+_A3T_WORDING = (
+    ("Nothing was committed.", "No device change was kept (the transaction was undone on the devices)."),
+    ("; nothing was committed", "; no device was changed"),
+    ("finished by the next apply_change_set", "finished by the next reconcile"),
+    ("the next apply_change_set", "the next reconcile"),
+)
+
+
+def as_reconciled(message: str) -> str:
+    """An A3-T transaction message (:class:`~servers.a3_intent.transaction.ChangeResult`) worded for
+    A3-R and A4, where "committed" means a commit of the source of truth: "Nothing was committed"
+    says what happened on the devices instead (the commit that asked for the change exists)."""
+    for a3t, here in _A3T_WORDING:
+        message = message.replace(a3t, here)
+    return message
+
+
+def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
+    """Who put nftables table ``table`` on ``node`` below the ANI on purpose, judged by its content
+    (``blocks``: :func:`servers.a3_intent.planner._nft_blocks`), or None: the observer's probe table
+    (:func:`substrate.scenario.observer.is_probe_table`) or an active fault's of ``active``
+    (:func:`substrate.faults.nft_table_owner`). A table of such a name holding anything else is drift."""
+    from substrate.faults import nft_table_owner
+    from substrate.scenario.observer import ARRIVAL_TABLE, is_probe_table
+
+    if table == f"inet {ARRIVAL_TABLE}" and is_probe_table(blocks):
+        return "observer"
+    return nft_table_owner(active, node, table, blocks)
+
+
+def fault_lines(active: list[Any], node: str, lines: list[str]) -> list[str]:
+    """``lines`` (drift of ``node``) less what an active fault of ``active`` made on purpose below
+    the ANI and clears itself: a port the link-down fault set down. (The concurrent writer's FRR
+    route stays drift: issue 13 has it reverted.)"""
+    down = {f"link down: {f.target.get('interface')}" for f in active if f.kind == "link_down" and f.target.get("node") == node}
+    return [ln for ln in lines if ln not in down]
+
+
+def fault_route(route: str) -> bool:
+    """Whether a canonical route is the pool-exhaustion fault's (its own protocol numbers,
+    :data:`substrate.faults.FAULT_PROTOS`): put there below the ANI on purpose, not drift."""
+    from substrate.faults import FAULT_PROTOS
+
+    w = route.split()
+    return "proto" in w and w.index("proto") + 1 < len(w) and w[w.index("proto") + 1] in {str(p) for p in FAULT_PROTOS.values()}
+
+
 def state_dir(lab: Lab) -> Path:
     return Path(lab.dir) / STATE_DIR
 
@@ -236,6 +298,7 @@ class Reconciler:
         self.watch: ChangeWatch | None = None
         self._why = ""
         self._underlay: dict[str, dict[str, set[str]]] = {}
+        self._owned: dict[str, Underlay | None] = {}
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -271,34 +334,62 @@ class Reconciler:
         routers = {n.name for n in sc.topology.routers}
         return [n for n in scanned_nodes(sc) if (n in sc.node_config or n in routers) and (self.allowed is None or n in self.allowed)]
 
+    def _baseline(self, node: str) -> tuple[Any, Any, Any]:
+        """``(baseline capture, its FRR view, the baseline's service rendering)`` of ``node`` (Nones when unknown)."""
+        from substrate.journal import FrrView
+        from substrate.scenario.deploy import load_baseline, load_scenario
+
+        try:
+            base = load_baseline(self.lab).get(node)
+            view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
+            deployed = load_scenario(self.lab).node_config.get(node)
+        except SubstrateError:
+            return None, None, None
+        return base, view, deployed
+
     def underlay(self, sc: Scenario, node: str) -> dict[str, set[str]]:
         """``node``'s underlay FRR stanzas as its FRR shows them (:func:`underlay_as_shown`, from
         the lab's baseline; cached: the underlay never changes with the records)."""
         if node not in self._underlay:
-            from substrate.journal import FrrView
-            from substrate.scenario.deploy import load_baseline, load_scenario
-
-            try:
-                base = load_baseline(self.lab).get(node)
-                view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
-                deployed = load_scenario(self.lab).node_config.get(node)
-            except SubstrateError:
-                view, deployed = None, None
+            _base, view, deployed = self._baseline(node)
             self._underlay[node] = underlay_as_shown(underlay_frr(sc, node), view, _frr_stanzas(deployed.frr) if deployed else {})
         return self._underlay[node]
+
+    def owned(self, node: str) -> Underlay | None:
+        """What ``node`` holds outside the records by design (:func:`~servers.a3_intent.planner.underlay_of`
+        of its baseline; cached), or None when the lab has no baseline of it."""
+        if node not in self._owned:
+            base, view, deployed = self._baseline(node)
+            self._owned[node] = underlay_of(base, deployed, view) if base is not None else None
+        return self._owned[node]
 
     def drift_of(self, sc: Scenario) -> dict[str, list[str]]:
         """Per device (of the desired rendering, within the allowed devices), how it differs from
         it: everything the rendering owns, the services' state and the underlay's (FRR lines,
-        ports up; :func:`~servers.a3_intent.planner.drift` with ``own_underlay``)."""
+        ports up; :func:`~servers.a3_intent.planner.drift` with ``own_underlay``), and everything
+        else the device holds that neither the records nor the baseline's underlay explain
+        (:func:`~servers.a3_intent.planner.foreign`: a table, rule, main-table route, address, FRR
+        stanza, MTU). Exempt, by content: the observer's probe table and what an active fault put
+        there below the ANI on purpose (:func:`exempt_nft`, :func:`fault_route`, :func:`fault_lines`); the
+        concurrent-writer fault's FRR route is drift like any other (issue 13)."""
+        from substrate.faults import active_faults
+
         nodes = self.nodes(sc)
         states, _found, _errors = self.engine.scan(sc, nodes)
         views = self.engine.frr_views(nodes)
+        active = active_faults(self.lab)
         out = {}
         for n in nodes:
             if n in states:
-                lines = drift(n, sc.node_config.get(n) or NodeConfig(), states[n], frr=views.get(n), underlay=self.underlay(sc, n),
+                cfg = sc.node_config.get(n) or NodeConfig()
+                lines = drift(n, cfg, states[n], frr=views.get(n), underlay=self.underlay(sc, n),
                               own_underlay=True, underlay_links=underlay_ports(sc, n))
+                under = self.owned(n)
+                if under is not None:
+                    lines += foreign(n, cfg, states[n], under, frr=views.get(n), ports=underlay_ports(sc, n),
+                                     exempt_nft=lambda t, b, n=n: exempt_nft(active, n, t, b), exempt_route=fault_route,
+                                     underlay_heads=set(self.underlay(sc, n)))  # fmt: skip
+                lines = fault_lines(active, n, list(dict.fromkeys(lines)))
                 if lines:
                     out[n] = lines
         return out
@@ -368,10 +459,11 @@ class Reconciler:
                     st.applied_commit, st.failed_commit, st.failed_message = head, None, None
                     rec.result, rec.message = "applied", f"commit {head[:12]} applied as change {res.change_id}: {res.message}"
                 else:
-                    st.failed_commit, st.failed_message, st.failed_transient = head, res.message, res.transient
+                    msg = as_reconciled(res.message)
+                    st.failed_commit, st.failed_message, st.failed_transient = head, msg, res.transient
                     rec.result = "retry" if res.transient else "failed"
                     rec.message = (f"commit {head[:12]} not applied (change {res.change_id}, {res.status}); the network stays at "
-                                   f"commit {(st.applied_commit or 'baseline')[:12]}: {res.message}")  # fmt: skip
+                                   f"commit {(st.applied_commit or 'baseline')[:12]}: {msg}")  # fmt: skip
             sc, _ = self.engine.inventory()
         found = self.drift_of(sc)
         if not found:
@@ -401,7 +493,8 @@ class Reconciler:
             rec.message += f" drift on {', '.join(found)} reverted (change {res.change_id})"
         elif res.status != "no_change":
             rec.result = "retry" if res.transient else "failed"
-            rec.message += f" drift on {', '.join(found)} could not be reverted (change {res.change_id}, {res.status}): {res.message}"
+            rec.message += (f" drift on {', '.join(found)} could not be reverted (change {res.change_id}, {res.status}): "
+                            f"{as_reconciled(res.message)}")  # fmt: skip
         rec.message = rec.message.strip()
 
     # -- the loop ------------------------------------------------------------------------------------
@@ -480,7 +573,9 @@ def start(lab: Lab, *, owner_pid: int | None = None, interval_s: float = DEFAULT
     logf.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while (running := controllers.info(lab.dir, CONTROLLER)) is None or int(running["pid"]) != proc.pid:
-        if proc.poll() is not None:
+        if proc.poll() == ALREADY_RUNNING and running is not None:
+            return int(running["pid"])  # another starter's reconciler holds the lab's singleton lock
+        if proc.poll() is not None and proc.returncode != ALREADY_RUNNING:
             raise SubstrateError(f"the A3-R reconciler of lab {lab.name} exited ({proc.returncode}): {_tail(d / 'reconciler.log')}")
         if time.monotonic() > deadline:
             proc.kill()
@@ -499,19 +594,194 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 _CHILD_LAB: dict[int, str] = {}
 
 
-def stop(lab: Lab) -> bool:
-    """Stop the lab's reconciler (it finishes or abandons its step: an abandoned transaction is
-    journaled and finished by the next one). Whether one ran."""
-    ran = controllers.stop(lab.dir, CONTROLLER)
+#: Bound on the wait for a stopped reconciler to finish its in-flight reconcile (seconds): a
+#: reconcile is one A3-T transaction, whose own steps are bounded (lock wait, device commands,
+#: capture, active validation); on this loaded 2-core machine one takes up to about a minute.
+STOP_TIMEOUT_S = 180.0
+
+
+@dataclass
+class StopReport:
+    """What stopping a lab's reconciler did (:func:`stop`)."""
+
+    #: a reconciler ran
+    ran: bool = False
+    #: it exited by itself within the bound, its in-flight reconcile (if any) finished
+    finished: bool = True
+    #: seconds waited for it
+    waited_s: float = 0.0
+    #: the bound (seconds)
+    timeout_s: float = STOP_TIMEOUT_S
+    #: what recovery did after it was killed (its transaction finished or undone), and what is left
+    recovery: list[str] = dc_field(default_factory=list)
+    #: journaled transactions still unfinished afterwards (change ids)
+    unfinished: list[str] = dc_field(default_factory=list)
+
+    def describe(self) -> str:
+        """One sentence for a tool result or a log."""
+        if not self.ran:
+            return "no reconciler was running"
+        if self.finished:
+            return f"the reconciler finished its in-flight reconcile and stopped ({self.waited_s:.1f} s)"
+        out = (f"the reconciler did not finish its in-flight reconcile within {self.timeout_s:g} s and was killed; "
+               + ("its transaction was recovered: " + "; ".join(self.recovery) if self.recovery else "no transaction was left open"))
+        if self.unfinished:
+            out += (f"; still unfinished: change {', '.join(self.unfinished)} (half-applied until a reconciler or A3-T "
+                    "server starts and finishes it, or a lab reset)")
+        return out
+
+
+def stop(lab: Lab, *, timeout_s: float = STOP_TIMEOUT_S, options: EngineOptions | None = None) -> StopReport:
+    """Stop the lab's reconciler: SIGTERM, then a wait of up to ``timeout_s`` for it to finish its
+    in-flight reconcile (the process checks for the stop between reconciles, never inside one) and
+    exit. Past the bound it is killed and its journaled transaction, if any, is finished or undone
+    here (:meth:`Engine.recover_at_start`), so that no transaction is left half-applied unless a
+    device does not answer (the report names what is left)."""
+    ran, finished, waited = controllers.stop_waiting(lab.dir, CONTROLLER, timeout_s=timeout_s)
     for p in list(_CHILDREN):
         if _CHILD_LAB.get(p.pid) == str(lab.dir) and p.poll() is None:
-            # stopped above (SIGKILL after the SIGTERM bound): reaped here, bounded, else a zombie is left
+            # stopped above (SIGKILL after the bound): reaped here, bounded, else a zombie is left
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=REAP_TIMEOUT_S)
         if p.poll() is not None:
             _CHILDREN.remove(p)
             _CHILD_LAB.pop(p.pid, None)
-    return ran
+    rep = StopReport(ran=ran, finished=finished, waited_s=waited, timeout_s=timeout_s)
+    if ran and not finished:
+        eng = Engine(lab, options or EngineOptions(holder=f"A3-R reconciler stop (pid {os.getpid()})"))
+        try:
+            rep.recovery = eng.recover_at_start()
+            rep.unfinished = [e.txn for e in eng.journal.unfinished()]
+        except (SubstrateError, OSError) as e:
+            rep.recovery = [f"recovery failed: {e}"]
+        log.warning("A3-R reconciler of %s: %s", lab.name, rep.describe())
+    return rep
+
+
+class SupervisorState(BaseModel):
+    """``supervisor.json``: the reconciler's supervisor (the server that started it)."""
+
+    restarts: int = Field(default=0, description="Restarts of a dead reconciler so far (this server).")
+    max_restarts: int = MAX_RESTARTS
+    down: bool = Field(default=False, description="The reconciler died and is not restarted any more (the bound is spent).")
+    message: str = ""
+    owner_pid: int = Field(default_factory=os.getpid, description="The supervising server's pid.")
+    owner_start: int = 0
+
+
+def read_supervisor(lab: Lab) -> SupervisorState | None:
+    """The state of the lab's live supervisor, or None when none runs (none started, or its server is gone)."""
+    from substrate.record import pid_alive
+
+    try:
+        st = SupervisorState.model_validate_json((state_dir(lab) / SUPERVISOR_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return st if pid_alive(st.owner_pid, st.owner_start or None) else None
+
+
+class Supervisor:
+    """Restarts the lab's reconciler when it dies (at most ``max_restarts`` times): a thread of the
+    server that started it. Each restart is a line of ``<lab dir>/a3r/supervisor.jsonl`` (time, why
+    it died, the new pid) and counted in ``supervisor.json`` (:func:`read_supervisor`, shown by
+    reconcile_status); past the bound the reconciler stays down and the state says so and how to
+    recover. A stop (:meth:`close`, :func:`stop`) is not a death.
+
+    ``start`` starts a reconciler and returns its pid (:func:`start` with the server's options);
+    ``exit_status(pid)`` is its exit status once it ended (None while it runs)."""
+
+    def __init__(self, lab: Lab, start_fn: Any, *, max_restarts: int = MAX_RESTARTS, exit_status: Any = None,
+                 poll_s: float = 0.5):  # fmt: skip
+        self.lab = lab
+        self.start_fn = start_fn
+        self.max_restarts = max_restarts
+        self.exit_status = exit_status or _exit_status
+        self.poll_s = poll_s
+        from substrate.record import pid_start
+
+        self.state = SupervisorState(max_restarts=max_restarts, owner_start=pid_start(os.getpid()))
+        self.pid: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _write(self) -> None:
+        d = state_dir(self.lab)
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{SUPERVISOR_FILE}.tmp"
+        tmp.write_text(self.state.model_dump_json())
+        tmp.replace(d / SUPERVISOR_FILE)
+
+    def _log(self, **rec: Any) -> None:
+        with open(state_dir(self.lab) / SUPERVISOR_LOG, "a") as f:
+            f.write(json.dumps({"time": time.time(), **rec}) + "\n")
+
+    def begin(self) -> int:
+        """Start the reconciler and the watching thread; returns the pid.
+
+        Raises:
+            SubstrateError: the first start failed (nothing is watched then)."""
+        self.pid = self.start_fn()
+        self._write()
+        self._thread = threading.Thread(target=self._watch, name="a3r-supervisor", daemon=True)
+        self._thread.start()
+        return self.pid
+
+    def check(self) -> None:
+        """One look: restart the reconciler if it died (bounded); what the thread does every ``poll_s``."""
+        if self.pid is None or self.state.down or self._stop.is_set():
+            return
+        status = self.exit_status(self.pid)
+        if status is None:
+            return
+        why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        for p in [p for p in _CHILDREN if p.pid == self.pid]:  # reaped: forgotten
+            _CHILDREN.remove(p)
+            _CHILD_LAB.pop(p.pid, None)
+        if self.state.restarts >= self.max_restarts:
+            self.state.down = True
+            self.state.message = (f"the reconciler {why} (pid {self.pid}) and was not restarted: it died {self.state.restarts + 1} "
+                                  f"times, past the bound of {self.max_restarts} restarts. Nothing applies commits or reverts "
+                                  "drift now; to recover, read a3r/reconciler.log in the lab directory for why it died, then "
+                                  "restart the server (a new server starts a new reconciler)")  # fmt: skip
+            self._log(event="down", pid=self.pid, why=why, restarts=self.state.restarts)
+            log.error("A3-R supervisor of %s: %s", self.lab.name, self.state.message)
+            self._write()
+            return
+        self.state.restarts += 1
+        old = self.pid
+        try:
+            self.pid = self.start_fn()
+            self.state.message = f"restart {self.state.restarts} of {self.max_restarts}: the reconciler {why} (pid {old})"
+            self._log(event="restart", n=self.state.restarts, pid=old, why=why, new_pid=self.pid)
+        except SubstrateError as e:
+            self.state.message = f"restart {self.state.restarts} of {self.max_restarts} failed: {e}"
+            self._log(event="restart_failed", n=self.state.restarts, pid=old, why=why, error=str(e))
+        log.warning("A3-R supervisor of %s: %s", self.lab.name, self.state.message)
+        self._write()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - the watch must go on
+                log.error("A3-R supervisor check failed", exc_info=True)
+
+    def close(self) -> None:
+        """Stop watching (before the reconciler is stopped: a stop is not a death)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def _exit_status(pid: int) -> int | None:
+    """Exit status of a reconciler this process started (negative: the signal), None while it runs;
+    one it did not start: 0 once gone (its status cannot be known)."""
+    from substrate.record import pid_alive
+
+    for p in _CHILDREN:
+        if p.pid == pid:
+            return p.poll()
+    return None if pid_alive(pid) else 0
 
 
 def wake(lab: Lab) -> bool:
@@ -555,6 +825,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop_ev.set())
     signal.signal(signal.SIGUSR1, lambda *_: wake_ev.set())
     lab_dir = Path(lab.dir)
+    # one reconciler per lab, whoever starts it and however they race: the lock is held for the
+    # process's life and released by the kernel when it dies (kill -9 included)
+    state_dir(lab).mkdir(parents=True, exist_ok=True)
+    single = open(state_dir(lab) / SINGLETON_LOCK, "w")  # noqa: SIM115 - held until exit
+    try:
+        fcntl.flock(single, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = controllers.info(lab_dir, CONTROLLER)
+        log.warning("another A3-R reconciler runs on lab %s (pid %s): this one exits", lab.name, other and other.get("pid"))
+        return ALREADY_RUNNING
     controllers.register(lab_dir, CONTROLLER, a.owner)
 
     def alive() -> bool:

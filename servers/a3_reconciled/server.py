@@ -70,6 +70,9 @@ class A3ROptions(BaseModel):
     capture_timeout_s: float = Field(default=8.0, gt=0, le=60)
     device_timeout_s: float = Field(default=20.0, gt=0, le=120)
     reconciler: bool = Field(default=True, description="Start the lab's reconciler with the server (tests start their own).")
+    max_restarts: int = Field(default=rc.MAX_RESTARTS, ge=0, le=100, description="Restarts of a dead reconciler at most.")
+    stop_timeout_s: float = Field(default=rc.STOP_TIMEOUT_S, gt=0, le=900, description="Bound on the wait, at submit and at "
+                                  "close, for the reconciler's (or an apply's) in-flight transaction to finish (seconds).")
 
 
 ClassName = Annotated[str, Field(max_length=64, description="Service class, e.g. 'tenant_site' (see list_records).")]
@@ -125,6 +128,11 @@ class StatusResult(BaseModel):
     reconciles: int
     drift_events: int
     recent: list[dict[str, Any]] = Field(description="Last reconciles, newest first (commit, result, devices, drift, duration).")
+    restarts: int = Field(default=0, description="Times the reconciler died and was restarted by its supervisor (this server).")
+    reconciler_down: str | None = Field(default=None, description="Set when the reconciler died past the restart bound: why, "
+                                        "and how to recover.")
+    summary: str = Field(default="", description="In words: the repository (HEAD) and the devices (reconciled to HEAD, "
+                         "pending, failed with the device and command, drift reported, or no reconciler running).")
 
 
 class HistoryResult(BaseModel):
@@ -150,24 +158,86 @@ def _problems(e: RecordRejected | ChangeSetRejected, what: str) -> ToolError:
     return ToolError(f"{what}:\n" + "\n".join(lines))
 
 
-def start_reconciler(server: AniServer, opts: A3ROptions) -> None:
+def start_reconciler(server: AniServer, opts: A3ROptions, engine: Engine) -> None:
     """Start the lab's reconciler process (unless ``opts.reconciler`` is false) over the server's
-    devices, stopped when the server closes (A3-R and A4).
+    devices; at ``submit`` and when the server closes, wait (bounded by ``opts.stop_timeout_s``)
+    for the transaction in flight to finish and stop the reconciler (:func:`settle`) (A3-R and A4).
 
     Raises:
         ServerSetupError: it did not start.
     """
-    if not opts.reconciler:
-        return
     lab_ = server.lab
+    sup: rc.Supervisor | None = None
+    if opts.reconciler:
+        def start() -> int:
+            return rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
+                            devices=None if server.config.devices == "all" else sorted(server.device_names),
+                            options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
+                                     "device_timeout_s": opts.device_timeout_s})  # fmt: skip
+
+        sup = rc.Supervisor(lab_, start, max_restarts=opts.max_restarts)
+        try:
+            sup.begin()
+        except SubstrateError as e:
+            raise ServerSetupError(str(e)) from None
+    repo = Repo(lab_)
+
+    def final() -> str:
+        if sup is not None:
+            sup.close()  # the stop that follows is not a death to restart
+        return settle(engine, repo, opts.stop_timeout_s, stop_reconciler=sup is not None)
+
+    server.on_submit.append(final)
+    server.on_close.append(lambda: log.info("A3-R close: %s", final()))
+
+
+def settle(engine: Engine, repo: Repo, timeout_s: float, *, stop_reconciler: bool = True) -> str:
+    """Make the network final for evaluation (``submit``, server close): stop the lab's reconciler
+    (when ``stop_reconciler``: the server started it) after its in-flight reconcile
+    (:func:`servers.a3_reconciled.reconciler.stop`, bounded), then wait
+    for any other transaction in flight (an A4 apply in another thread or process holds the A3-T
+    transaction lock) within what is left of ``timeout_s`` and finish or undo any journaled
+    transaction left unfinished. Never raises for a device or lock problem.
+
+    Returns:
+        What was done and where the network stands: the repository's HEAD, the commit the devices
+        carry, and whether a transaction could not be finished within the bound (then the network
+        may be evaluated with it half-applied, and the sentence says so).
+    """
+    from substrate.locks import ConfigLockHeld
+
+    t0 = time.monotonic()
+    out = []
+    if stop_reconciler:
+        rep = rc.stop(repo.lab, timeout_s=timeout_s, options=engine.opts)
+        said = rep.describe()
+        out.append(said[:1].upper() + said[1:] + ".")
+    left = max(0.0, timeout_s - (time.monotonic() - t0))
     try:
-        rc.start(lab_, interval_s=opts.interval_s, mode=opts.mode,
-                 devices=None if server.config.devices == "all" else sorted(server.device_names),
-                 options={"lock_timeout_s": opts.lock_timeout_s, "capture_timeout_s": opts.capture_timeout_s,
-                          "device_timeout_s": opts.device_timeout_s})  # fmt: skip
-    except SubstrateError as e:
-        raise ServerSetupError(str(e)) from None
-    server.on_close.append(lambda: rc.stop(lab_))
+        with engine.records.transaction_lock(f"{engine.opts.holder}: submit", left):
+            notes = engine.recover() if engine.journal.unfinished() else []
+            open_ = [e.txn for e in engine.journal.unfinished()]
+        out += [f"Recovered: {n}." for n in notes]
+        if open_:
+            out.append(f"Change {', '.join(open_)} is still unfinished (a device did not answer): the network is evaluated "
+                       "with it half-applied.")
+    except ConfigLockHeld as e:
+        out.append(f"A transaction was still running after {timeout_s:g} s ({e}): the network is evaluated while it runs.")
+    except (SubstrateError, OSError) as e:
+        out.append(f"Unfinished transactions could not be checked: {e}.")
+    try:
+        st = rc.read_status(repo.lab, engine.records.epoch())
+        head = repo.head()
+    except (SubstrateError, SourceError, OSError) as e:
+        out.append(f"The source of truth could not be read: {e}.")
+        return " ".join(out)
+    if head is not None and st.applied_commit == head:
+        out.append(f"The devices carry HEAD (commit {head[:12]}).")
+    else:
+        out.append(f"The devices carry commit {(st.applied_commit or 'none')[:12]}, not HEAD {(head or 'none')[:12]}"
+                   + (f" (HEAD failed to apply: {st.failed_message[:300]})" if st.failed_commit == head and st.failed_message else
+                      " (not reconciled yet)") + ".")  # fmt: skip
+    return " ".join(out)
 
 
 def status_of(engine: Engine, repo: Repo) -> StatusResult:
@@ -179,12 +249,36 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
     last = st.last
     running = rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None
+    sup = rc.read_supervisor(lab_)
     # no reconciler: nothing watches the devices, so the last record says nothing of now
     in_sync = running and head is not None and st.applied_commit == head and last is not None and (
         not last.drift or last.result == "drift_reverted") and last.result != "retry"
     return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
                         failed_message=st.failed_message, reconciler_running=running,
-                        mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent)  # fmt: skip
+                        mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent,
+                        restarts=sup.restarts if sup else 0, reconciler_down=sup.message if sup and sup.down else None,
+                        summary=summary_of(st, head, running, in_sync, sup))  # fmt: skip
+
+
+def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync: bool, sup: rc.SupervisorState | None = None) -> str:
+    """reconcile_status in words: what the repository holds and what the devices carry."""
+    repo_ = f"repository: HEAD is commit {head[:12]}" if head else "repository: no commit yet"
+    applied = (st.applied_commit or "none")[:12]
+    last = st.last
+    if head is not None and st.failed_commit == head:
+        dev = f"devices: failed -- HEAD was not applied, they stay at commit {applied}: {st.failed_message or 'no reason recorded'}"
+    elif head is not None and st.applied_commit == head and in_sync:
+        dev = "devices: reconciled -- they carry HEAD" + (" (drift found was reverted)" if last and last.result == "drift_reverted" else "")
+    elif head is not None and st.applied_commit == head and last is not None and last.drift and last.result != "drift_reverted":
+        dev = (f"devices: HEAD applied, but drift on {', '.join(sorted(last.drift))} is "
+               + ("reported, not reverted (report-only mode)" if last.result == "drift_reported" else f"not reverted: {last.message}"))
+    else:
+        dev = f"devices: pending -- HEAD is not applied yet (they carry commit {applied})" + (
+            f"; the last reconcile is to be retried: {last.message}" if last is not None and last.result == "retry" else "")
+    if not running:
+        dev += ("; no reconciler is running, so nothing applies commits or reverts drift now"
+                + (f": {sup.message}" if sup is not None and sup.down else " (restart the server)"))
+    return f"{repo_}; {dev}."
 
 
 def history_of(repo: Repo, limit: int, skip: int) -> HistoryResult:
@@ -228,7 +322,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
         ensure()
     except SourceError as e:
         raise ServerSetupError(f"A3-R: cannot make the source-of-truth repository: {e}") from None
-    start_reconciler(server, opts)
+    start_reconciler(server, opts, engine)
     classes = writable_classes(engine.records.base_scenario())
 
     def known_class(name: str) -> str:
@@ -399,9 +493,11 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             except SourceError as e:
                 raise git_error(e) from None
         woken = rc.wake(lab_)
-        step = ("the reconciler applies it now: call wait (or reconcile_status) to see it applied" if woken else
-                "committed, but the lab's reconciler is not running: nothing applies it to the devices until one runs "
-                "(restart the server)")  # fmt: skip
+        sup = rc.read_supervisor(lab_)
+        step = ("committed to the repository; the devices are pending: the reconciler applies it now (call wait or "
+                "reconcile_status to see it applied or why not)" if woken else
+                "committed to the repository, but the lab's reconciler is not running: nothing applies it to the devices "
+                "until one runs" + (f" -- it is down: {sup.message}" if sup is not None and sup.down else " (restart the server)"))  # fmt: skip
         return CommitResult(commit=cid, message=message, files=files, devices_to_change=devices, next_step=step)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, title="Commit")

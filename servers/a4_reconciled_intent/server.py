@@ -93,7 +93,9 @@ def apply_recorded(engine: Engine, rec: rc.Reconciler, author: tuple[str, str], 
             new = desired_of(engine.planned(ops, allowed).new)
             sc, _ = engine.inventory()
             if new == desired_of(sc):  # nothing to record: A3-T's answer (no_change, already applied as ...)
-                return A4ChangeResult(**engine.apply(ops, submitted=raw, allowed=allowed, cancel=cancel).model_dump())
+                res0 = A4ChangeResult(**engine.apply(ops, submitted=raw, allowed=allowed, cancel=cancel).model_dump())
+                res0.message = rc.as_reconciled(res0.message) + " Nothing was committed to the source of truth (its records already say this)."
+                return res0
             try:
                 repo.set_records(new)
                 cid = repo.commit(_message(raw), author)
@@ -107,7 +109,11 @@ def apply_recorded(engine: Engine, rec: rc.Reconciler, author: tuple[str, str], 
             res.pop("epoch", None)
         out = A4ChangeResult.model_validate({**(res or {}), "submitted_ops": raw, "commit": cid}) if res else None
         if st.applied_commit == cid and out is not None:
+            out.message = (rc.as_reconciled(out.message) + f" Committed to the source of truth as {cid[:12]}; the devices carry it "
+                           "(reconciled).")  # fmt: skip
             return out
+        if out is not None:
+            out.message = rc.as_reconciled(out.message)
         reason = (out.message if out is not None else done.message)[:REASON_CHARS]
         with repo.locked():
             repo.checkout_tree(f"{cid}~1")
@@ -140,7 +146,7 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
             rec.ensure_repo()
         except (SourceError, SubstrateError) as e:
             raise ServerSetupError(f"A4: cannot make the source-of-truth repository: {e}") from None
-        start_reconciler(server, opts)
+        start_reconciler(server, opts, engine)
         author = (f"agent ({config.run_id})" if config.run_id else "agent", "agent@lab.invalid")
         state.update(engine=engine, repo=rec.repo)
 

@@ -266,6 +266,9 @@ class SubmitResult(BaseModel):
     status: str = Field(description="'submitted'.")
     steps_used: int = Field(description="Tool calls made in this episode, this one included.")
     budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
+    network: str | None = Field(default=None, description="What the level did before the network is evaluated, when it "
+                                "does something (A3-R, A4: the reconciler's in-flight transaction waited for, the "
+                                "reconciler stopped, where the network stands against the source of truth).")
 
 
 def untitled(schema: Any, *, names: bool = False) -> Any:
@@ -405,6 +408,9 @@ class AniServer(MCPServer):
         self._in_flight: set[threading.Event] = set()
         #: called by :meth:`close`, last registered first (a level's helper processes: A3-R's reconciler)
         self.on_close: list[Callable[[], None]] = []
+        #: called by ``submit`` once the episode has ended, in order, before it answers: each makes the
+        #: network final for evaluation (A3-R and A4 wait for the reconciler) and says what it did
+        self.on_submit: list[Callable[[], str]] = []
         names = self.lab.node_names()
         if config.devices is None:  # the routers: customer and external hosts, and another AS's routers, are not the agent's to touch
             routers = {n.name for n in self.lab.topology.routers if n.role is not Role.EXTERNAL}
@@ -508,11 +514,16 @@ class AniServer(MCPServer):
         ) -> SubmitResult:
             """End the episode: the task is done (or abandoned) and the network is to be evaluated as it is now.
 
-            After submit every call (submit included) is refused. Counts as one step.
+            After submit every call (submit included) is refused. Counts as one step. A level whose network is still
+            changing (A3-R, A4: a reconcile in flight) first lets that change finish, bounded; the result's network
+            field then says what was done.
             """
             seq = _current_seq.get()
             server.episode.submit(seq)
-            return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget)
+            # close() waits for these too, should the client give up on a slow submit and go away
+            said = [server.unabandoned(fn)() for fn in server.on_submit]
+            return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget,
+                                network=" ".join(said) if said else None)  # fmt: skip
 
     def _register_read_output(self) -> None:
         fitter = self.fitter

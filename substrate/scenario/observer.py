@@ -139,6 +139,20 @@ table inet {ARRIVAL_TABLE} {{
 """
 
 
+def is_probe_table(blocks: dict[str, list[str]]) -> bool:
+    """Whether an nftables table, as the device lists it normalized block by block
+    (``{"chain c": [lines]}``: :func:`servers.a3_intent.planner._nft_blocks`), is the observer's
+    arrival table (:data:`_ARRIVAL_RULESET`): its two counting sets and its one chain of exactly its
+    two ``update`` rules under policy accept -- nothing that drops or changes a packet. Judged by
+    content: a table of that name holding anything else is not the observer's."""
+    chain = ["type filter hook prerouting priority -400; policy accept;",
+             "icmp type echo-request update @seen4 { ip daddr . meta length }",
+             "icmpv6 type echo-request update @seen6 { ip6 daddr . meta length }"]  # fmt: skip
+    heads = {h for h, ls in blocks.items() if h or ls}
+    return heads == {"set seen4", "set seen6", "chain c"} and blocks["chain c"] == chain and \
+        blocks["set seen4"][:1] == ["typeof ip daddr . meta length"] and blocks["set seen6"][:1] == ["typeof ip6 daddr . meta length"]
+
+
 class _Arrivals:
     """The arrival counters of one receiving host for one pass: its table is created by the first
     probe toward it (again by the next one if that failed) and deleted when the pass ends
