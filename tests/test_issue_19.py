@@ -542,3 +542,67 @@ def test_floating_ip_is_answered_by_its_own_ce_and_reachable_from_inside(referen
         assert not hv.ok and "0 replies" in hv.detail, hv.detail
     finally:
         reset(lab)
+
+
+# -- nftables state: chains hold exactly what is rendered (rules where no probe samples) ------------------
+
+
+@pytest.mark.lab
+def test_nft_chain_state_catches_rules_no_probe_samples(reference_lab) -> None:
+    """Every ``nft_chain`` invariant passes at baseline (the rendering, normalized, is what nft
+    lists). Then, one at a time and undone by hand (state checks only: no reset): a drop on a
+    port no verdict samples, in another tenant's chain of a shared PE, fails that chain's check
+    alone; a firewall table created on a PE that has none fails that PE's table check alone; a
+    spare public address DNATed on the border PE to another tenant's CE fails the border's DNAT
+    chain check alone while the reach checks of that CE and of the floating IPs pass."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.floating_ip import TABLE as FIP
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    chains = [i for i in sc.invariants if i.kind == "nft_chain"]
+
+    def failing() -> set[str]:
+        return {v.id for v in observe(lab, chains) if not v.ok}
+
+    assert failing() == set(), [(v.id, v.detail) for v in observe(lab, chains) if not v.ok]
+    # (a) another tenant's chain on a PE two tenants share
+    shared = next(i for i in chains if "chain" not in i.params and len(i.params["chains"]) >= 3)
+    pe, tenant = shared.params["node"], shared.params["chains"][-1]
+    site = next(s for s in sc.tenant(tenant).sites if s.pe == pe)
+    sampled = {i.params["port"] for i in sc.invariants if i.kind == "tcp_verdict"}
+    port = next(p for p in range(9000, 9100) if p not in sampled)
+    _ok(lab, pe, ["nft", "add", "rule", "inet", "tenant_fw", tenant, "ip6", "daddr", site.prefix6, "tcp", "dport", str(port), "drop"])
+    try:
+        assert failing() == {f"firewall/table/{pe}/{tenant}"}
+    finally:
+        _ok(lab, pe, ["nft", "delete", "rule", "inet", "tenant_fw", tenant, "handle",
+                      _handle(lab, pe, "inet", "tenant_fw", tenant, f"tcp dport {port} drop")])
+    # (b) a firewall table on a PE that has none
+    bare = next(i.params["node"] for i in chains if i.id.startswith("firewall/table/") and i.params.get("chains") == [])
+    _ok(lab, bare, ["nft", "add", "table", "inet", "tenant_fw"])
+    try:
+        _ok(lab, bare, ["nft", "add", "chain", "inet", "tenant_fw", "forward", "{ type filter hook forward priority filter ; policy drop ; }"])
+        assert failing() == {f"firewall/table/{bare}"}
+    finally:
+        _ok(lab, bare, ["nft", "delete", "table", "inet", "tenant_fw"])
+    # (c) a spare public address NATed to another tenant's CE on the border PE
+    e = sc.external
+    used = {f.address for f in sc.floating_ips}
+    spare = next(f"198.51.100.{k}" for k in range(200, 250) if f"198.51.100.{k}" not in used)
+    fip_tenants = {f.tenant for f in sc.floating_ips}
+    victim = next(s for s in sc.all_sites() if s.prefix4 and s.tenant not in fip_tenants)
+    fam, table = FIP.split()
+    _ok(lab, e.border_pe, ["nft", "add", "rule", fam, table, "prerouting_dnat", "iifname", e.pe_if, "ip", "daddr", spare,
+                           "dnat", "to", ce_addr(victim.prefix4, 2)])
+    reach = [i for i in sc.invariants if i.kind == "reach_at" or (i.kind == "reach" and (
+        i.params["src"] == victim.ce or i.params["dst"] == ce_addr(victim.prefix4, 2)))]
+    try:
+        assert failing() == {f"floating_ip/nat/{e.border_pe}/prerouting_dnat"}
+        assert len(reach) > 4 and all(v.ok for v in observe(lab, reach)), [(v.id, v.detail) for v in observe(lab, reach) if not v.ok]
+    finally:
+        _ok(lab, e.border_pe, ["nft", "delete", "rule", fam, table, "prerouting_dnat", "handle",
+                               _handle(lab, e.border_pe, fam, table, "prerouting_dnat", f"ip daddr {spare} dnat")])
+    assert failing() == set()
