@@ -606,3 +606,41 @@ def test_nft_chain_state_catches_rules_no_probe_samples(reference_lab) -> None:
         _ok(lab, e.border_pe, ["nft", "delete", "rule", fam, table, "prerouting_dnat", "handle",
                                _handle(lab, e.border_pe, fam, table, "prerouting_dnat", f"ip daddr {spare} dnat")])
     assert failing() == set()
+
+
+def test_a_task_counts_its_own_chain_change_as_a_test_case_not_damage() -> None:
+    """Site changes: the hairpin chains a change-set re-renders (sites moving onto or off a
+    floating IP's PE) are test cases in their new form and no damage check in their old one.
+    Protocol templates that change a chain (their A0 reference's nft commands name it) leave
+    that chain's state check -- the table's chain list when they add a chain -- out of their
+    damage checks."""
+    import re
+
+    from harness.tasks import apply_changes
+    from harness.templates.tasks import make_template_variant
+    from substrate.scenario import build, load_manifest
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("change-set", sc, 0)
+    after = apply_changes(sc, v.changes)
+    old = {i.id: i for i in sc.invariants if i.kind == "nft_chain"}
+    new = {i.id: i for i in after.invariants if i.kind == "nft_chain"}
+    changed = {k for k in old if new.get(k) != old[k]}
+    assert changed and all("/hairpin/" in k for k in changed)
+    assert changed <= {i.id for i in v.test_cases if i.kind == "nft_chain" and i == new[i.id]}
+    assert not changed & {i.id for i in v.damage_checks}
+
+    tsc = build(load_manifest(REPO / "tests" / "data" / "templates-small.yaml"), seed=7)
+    by_place = {(i.params["node"], i.params["table"], i.params.get("chain")): i.id for i in tsc.invariants if i.kind == "nft_chain"}
+    for name in ("nft-acl-deny", "nft-acl-allow", "nat-port-forward", "nat-source"):
+        tv = make_template_variant(name, tsc, 0)
+        touched = set()
+        for node, cmds in tv.reference["A0"].items():
+            for c in cmds:
+                m = re.match(r"nft (add|insert) (rule|chain) (\S+) (\S+) (\S+)", c)
+                place = (node, f"{m.group(3)} {m.group(4)}", m.group(5) if m.group(2) == "rule" else None) if m else None
+                if place in by_place:  # a new chain changes the table's chain list; a rule, its chain
+                    touched.add(by_place[place])
+        assert touched, name
+        assert not touched & {i.id for i in tv.damage_checks}, (name, touched)
