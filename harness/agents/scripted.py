@@ -496,8 +496,10 @@ class ScriptedAgent:
         A3-T/A4 (plan, then apply) and as records at A3-R; other levels have no reference
         (``harness.service_tasks.INEXPRESSIBLE``) and submit with an error saying so."""
         try:
-            ops = service_ops(yaml.safe_load(ctx.files["request.yaml"]))
-            req = Request(tenant="", sites=[])
+            ticket = yaml.safe_load(ctx.files["request.yaml"])
+            ops = service_ops(ticket)
+            # the ticket's tenant, so that a mistake meant for another tenant's object picks another
+            req = Request(tenant=str(ticket.get("tenant") or ""), sites=[])
             if ctx.level in ("A3-T", "A4"):
                 await self._intent(tools, req, mistakes, ctx.level, ops=ops)
             elif ctx.level == "A3-R":
@@ -763,7 +765,7 @@ class ScriptedAgent:
         ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=False)
         since = len(mistakes.made)
-        noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes)
+        noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes, req.tenant or None)
         plan = await tools.call("plan_change_set", {"ops": noisy})
         if not plan.ok:
             # a competent operator reads the error and retries once with the ticket's own values
@@ -782,7 +784,7 @@ class ScriptedAgent:
         ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=True)
         since = len(mistakes.made)
-        noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes)
+        noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes, req.tenant or None)
 
         async def edit(change: list[dict[str, Any]], commit: bool = True) -> Reply | None:
             for op in change:
