@@ -644,3 +644,31 @@ def test_a_task_counts_its_own_chain_change_as_a_test_case_not_damage() -> None:
                     touched.add(by_place[place])
         assert touched, name
         assert not touched & {i.id for i in tv.damage_checks}, (name, touched)
+
+
+def test_reference_hairpin_plan_turns_the_pe_hairpin_table_into_the_expected_one() -> None:
+    """The A0-A2 site-change references re-render the same-PE hairpin NAT of the tenant's
+    floating IPs on each PE where its IPv4 circuits change and splice it into the table as read
+    (other tenants' lines kept): applied to the baseline's tables, the splice gives exactly the
+    expected inventory's chains (change-set, seed 11: sites move onto and off r5 and r20)."""
+    from harness.agents.service_devices import NftTable, hairpin_pes, plan_hairpins
+    from harness.tasks import apply_changes
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.layers.floating_ip import HAIRPIN_TABLE
+    from substrate.scenario.observer import nft_chains_of
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("change-set", sc, 0)
+    after = apply_changes(sc, v.changes)
+    tb, ta = sc.tenant(v.changes.tenant), after.tenant(v.changes.tenant)
+    pes = hairpin_pes(tb, ta)
+    changed = sorted({i.params["node"] for i in v.test_cases if i.kind == "nft_chain"})
+    assert changed and set(changed) <= set(pes)
+    tables = {pe: NftTable.parse(HAIRPIN_TABLE, (sc.node_config[pe].nft if pe in sc.node_config else {}).get(HAIRPIN_TABLE, ""))
+              for pe in pes}
+    deltas = plan_hairpins(tb, ta, tables)
+    assert sorted(deltas) == changed
+    for pe in pes:
+        got = deltas[pe].nft[HAIRPIN_TABLE] if pe in deltas else (sc.node_config[pe].nft.get(HAIRPIN_TABLE) or "")
+        assert nft_chains_of(got) == nft_chains_of(after.node_config[pe].nft.get(HAIRPIN_TABLE, "")), pe

@@ -880,12 +880,10 @@ class ScriptedAgent:
             return await self._read(tools, node, "ip -6 -d -j route show table main", level=level)
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
-        _before, after, deltas = plan_tenant_change(req, facts, leaks)
+        before, after, deltas = plan_tenant_change(req, facts, leaks)
+        deltas, nft_now = await self._with_hairpins(tools, before, after, deltas, level)
         for pe, delta, target, _commit in _with_mistakes(deltas, mistakes, level, pes, after.table, facts):
-            if a1:
-                await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
-            else:
-                await self._mutate(tools, "run_shell", {"device": target, "command": a0_script(delta)}, has_wait=False)
+            await self._apply_delta(tools, target, delta, level, nft_now=nft_now.get(pe, {}))
         check = {pe: [f"ip -6 route show table {after.table}"] for pe in sorted(deltas)}
         if check:
             if a1:
@@ -893,6 +891,18 @@ class ScriptedAgent:
             else:
                 first = sorted(deltas)[0]
                 await tools.call("run_shell", {"device": first, "command": f"ip -6 route show table {after.table}"})
+
+    async def _with_hairpins(self, tools: ToolSession, before: Tenant, after: Tenant, deltas: dict[str, ConfigDelta],
+                             level: str) -> tuple[dict[str, ConfigDelta], dict[str, dict[str, Any]]]:
+        """The site change's per-PE deltas with the same-PE hairpin NAT it alters
+        (:func:`harness.agents.service_devices.plan_hairpins`): the ``ip fip_hairpin`` table of
+        each PE where the tenant's IPv4 circuits change (:func:`~harness.agents.service_devices.hairpin_pes`)
+        is read and the tenant's part re-rendered and spliced in. Returns the deltas and, per PE,
+        the tables read (``{table: NftTable}``, for A1's nft commands)."""
+        from harness.agents.service_devices import HAIRPIN_TABLE, hairpin_pes, merge_deltas, plan_hairpins
+
+        tables = {pe: await self._nft_table(tools, pe, HAIRPIN_TABLE, level) for pe in hairpin_pes(before, after)}
+        return merge_deltas(deltas, plan_hairpins(before, after, tables)), {pe: {HAIRPIN_TABLE: t} for pe, t in tables.items()}
 
     async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A2: read each PE's rules and SIDs through the models (get-config with a subtree
@@ -909,7 +919,8 @@ class ScriptedAgent:
             return (await self._node_facts(tools, [node], "A2"))[node].routes6
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
-        _before, after, deltas = plan_tenant_change(req, facts, leaks)
+        before, after, deltas = plan_tenant_change(req, facts, leaks)
+        deltas, _now = await self._with_hairpins(tools, before, after, deltas, "A2")
         for _pe, delta, target, commit in _with_mistakes(deltas, mistakes, "A2", pes, after.table, facts):
             r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})
             if not r.ok:
