@@ -452,13 +452,10 @@ def nft_chain_invariants(sc: Scenario, node: str, table: str, *, id_prefix: str,
     ``chain_service(chain)`` names the service of a chain's invariant (default ``service``);
     ``what`` says what the table is, for the descriptions. Issue 19: probes sample ports and
     site pairs, so a rule added where none samples was invisible."""
-    from substrate.journal import nft_blocks
-    from substrate.scenario.observer import nft_chain_lines
+    from substrate.scenario.observer import nft_chains_of
 
     cfg = sc.node_config.get(node)
-    text = cfg.nft.get(table, "") if cfg else ""
-    chains = {head.split()[1]: nft_chain_lines(body) for head, body in nft_blocks(text).items()
-              if head.startswith("chain ") and len(head.split()) == 2}
+    chains = nft_chains_of(cfg.nft.get(table, "") if cfg else "")
     label = f" ({what})" if what else ""
     out = [Invariant(
         id=id_prefix, kind="nft_chain", service=service,
