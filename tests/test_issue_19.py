@@ -672,3 +672,32 @@ def test_reference_hairpin_plan_turns_the_pe_hairpin_table_into_the_expected_one
     for pe in pes:
         got = deltas[pe].nft[HAIRPIN_TABLE] if pe in deltas else (sc.node_config[pe].nft.get(HAIRPIN_TABLE) or "")
         assert nft_chains_of(got) == nft_chains_of(after.node_config[pe].nft.get(HAIRPIN_TABLE, "")), pe
+
+
+def test_reference_takes_a_removed_sites_accept_rules_out_of_its_tenants_chains() -> None:
+    """A removed site that an accept rule names as its source: the expected inventory drops the
+    rule (the firewall layer's ``site_gone``), so the chain's state check is a test case; the
+    A0-A2 reference plans exactly that chain from the tables as read (decommissioning, seed 11,
+    variant 2)."""
+    import csv
+    import io
+
+    from harness.agents.service_devices import FW_TABLE, NftTable, plan_removed_sources
+    from harness.tasks import apply_changes
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.observer import nft_chains_of
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("decommissioning", sc, 2)
+    chains = [i for i in v.test_cases if i.kind == "nft_chain"]
+    assert [i.id.split("/")[1] for i in chains] == ["table"] and not {i.id for i in chains} & {i.id for i in v.damage_checks}
+    after = apply_changes(sc, v.changes)
+    sites = list(csv.DictReader(io.StringIO(v.files["sites.csv"])))
+    pes = sorted({s.pe for s in after.tenant(v.changes.tenant).sites})
+    tables = {pe: NftTable.parse(FW_TABLE, sc.node_config[pe].nft.get(FW_TABLE, "")) for pe in pes}
+    deltas = plan_removed_sources(v.changes.tenant, sites, v.changes.remove, tables)
+    assert sorted(deltas) == sorted(i.params["node"] for i in chains)
+    for pe, d in deltas.items():
+        assert nft_chains_of(d.nft[FW_TABLE]) == nft_chains_of(after.node_config[pe].nft[FW_TABLE]), pe
+    assert plan_removed_sources(v.changes.tenant, sites, [], tables) == {}

@@ -281,6 +281,19 @@ def plan_firewall(req: dict[str, Any], sites: list[dict[str, str]], tables: dict
     return device_deltas(b, a, {pe: {FW_TABLE: tb} for pe, tb in tables.items()})
 
 
+def plan_removed_sources(tenant: str, sites: list[dict[str, str]], removed: list[str],
+                         tables: dict[str, NftTable]) -> dict[str, ConfigDelta]:
+    """Per-PE changes that take the accept rules whose source is a removed site out of the
+    tenant's chains (what the firewall layer does when a site goes: ``Firewall.site_gone``), the
+    rule set read off the devices (:func:`rules_on_devices`; ``tables``: PE -> its ``inet
+    tenant_fw``, every PE of the remaining sites). Empty when no rule names a removed site."""
+    old = rules_on_devices(tenant, sites, tables)
+    new = [r for r in old if r.src_site not in removed]
+    if new == old:
+        return {}
+    return plan_firewall({"tenant": tenant, "rules": [r.model_dump(mode="json") for r in new]}, sites, tables)
+
+
 # -- floating IP -------------------------------------------------------------------------------------
 
 
