@@ -701,3 +701,25 @@ def test_reference_takes_a_removed_sites_accept_rules_out_of_its_tenants_chains(
     for pe, d in deltas.items():
         assert nft_chains_of(d.nft[FW_TABLE]) == nft_chains_of(after.node_config[pe].nft[FW_TABLE]), pe
     assert plan_removed_sources(v.changes.tenant, sites, [], tables) == {}
+
+
+def test_reference_routes_a_leaked_service_locally_on_its_own_pe() -> None:
+    """A tenant joining the PE of the shared services it leaks: its table there routes the
+    service straight out of the service's port, as the shared-services layer renders it (the
+    reference added the route only on other PEs: change-set seed 12 variant 1 failed
+    l3vpn/t1/table/r22/6 at A0 and A1)."""
+    from harness.agents.scripted import Leak, _follow_leak
+    from substrate.scenario.model import NodeConfig, Site, Tenant
+
+    def tenant(*pes: str) -> Tenant:
+        sites = [Site(id=f"t1s{k}", tenant="t1", pe=pe, pe_if="eth5", ce=f"c{k}", prefix6=f"fd10:0:0:{k}::/64")
+                 for k, pe in enumerate(pes, 1)]
+        return Tenant(id="t1", name="t1", table=100, dt6_functions={pe: 0xE000 for pe in pes}, sites=sites)
+
+    leak = Leak(prefix6="fd5e::/64", sid="fcbb:bb00:22:e002::", node="r22", table=106, port="eth6")
+    b: dict[str, NodeConfig] = {}
+    a: dict[str, NodeConfig] = {}
+    _follow_leak(leak, 100, tenant("r2"), tenant("r2", "r22"), b, a)
+    assert "fd5e::/64 table 100 metric 1024 dev eth6" in a["r22"].routes6
+    assert "fd5e::/64 table 100 metric 1024 dev eth6" not in b.get("r22", NodeConfig()).routes6
+    assert any(x.startswith("fd5e::/64 table 100 metric 1024 encap seg6") for x in a["r2"].routes6)

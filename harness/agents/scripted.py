@@ -204,6 +204,9 @@ class Leak:
     sid: str
     node: str
     table: int
+    #: ``node``'s port toward the service (the main table's route for ``prefix6``), where the
+    #: tenant's table on ``node`` itself routes it
+    port: str | None = None
 
 
 def sid_node(sid: str) -> tuple[str, int]:
@@ -347,6 +350,8 @@ def _follow_leak(leak: Leak, table: int, before: Tenant, after: Tenant,
         for pe in t.dt6_functions:
             if pe != leak.node:
                 cfgs.setdefault(pe, NodeConfig()).routes6.append(in_tenant)
+            elif leak.port:  # the service's own PE: straight out of its port
+                cfgs.setdefault(pe, NodeConfig()).routes6.append(f"{leak.prefix6} table {table} metric 1024 dev {leak.port}")
         cfgs.setdefault(leak.node, NodeConfig()).routes6.extend(back_routes(t))
 
 
@@ -877,7 +882,8 @@ class ScriptedAgent:
             dt6 = next((rt for rt in sids.routes6 if rt.get("encap") == "seg6local" and rt.get("action") == "End.DT6"
                         and _function_of(rt.get("dst", "::/64")) == fn), None)
             if dt6 is not None and str(dt6.get("table", "")).isdigit():
-                out.append(Leak(prefix6=prefix, sid=sid, node=node, table=int(dt6["table"])))
+                port = next((rt.get("dev") for rt in sids.routes6 if rt.get("dst") == prefix and rt.get("encap") is None), None)
+                out.append(Leak(prefix6=prefix, sid=sid, node=node, table=int(dt6["table"]), port=port))
         return out
 
     async def _devices(self, tools: ToolSession, req: Request, mistakes: Mistakes, *, a1: bool) -> None:
