@@ -723,3 +723,34 @@ def test_reference_routes_a_leaked_service_locally_on_its_own_pe() -> None:
     assert "fd5e::/64 table 100 metric 1024 dev eth6" in a["r22"].routes6
     assert "fd5e::/64 table 100 metric 1024 dev eth6" not in b.get("r22", NodeConfig()).routes6
     assert any(x.startswith("fd5e::/64 table 100 metric 1024 encap seg6") for x in a["r2"].routes6)
+
+
+def test_forward_chain_jumps_may_come_in_any_order_tenant_rules_may_not() -> None:
+    """The forward chain's jumps match distinct CE ports (no verdict depends on their order: a
+    firewall-change reference splicing a new jump after the others was scored invalid, seed 9
+    variant 1); a tenant chain's rules are compared in order (first match wins)."""
+    from substrate.process import ExecResult
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.observer import check_nft_chain
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=9, density=2)
+
+    class Ctx:
+        diffs: dict = {}
+
+        def __init__(self, chain: str, lines: list[str]) -> None:
+            text = f"table inet tenant_fw {{\n\tchain {chain} {{\n" + "".join(f"\t\t{x}\n" for x in lines) + "\t}\n}\n"
+            self.r = ExecResult(node="r4", argv=["nft"], returncode=0, stdout=text, stderr="", duration_s=0.0)
+
+        def shared(self, *_a: object, **_k: object) -> ExecResult:
+            return self.r
+
+    fwd = next(i for i in sc.invariants if i.id == "firewall/table/r4/forward")
+    ten = next(i for i in sc.invariants if i.kind == "nft_chain" and i.id.startswith("firewall/table/r4/t")
+               and len(i.params["rules"]) > 1)
+    for inv, ok in ((fwd, True), (ten, False)):
+        rules = inv.params["rules"]
+        assert check_nft_chain(Ctx(inv.params["chain"], rules), inv)[0]
+        assert check_nft_chain(Ctx(inv.params["chain"], [rules[0], *rules[1:][::-1]]), inv)[0] is ok, inv.id
+        assert not check_nft_chain(Ctx(inv.params["chain"], rules[:-1]), inv)[0]

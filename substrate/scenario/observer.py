@@ -36,7 +36,7 @@ Check kinds (``Invariant.kind``):
   works by luck is not scored as correct configuration (issue 19);
 - ``nft_chain`` {node, table, chain, rules} / {node, table, chains}: chain ``chain`` of nftables
   table ``table`` (``"inet tenant_fw"``) on the node holds exactly ``rules`` -- its lines in
-  evaluation order, a base chain's declaration first, compared normalized
+  evaluation order (any order with ``ordered: false``), a base chain's declaration first, compared normalized
   (:func:`nft_chain_lines`: handles and counters stripped, whitespace and hexadecimal numbers
   canonical); without ``chain``, the table holds exactly the chains ``chains`` (none: no such
   table). Reach and deny probes sample ports and pairs; a rule added where none samples (a drop
@@ -691,10 +691,11 @@ def check_nft_chain(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, lis
     if have is None:
         ctx.diffs[inv.id] = {"missing": want, "unexpected": []}
         return (not want), f"{where}: " + ("absent" + (f" (expected {len(want)} lines)" if want else ", as rendered")), ev
-    if have == want:
+    from collections import Counter
+
+    if have == want or (p.get("ordered") is False and Counter(have) == Counter(want)):
         ctx.diffs[inv.id] = {"missing": [], "unexpected": []}
         return True, f"{where}: {len(want)} lines, as rendered", ev
-    from collections import Counter
 
     missing = list((Counter(want) - Counter(have)).elements())
     extra = list((Counter(have) - Counter(want)).elements())
