@@ -577,7 +577,10 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
       (routes in the tenant's table, the rule of the old attachment circuit);
     - damage checks: every baseline invariant not about a changed site, whoever's service it is
       (it still holds after a correct change), and the expected inventory's new invariants that
-      are not about a changed site either (facts the generator now samples, true before as after).
+      are not about a changed site either (facts the generator now samples, true before as after);
+    - an ``nft_chain`` invariant whose rendered state the change alters (the same-PE hairpin NAT
+      of a site moving onto or off a floating IP's PE, an accept rule whose source site is
+      removed) is a test case in its new form and no damage check in its old one.
     """
     import json
 
@@ -606,9 +609,17 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     for i in reach_invariants(after, after.tenant(ch.tenant), pairs):
         if (i.kind, i.params["src"], i.params["dst"], i.params["family"]) not in have:
             tests.append(i.model_copy(update={"id": "task/pair/" + i.id.split("/reach/", 1)[1]}))
-    damage = [i for i in before.invariants if not marks.touch(i)]
+    # nftables state whose rendering the change alters (a moved site's hairpin NAT lines, the
+    # accept rules of a removed source site) is the task's to make true: a test case, and its
+    # old form no damage check (shared chains carry no CE names for the marks to find)
+    before_by_id, after_by_id = {i.id: i for i in before.invariants}, {i.id: i for i in after.invariants}
+    rerendered = {iid for iid in set(before_by_id) | set(after_by_id) if "nft_chain" in
+                  {x.kind for x in (before_by_id.get(iid), after_by_id.get(iid)) if x is not None}
+                  and before_by_id.get(iid) != after_by_id.get(iid)}
+    tests += [i for i in after.invariants if i.id in rerendered and i not in tests]
+    damage = [i for i in before.invariants if not marks.touch(i) and i.id not in rerendered]
     damage += [i for i in after.invariants if key(i) not in before_keys and not marks.touch(i)
-               and i.kind != "sid_bound"]
+               and i.kind != "sid_bound" and i.id not in rerendered]
     gone = [s for s in before.tenant(ch.tenant).sites if s.id in ch.remove]
     remaining = after.tenant(ch.tenant).sites
     tb, ta = before.tenant(ch.tenant), after.tenant(ch.tenant)

@@ -138,6 +138,34 @@ def normalize_nft_table(text: str) -> str:
     return "\n".join(" ".join(ln.split()) for ln in text.splitlines() if ln.strip())
 
 
+def nft_blocks(text: str) -> dict[str, list[str]]:
+    """A normalized nftables table (:func:`normalize_nft_table`) as ``{block head: [lines]}``: each
+    chain, set, map or flowtable of the table (``chain forward {``) with its body lines in order
+    (rules in evaluation order; a nested block's lines stay in its parent's body); the table's own
+    lines outside any block under ``""``."""
+    out: dict[str, list[str]] = {"": []}
+    head, depth = "", 0
+    for ln in normalize_nft_table(text).splitlines():
+        if depth == 0:  # the table line
+            depth += ln.endswith("{")
+            continue
+        if depth == 1 and ln.endswith("{"):
+            head, depth = ln[:-1].strip(), 2
+            out.setdefault(head, [])
+            continue
+        if ln == "}" or ln.startswith("}"):
+            depth -= 1
+            if depth == 1:
+                head = ""
+                continue
+            if depth == 0:
+                continue
+        elif ln.endswith("{"):
+            depth += 1
+        out.setdefault(head, []).append(ln)
+    return out
+
+
 def normalize_route(route: str) -> str:
     """A canonical route string in comparable form (``ip`` shows an IPv6 ``unreachable`` route
     with ``dev lo``, which is not part of what was written)."""

@@ -177,7 +177,7 @@ async def test_policy_floating_ip_and_firewall_classes_end_to_end(lab: Lab, sc: 
         assert {"steering/sp2", "floating_ip/fip2", "firewall/t2"} <= set(res["changed_services"])
         new_sc, _ = Records(lab).inventory()
         mine = [i for i in new_sc.invariants if i.service in ("steering/sp2", "floating_ip/fip2", "firewall/t2")]
-        assert {i.kind for i in mine} == {"steered_path", "reach_at", "nft_rule", "tcp_verdict"} and failing(lab, mine) == []
+        assert {i.kind for i in mine} == {"steered_path", "reach_at", "nft_rule", "tcp_verdict", "nft_chain"} and failing(lab, mine) == []
         detail = data(await c.call_tool("get_service", {"id": "sp2"}))
         assert detail["allocated"]["waypoint_sid"] == "fcbb:bb00:5:e001::/64" and detail["device_state"]["in_sync"]
         assert detail["invariants"] == ["steering/sp2/path", "steering/sp2/path/4"]  # both families (issue 19)

@@ -542,3 +542,215 @@ def test_floating_ip_is_answered_by_its_own_ce_and_reachable_from_inside(referen
         assert not hv.ok and "0 replies" in hv.detail, hv.detail
     finally:
         reset(lab)
+
+
+# -- nftables state: chains hold exactly what is rendered (rules where no probe samples) ------------------
+
+
+@pytest.mark.lab
+def test_nft_chain_state_catches_rules_no_probe_samples(reference_lab) -> None:
+    """Every ``nft_chain`` invariant passes at baseline (the rendering, normalized, is what nft
+    lists). Then, one at a time and undone by hand (state checks only: no reset): a drop on a
+    port no verdict samples, in another tenant's chain of a shared PE, fails that chain's check
+    alone; a firewall table created on a PE that has none fails that PE's table check alone; a
+    spare public address DNATed on the border PE to another tenant's CE fails the border's DNAT
+    chain check alone while the reach checks of that CE and of the floating IPs pass."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.floating_ip import TABLE as FIP
+    from substrate.scenario.layers.l3vpn import ce_addr
+    from substrate.scenario.observer import observe
+
+    lab, sc = reference_lab
+    reset(lab)
+    chains = [i for i in sc.invariants if i.kind == "nft_chain"]
+
+    def failing() -> set[str]:
+        return {v.id for v in observe(lab, chains) if not v.ok}
+
+    assert failing() == set(), [(v.id, v.detail) for v in observe(lab, chains) if not v.ok]
+    # (a) another tenant's chain on a PE two tenants share
+    shared = next(i for i in chains if "chain" not in i.params and len(i.params["chains"]) >= 3)
+    pe, tenant = shared.params["node"], shared.params["chains"][-1]
+    site = next(s for s in sc.tenant(tenant).sites if s.pe == pe)
+    sampled = {i.params["port"] for i in sc.invariants if i.kind == "tcp_verdict"}
+    port = next(p for p in range(9000, 9100) if p not in sampled)
+    _ok(lab, pe, ["nft", "add", "rule", "inet", "tenant_fw", tenant, "ip6", "daddr", site.prefix6, "tcp", "dport", str(port), "drop"])
+    try:
+        assert failing() == {f"firewall/table/{pe}/{tenant}"}
+    finally:
+        _ok(lab, pe, ["nft", "delete", "rule", "inet", "tenant_fw", tenant, "handle",
+                      _handle(lab, pe, "inet", "tenant_fw", tenant, f"tcp dport {port} drop")])
+    # (b) a firewall table on a PE that has none
+    bare = next(i.params["node"] for i in chains if i.id.startswith("firewall/table/") and i.params.get("chains") == [])
+    _ok(lab, bare, ["nft", "add", "table", "inet", "tenant_fw"])
+    try:
+        _ok(lab, bare, ["nft", "add", "chain", "inet", "tenant_fw", "forward", "{ type filter hook forward priority filter ; policy drop ; }"])
+        assert failing() == {f"firewall/table/{bare}"}
+    finally:
+        _ok(lab, bare, ["nft", "delete", "table", "inet", "tenant_fw"])
+    # (c) a spare public address NATed to another tenant's CE on the border PE
+    e = sc.external
+    used = {f.address for f in sc.floating_ips}
+    spare = next(f"198.51.100.{k}" for k in range(200, 250) if f"198.51.100.{k}" not in used)
+    fip_tenants = {f.tenant for f in sc.floating_ips}
+    victim = next(s for s in sc.all_sites() if s.prefix4 and s.tenant not in fip_tenants)
+    fam, table = FIP.split()
+    _ok(lab, e.border_pe, ["nft", "add", "rule", fam, table, "prerouting_dnat", "iifname", e.pe_if, "ip", "daddr", spare,
+                           "dnat", "to", ce_addr(victim.prefix4, 2)])
+    reach = [i for i in sc.invariants if i.kind == "reach_at" or (i.kind == "reach" and (
+        i.params["src"] == victim.ce or i.params["dst"] == ce_addr(victim.prefix4, 2)))]
+    try:
+        assert failing() == {f"floating_ip/nat/{e.border_pe}/prerouting_dnat"}
+        assert len(reach) > 4 and all(v.ok for v in observe(lab, reach)), [(v.id, v.detail) for v in observe(lab, reach) if not v.ok]
+    finally:
+        _ok(lab, e.border_pe, ["nft", "delete", "rule", fam, table, "prerouting_dnat", "handle",
+                               _handle(lab, e.border_pe, fam, table, "prerouting_dnat", f"ip daddr {spare} dnat")])
+    assert failing() == set()
+
+
+def test_a_task_counts_its_own_chain_change_as_a_test_case_not_damage() -> None:
+    """Site changes: the hairpin chains a change-set re-renders (sites moving onto or off a
+    floating IP's PE) are test cases in their new form and no damage check in their old one.
+    Protocol templates that change a chain (their A0 reference's nft commands name it) leave
+    that chain's state check -- the table's chain list when they add a chain -- out of their
+    damage checks."""
+    import re
+
+    from harness.tasks import apply_changes
+    from harness.templates.tasks import make_template_variant
+    from substrate.scenario import build, load_manifest
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("change-set", sc, 0)
+    after = apply_changes(sc, v.changes)
+    old = {i.id: i for i in sc.invariants if i.kind == "nft_chain"}
+    new = {i.id: i for i in after.invariants if i.kind == "nft_chain"}
+    changed = {k for k in old if new.get(k) != old[k]}
+    assert changed and all("/hairpin/" in k for k in changed)
+    assert changed <= {i.id for i in v.test_cases if i.kind == "nft_chain" and i == new[i.id]}
+    assert not changed & {i.id for i in v.damage_checks}
+
+    tsc = build(load_manifest(REPO / "tests" / "data" / "templates-small.yaml"), seed=7)
+    by_place = {(i.params["node"], i.params["table"], i.params.get("chain")): i.id for i in tsc.invariants if i.kind == "nft_chain"}
+    for name in ("nft-acl-deny", "nft-acl-allow", "nat-port-forward", "nat-source"):
+        tv = make_template_variant(name, tsc, 0)
+        touched = set()
+        for node, cmds in tv.reference["A0"].items():
+            for c in cmds:
+                m = re.match(r"nft (add|insert) (rule|chain) (\S+) (\S+) (\S+)", c)
+                place = (node, f"{m.group(3)} {m.group(4)}", m.group(5) if m.group(2) == "rule" else None) if m else None
+                if place in by_place:  # a new chain changes the table's chain list; a rule, its chain
+                    touched.add(by_place[place])
+        assert touched, name
+        assert not touched & {i.id for i in tv.damage_checks}, (name, touched)
+
+
+def test_reference_hairpin_plan_turns_the_pe_hairpin_table_into_the_expected_one() -> None:
+    """The A0-A2 site-change references re-render the same-PE hairpin NAT of the tenant's
+    floating IPs on each PE where its IPv4 circuits change and splice it into the table as read
+    (other tenants' lines kept): applied to the baseline's tables, the splice gives exactly the
+    expected inventory's chains (change-set, seed 11: sites move onto and off r5 and r20)."""
+    from harness.agents.service_devices import NftTable, hairpin_pes, plan_hairpins
+    from harness.tasks import apply_changes
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.layers.floating_ip import HAIRPIN_TABLE
+    from substrate.scenario.observer import nft_chains_of
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("change-set", sc, 0)
+    after = apply_changes(sc, v.changes)
+    tb, ta = sc.tenant(v.changes.tenant), after.tenant(v.changes.tenant)
+    pes = hairpin_pes(tb, ta)
+    changed = sorted({i.params["node"] for i in v.test_cases if i.kind == "nft_chain"})
+    assert changed and set(changed) <= set(pes)
+    tables = {pe: NftTable.parse(HAIRPIN_TABLE, (sc.node_config[pe].nft if pe in sc.node_config else {}).get(HAIRPIN_TABLE, ""))
+              for pe in pes}
+    deltas = plan_hairpins(tb, ta, tables)
+    assert sorted(deltas) == changed
+    for pe in pes:
+        got = deltas[pe].nft[HAIRPIN_TABLE] if pe in deltas else (sc.node_config[pe].nft.get(HAIRPIN_TABLE) or "")
+        assert nft_chains_of(got) == nft_chains_of(after.node_config[pe].nft.get(HAIRPIN_TABLE, "")), pe
+
+
+def test_reference_takes_a_removed_sites_accept_rules_out_of_its_tenants_chains() -> None:
+    """A removed site that an accept rule names as its source: the expected inventory drops the
+    rule (the firewall layer's ``site_gone``), so the chain's state check is a test case; the
+    A0-A2 reference plans exactly that chain from the tables as read (decommissioning, seed 11,
+    variant 2)."""
+    import csv
+    import io
+
+    from harness.agents.service_devices import FW_TABLE, NftTable, plan_removed_sources
+    from harness.tasks import apply_changes
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.observer import nft_chains_of
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=11, density=2)
+    v = make_variant("decommissioning", sc, 2)
+    chains = [i for i in v.test_cases if i.kind == "nft_chain"]
+    assert [i.id.split("/")[1] for i in chains] == ["table"] and not {i.id for i in chains} & {i.id for i in v.damage_checks}
+    after = apply_changes(sc, v.changes)
+    sites = list(csv.DictReader(io.StringIO(v.files["sites.csv"])))
+    pes = sorted({s.pe for s in after.tenant(v.changes.tenant).sites})
+    tables = {pe: NftTable.parse(FW_TABLE, sc.node_config[pe].nft.get(FW_TABLE, "")) for pe in pes}
+    deltas = plan_removed_sources(v.changes.tenant, sites, v.changes.remove, tables)
+    assert sorted(deltas) == sorted(i.params["node"] for i in chains)
+    for pe, d in deltas.items():
+        assert nft_chains_of(d.nft[FW_TABLE]) == nft_chains_of(after.node_config[pe].nft[FW_TABLE]), pe
+    assert plan_removed_sources(v.changes.tenant, sites, [], tables) == {}
+
+
+def test_reference_routes_a_leaked_service_locally_on_its_own_pe() -> None:
+    """A tenant joining the PE of the shared services it leaks: its table there routes the
+    service straight out of the service's port, as the shared-services layer renders it (the
+    reference added the route only on other PEs: change-set seed 12 variant 1 failed
+    l3vpn/t1/table/r22/6 at A0 and A1)."""
+    from harness.agents.scripted import Leak, _follow_leak
+    from substrate.scenario.model import NodeConfig, Site, Tenant
+
+    def tenant(*pes: str) -> Tenant:
+        sites = [Site(id=f"t1s{k}", tenant="t1", pe=pe, pe_if="eth5", ce=f"c{k}", prefix6=f"fd10:0:0:{k}::/64")
+                 for k, pe in enumerate(pes, 1)]
+        return Tenant(id="t1", name="t1", table=100, dt6_functions={pe: 0xE000 for pe in pes}, sites=sites)
+
+    leak = Leak(prefix6="fd5e::/64", sid="fcbb:bb00:22:e002::", node="r22", table=106, port="eth6")
+    b: dict[str, NodeConfig] = {}
+    a: dict[str, NodeConfig] = {}
+    _follow_leak(leak, 100, tenant("r2"), tenant("r2", "r22"), b, a)
+    assert "fd5e::/64 table 100 metric 1024 dev eth6" in a["r22"].routes6
+    assert "fd5e::/64 table 100 metric 1024 dev eth6" not in b.get("r22", NodeConfig()).routes6
+    assert any(x.startswith("fd5e::/64 table 100 metric 1024 encap seg6") for x in a["r2"].routes6)
+
+
+def test_forward_chain_jumps_may_come_in_any_order_tenant_rules_may_not() -> None:
+    """The forward chain's jumps match distinct CE ports (no verdict depends on their order: a
+    firewall-change reference splicing a new jump after the others was scored invalid, seed 9
+    variant 1); a tenant chain's rules are compared in order (first match wins)."""
+    from substrate.process import ExecResult
+    from substrate.scenario import build, load_manifest
+    from substrate.scenario.observer import check_nft_chain
+    from tests.conftest import REPO
+
+    sc = build(load_manifest(REPO / "manifests" / "srv6-brownfield.yaml"), seed=9, density=2)
+
+    class Ctx:
+        diffs: dict = {}
+
+        def __init__(self, chain: str, lines: list[str]) -> None:
+            text = f"table inet tenant_fw {{\n\tchain {chain} {{\n" + "".join(f"\t\t{x}\n" for x in lines) + "\t}\n}\n"
+            self.r = ExecResult(node="r4", argv=["nft"], returncode=0, stdout=text, stderr="", duration_s=0.0)
+
+        def shared(self, *_a: object, **_k: object) -> ExecResult:
+            return self.r
+
+    fwd = next(i for i in sc.invariants if i.id == "firewall/table/r4/forward")
+    ten = next(i for i in sc.invariants if i.kind == "nft_chain" and i.id.startswith("firewall/table/r4/t")
+               and len(i.params["rules"]) > 1)
+    for inv, ok in ((fwd, True), (ten, False)):
+        rules = inv.params["rules"]
+        assert check_nft_chain(Ctx(inv.params["chain"], rules), inv)[0]
+        assert check_nft_chain(Ctx(inv.params["chain"], [rules[0], *rules[1:][::-1]]), inv)[0] is ok, inv.id
+        assert not check_nft_chain(Ctx(inv.params["chain"], rules[:-1]), inv)[0]

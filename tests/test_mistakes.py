@@ -144,3 +144,25 @@ def test_noisy_agent_refuses_an_unknown_kind() -> None:
     assert NoisyAgent(rate="0", kind="wrong_table").kind == "wrong_table"
     with pytest.raises(AnibenchError, match="unknown mistake kind"):
         NoisyAgent(kind="fat_finger")
+
+
+def test_mistakes_on_another_tenants_object_never_pick_the_tickets_tenant() -> None:
+    """A firewall ticket's op names no tenant (a modify of the rule set), and the sites its
+    reader lists may hold the ticket's own first: ``wrong_table`` and ``other_tenant`` still pick
+    another tenant (before, ``wrong_table`` could "move" the rule set into its own tenant: a
+    no-op the sensitivity bench counted as a miss)."""
+    ops = [{"op": "modify", "service_class": "firewall_rule_set", "id": "fw-t3",
+            "spec": {"rules": [{"src_site": None, "dst_site": "t3s1", "port": 22, "action": "drop"}]}}]
+    others = [{"id": "t3s1", "tenant": "t3"}, {"id": "t3s2", "tenant": "t3"}, {"id": "t5s1", "tenant": "t5"}]
+    wrong = intent_mistake("wrong_table", 0, ops, [], others, "A3-T", tenant="t3")
+    assert wrong is not None and wrong.ops[0]["spec"]["tenant"] == "t5"
+    other = intent_mistake("other_tenant", 0, ops, [], others, "A3-T", tenant="t3")
+    assert other is not None and other.ops[1] == {"op": "delete", "service_class": "tenant_site", "id": "t5s1"}
+    only_own = others[:2]
+    assert intent_mistake("wrong_table", 0, ops, [], only_own, "A3-T", tenant="t3") is None
+    assert intent_mistake("other_tenant", 0, ops, [], only_own, "A3-T", tenant="t3") is None
+    # a create names its tenant in the spec: that one is never picked either
+    create = [{"op": "create", "service_class": "tenant_site", "id": "t3s9", "spec": {"tenant": "t3", "pe": "r1"}}]
+    assert intent_mistake("wrong_table", 0, create, [], others, "A3-R").ops[0]["spec"]["tenant"] == "t5"
+    out, _ = noisy_ops(ops, [], others, "A3-T", Mistakes(0.0, 1, kind="other_tenant"), tenant="t3")
+    assert out[1]["id"] == "t5s1"

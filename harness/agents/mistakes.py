@@ -317,12 +317,19 @@ class IntentMistake:
 
 
 def intent_mistake(kind: str, i: int, ops: list[dict[str, Any]], sites: list[dict[str, str]],
-                   others: list[dict[str, Any]], level: str) -> IntentMistake | None:
+                   others: list[dict[str, Any]], level: str, tenant: str | None = None) -> IntentMistake | None:
     """``kind`` rendered into op ``i`` of ``ops`` (the ticket's change set; left unchanged), or
     None where it cannot carry it. ``sites``: the tenant's sites (sites.csv rows); ``others``:
-    other tenants' sites (``{"id", "tenant"}``), read from the level's tools when needed."""
+    other tenants' sites (``{"id", "tenant"}``), read from the level's tools when needed;
+    ``tenant``: the ticket's tenant. The kinds that touch another tenant's object
+    (``wrong_table``, ``other_tenant``) pick a site or tenant of ``others`` that is neither the
+    ticket's tenant nor the op's own: a list that holds the ticket's own sites (a service
+    ticket's, whose reader knows no sites.csv tenant) made them no-ops before (a firewall
+    change "put in" its own tenant), which the sensitivity bench counted as misses."""
     if (kind, level) in INEXPRESSIBLE:
         return None
+    mine = {tenant, spec_tenant} if (spec_tenant := (ops[i].get("spec") or {}).get("tenant")) else {tenant}
+    others = [o for o in others if o.get("tenant") and o["tenant"] not in mine]
     op = copy.deepcopy(ops[i])
     spec = op.get("spec") or {}
     touched = {o.get("id") for o in ops}
@@ -355,10 +362,10 @@ def intent_mistake(kind: str, i: int, ops: list[dict[str, Any]], sites: list[dic
             return None
         return IntentMistake([{"op": "delete", "service_class": "tenant_site", "id": untouched[0]}, op])
     if kind == "wrong_table":
-        tenant = next((o["tenant"] for o in others if o.get("tenant") and o["tenant"] != spec.get("tenant")), None)
-        if op["op"] == "delete" or tenant is None:
+        wrong = next((o["tenant"] for o in others), None)
+        if op["op"] == "delete" or wrong is None:
             return None
-        spec["tenant"] = tenant
+        spec["tenant"] = wrong
         return IntentMistake([op])
     if kind == "uncommitted":
         return IntentMistake([op], unapplied=True)
@@ -372,14 +379,15 @@ def intent_mistake(kind: str, i: int, ops: list[dict[str, Any]], sites: list[dic
 
 
 def noisy_ops(ops: list[dict[str, Any]], sites: list[dict[str, str]], others: list[dict[str, Any]], level: str,
-              mistakes: Mistakes) -> tuple[list[dict[str, Any]], bool]:
+              mistakes: Mistakes, tenant: str | None = None) -> tuple[list[dict[str, Any]], bool]:
     """``ops`` with ``mistakes`` made in them; returns the ops and whether the change set is to
-    be left unapplied/uncommitted. Records each mistake made (``where``: the op's id)."""
-    kinds = mistakes.choose(len(ops), lambda i, k: intent_mistake(k, i, ops, sites, others, level) is not None)
+    be left unapplied/uncommitted. Records each mistake made (``where``: the op's id).
+    ``tenant``: the ticket's tenant (:func:`intent_mistake`)."""
+    kinds = mistakes.choose(len(ops), lambda i, k: intent_mistake(k, i, ops, sites, others, level, tenant) is not None)
     out: list[dict[str, Any]] = []
     unapplied = False
     for i, (op, kind) in enumerate(zip(ops, kinds, strict=True)):
-        m = intent_mistake(kind, i, ops, sites, others, level) if kind else None
+        m = intent_mistake(kind, i, ops, sites, others, level, tenant) if kind else None
         if m is None:
             out.append(op)
             continue

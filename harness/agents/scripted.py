@@ -151,6 +151,8 @@ class PeFacts:
     rules6: list[dict[str, Any]]
     routes6: list[dict[str, Any]]
     rules4: list[dict[str, Any]] = field(default_factory=list)
+    #: nftables tables read with the facts: table (``"inet tenant_fw"``) -> ``nft -a list table`` text ('' = none)
+    nft: dict[str, str] = field(default_factory=dict)
 
     def other_lookups(self, table: int, own_ports: set[str]) -> set[int]:
         """Address families (4, 6) in which something other than the tenant's own circuits
@@ -202,6 +204,9 @@ class Leak:
     sid: str
     node: str
     table: int
+    #: ``node``'s port toward the service (the main table's route for ``prefix6``), where the
+    #: tenant's table on ``node`` itself routes it
+    port: str | None = None
 
 
 def sid_node(sid: str) -> tuple[str, int]:
@@ -345,6 +350,8 @@ def _follow_leak(leak: Leak, table: int, before: Tenant, after: Tenant,
         for pe in t.dt6_functions:
             if pe != leak.node:
                 cfgs.setdefault(pe, NodeConfig()).routes6.append(in_tenant)
+            elif leak.port:  # the service's own PE: straight out of its port
+                cfgs.setdefault(pe, NodeConfig()).routes6.append(f"{leak.prefix6} table {table} metric 1024 dev {leak.port}")
         cfgs.setdefault(leak.node, NodeConfig()).routes6.extend(back_routes(t))
 
 
@@ -496,8 +503,10 @@ class ScriptedAgent:
         A3-T/A4 (plan, then apply) and as records at A3-R; other levels have no reference
         (``harness.service_tasks.INEXPRESSIBLE``) and submit with an error saying so."""
         try:
-            ops = service_ops(yaml.safe_load(ctx.files["request.yaml"]))
-            req = Request(tenant="", sites=[])
+            ticket = yaml.safe_load(ctx.files["request.yaml"])
+            ops = service_ops(ticket)
+            # the ticket's tenant, so that a mistake meant for another tenant's object picks another
+            req = Request(tenant=str(ticket.get("tenant") or ""), sites=[])
             if ctx.level in ("A3-T", "A4"):
                 await self._intent(tools, req, mistakes, ctx.level, ops=ops)
             elif ctx.level == "A3-R":
@@ -765,7 +774,7 @@ class ScriptedAgent:
         ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=False)
         since = len(mistakes.made)
-        noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes)
+        noisy, unapplied = noisy_ops(ops, req.sites, others, level, mistakes, req.tenant or None)
         plan = await tools.call("plan_change_set", {"ops": noisy})
         if not plan.ok:
             # a competent operator reads the error and retries once with the ticket's own values
@@ -784,7 +793,7 @@ class ScriptedAgent:
         ops = intent_ops(req) if ops is None else ops
         others = await self._others(tools, req, mistakes, records=True)
         since = len(mistakes.made)
-        noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes)
+        noisy, uncommitted = noisy_ops(ops, req.sites, others, "A3-R", mistakes, req.tenant or None)
 
         async def edit(change: list[dict[str, Any]], commit: bool = True) -> Reply | None:
             for op in change:
@@ -816,23 +825,33 @@ class ScriptedAgent:
             if not st.ok or d.get("applied_commit") == d.get("head") or d.get("failed_commit") == d.get("head"):
                 break
 
-    async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool) -> dict[str, PeFacts]:
+    async def _read_pes(self, tools: ToolSession, pes: list[str], a1: bool, nft_table: str | None = None) -> dict[str, PeFacts]:
+        """:class:`PeFacts` of ``pes`` at A1 (one execute_validation) or A0 (one run_shell per PE);
+        with ``nft_table`` (``"inet tenant_fw"``) the same reads list that table too
+        (``PeFacts.nft``: no extra step)."""
         facts: dict[str, PeFacts] = {}
         cmds = ["ip -6 -j rule show", "ip -6 -d -j route show table main", "ip -4 -j rule show"]
         if a1:
-            r = await tools.call_full("execute_validation", {"commands": {pe: cmds for pe in pes}})
+            extra = [f"nft -a list table {nft_table}"] if nft_table else []
+            r = await tools.call_full("execute_validation", {"commands": {pe: cmds + extra for pe in pes}})
             if not r.ok or r.data is None:
                 raise ValueError(f"reading the PEs failed: {r.text[:300]}")
             for pe in pes:
-                parts = _json_outputs(r.data["devices"][pe]["output"])
+                out = r.data["devices"][pe]["output"]
+                parts = _json_outputs(out)
                 facts[pe] = PeFacts(rules6=parts[0], routes6=parts[1], rules4=parts[2])
+                if nft_table:
+                    facts[pe].nft[nft_table] = _table_block(out, nft_table)
         else:
+            extra = [f"nft -a list table {nft_table} 2>/dev/null || true"] if nft_table else []
             for pe in pes:
-                r = await tools.call_full("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds)})
+                r = await tools.call_full("run_shell", {"device": pe, "command": "; echo '@@'; ".join(cmds + extra)})
                 if not r.ok or r.data is None:
                     raise ValueError(f"reading {pe} failed: {r.text[:300]}")
-                a, b, c = r.data["stdout"].split("@@")
+                a, b, c, *rest = r.data["stdout"].split("@@")
                 facts[pe] = PeFacts(rules6=json.loads(a), routes6=json.loads(b), rules4=json.loads(c))
+                if nft_table:
+                    facts[pe].nft[nft_table] = _table_block(rest[0] if rest else "", nft_table)
         return facts
 
     async def _read(self, tools: ToolSession, device: str, command: str, *, level: str) -> Any:
@@ -865,12 +884,16 @@ class ScriptedAgent:
             dt6 = next((rt for rt in sids.routes6 if rt.get("encap") == "seg6local" and rt.get("action") == "End.DT6"
                         and _function_of(rt.get("dst", "::/64")) == fn), None)
             if dt6 is not None and str(dt6.get("table", "")).isdigit():
-                out.append(Leak(prefix6=prefix, sid=sid, node=node, table=int(dt6["table"])))
+                port = next((rt.get("dev") for rt in sids.routes6 if rt.get("dst") == prefix and rt.get("encap") is None), None)
+                out.append(Leak(prefix6=prefix, sid=sid, node=node, table=int(dt6["table"]), port=port))
         return out
 
     async def _devices(self, tools: ToolSession, req: Request, mistakes: Mistakes, *, a1: bool) -> None:
         pes = sorted({s["pe"] for s in req.sites} | {a["pe"] for a in req.add} | {m["to_pe"] for m in req.move})
-        facts = await self._read_pes(tools, pes, a1)
+        from harness.agents.service_devices import FW_TABLE, NftTable
+
+        # a removed site may be the source of accept rules in its tenant's chains: read them with the facts
+        facts = await self._read_pes(tools, pes, a1, nft_table=FW_TABLE if req.remove else None)
         level = "A1" if a1 else "A0"
 
         async def read_table(pe: str, table: int) -> Any:
@@ -880,12 +903,11 @@ class ScriptedAgent:
             return await self._read(tools, node, "ip -6 -d -j route show table main", level=level)
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
-        _before, after, deltas = plan_tenant_change(req, facts, leaks)
+        before, after, deltas = plan_tenant_change(req, facts, leaks)
+        fw = {pe: NftTable.parse(FW_TABLE, f.nft[FW_TABLE]) for pe, f in facts.items() if FW_TABLE in f.nft}
+        deltas, nft_now = await self._with_nft(tools, req, before, after, deltas, level, fw)
         for pe, delta, target, _commit in _with_mistakes(deltas, mistakes, level, pes, after.table, facts):
-            if a1:
-                await self._mutate(tools, "apply_config", {"commands": {target: a1_commands(delta)}}, has_wait=True)
-            else:
-                await self._mutate(tools, "run_shell", {"device": target, "command": a0_script(delta)}, has_wait=False)
+            await self._apply_delta(tools, target, delta, level, nft_now=nft_now.get(pe, {}))
         check = {pe: [f"ip -6 route show table {after.table}"] for pe in sorted(deltas)}
         if check:
             if a1:
@@ -893,6 +915,38 @@ class ScriptedAgent:
             else:
                 first = sorted(deltas)[0]
                 await tools.call("run_shell", {"device": first, "command": f"ip -6 route show table {after.table}"})
+
+    async def _with_nft(self, tools: ToolSession, req: Request, before: Tenant, after: Tenant, deltas: dict[str, ConfigDelta],
+                        level: str, fw: dict[str, Any]) -> tuple[dict[str, ConfigDelta], dict[str, dict[str, Any]]]:
+        """The site change's per-PE deltas with the nftables state it alters:
+
+        - the same-PE hairpin NAT (:func:`harness.agents.service_devices.plan_hairpins`): the
+          ``ip fip_hairpin`` table of each PE where the tenant's IPv4 circuits change
+          (:func:`~harness.agents.service_devices.hairpin_pes`) is read and the tenant's part
+          re-rendered and spliced in;
+        - the accept rules whose source is a removed site, gone from the tenant's chains of
+          ``inet tenant_fw`` (``fw``: PE -> that table as read, every PE of the remaining sites;
+          :func:`~harness.agents.service_devices.plan_firewall` with the rule set the devices
+          show, less those rules).
+
+        Returns the deltas and, per PE, the tables read (``{table: NftTable}``, for A1's nft commands)."""
+        from harness.agents.service_devices import (
+            FW_TABLE,
+            HAIRPIN_TABLE,
+            hairpin_pes,
+            merge_deltas,
+            plan_hairpins,
+            plan_removed_sources,
+        )
+
+        tables = {pe: await self._nft_table(tools, pe, HAIRPIN_TABLE, level) for pe in hairpin_pes(before, after)}
+        now: dict[str, dict[str, Any]] = {pe: {HAIRPIN_TABLE: t} for pe, t in tables.items()}
+        out = merge_deltas(deltas, plan_hairpins(before, after, tables))
+        fw_deltas = plan_removed_sources(req.tenant, req.sites, req.remove, fw) if fw else {}
+        out = merge_deltas(out, fw_deltas)
+        for pe in fw_deltas:
+            now.setdefault(pe, {})[FW_TABLE] = fw[pe]
+        return out, now
 
     async def _netconf(self, tools: ToolSession, req: Request, mistakes: Mistakes) -> None:
         """A2: read each PE's rules and SIDs through the models (get-config with a subtree
@@ -909,7 +963,12 @@ class ScriptedAgent:
             return (await self._node_facts(tools, [node], "A2"))[node].routes6
 
         leaks = await self._find_leaks(req, facts, read_table, read_sids)
-        _before, after, deltas = plan_tenant_change(req, facts, leaks)
+        before, after, deltas = plan_tenant_change(req, facts, leaks)
+        from harness.agents.service_devices import FW_TABLE
+
+        fw = {pe: await self._nft_table(tools, pe, FW_TABLE, "A2") for pe in sorted({s.pe for s in after.sites}, key=node_id)} \
+            if req.remove else {}
+        deltas, _now = await self._with_nft(tools, req, before, after, deltas, "A2", fw)
         for _pe, delta, target, commit in _with_mistakes(deltas, mistakes, "A2", pes, after.table, facts):
             r = await tools.call("edit_config", {"device": target, "config": edit_payload(delta)})
             if not r.ok:

@@ -36,7 +36,7 @@ from substrate.netconf.device import parse_nft, render_nft_table
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.firewall import TABLE as FW_TABLE
 from substrate.scenario.layers.firewall import render_firewalls
-from substrate.scenario.layers.floating_ip import EXTERNAL_PREFIX, render_floating
+from substrate.scenario.layers.floating_ip import EXTERNAL_PREFIX, render_floating, render_hairpins
 from substrate.scenario.layers.floating_ip import HAIRPIN_TABLE
 from substrate.scenario.layers.floating_ip import TABLE as FIP_TABLE
 from substrate.scenario.layers.l3vpn import ce_addr, render_tenant
@@ -188,14 +188,20 @@ def nft_commands(now: NftTable, new: dict[str, Any] | None) -> list[str]:
 # -- the renderings -----------------------------------------------------------------------------
 
 
+def _operator_scenario(tenant: Tenant, *, firewalls: list[FirewallPolicy] | None = None, external: External | None = None,
+                       fips: list[FloatingIP] | None = None) -> Scenario:
+    """A scenario holding only the records an operator rebuilt (for the layers' renderers)."""
+    routers = sorted({s.pe for s in tenant.sites} | set(tenant.dt6_functions) | ({external.border_pe} if external else set()))
+    topo = Topology.build("operator", [{"name": r, "role": "PE", "node_id": node_id(r)} for r in routers], [])
+    return Scenario(name="operator", manifest_digest="", seed=0, density=1, layers=["l3vpn", "firewall", "floating_ip"],
+                    topology=topo, tenants=[tenant], firewalls=firewalls or [], floating_ips=fips or [], external=external)
+
+
 def render_services(tenant: Tenant, *, vpn: bool, firewalls: list[FirewallPolicy] | None = None,
                     external: External | None = None, fips: list[FloatingIP] | None = None) -> dict[str, NodeConfig]:
     """The layers' rendering of the records an operator rebuilt: the tenant's VPN (``vpn``), its
     rule sets, the external segment and its floating IPs."""
-    routers = sorted({s.pe for s in tenant.sites} | set(tenant.dt6_functions) | ({external.border_pe} if external else set()))
-    topo = Topology.build("operator", [{"name": r, "role": "PE", "node_id": node_id(r)} for r in routers], [])
-    sc = Scenario(name="operator", manifest_digest="", seed=0, density=1, layers=["l3vpn", "firewall", "floating_ip"],
-                  topology=topo, tenants=[tenant], firewalls=firewalls or [], floating_ips=fips or [], external=external)
+    sc = _operator_scenario(tenant, firewalls=firewalls, external=external, fips=fips)
     out: dict[str, NodeConfig] = {}
     if vpn:
         render_tenant(sc, tenant, out)
@@ -273,6 +279,19 @@ def plan_firewall(req: dict[str, Any], sites: list[dict[str, str]], tables: dict
     b = render_services(t, vpn=False, firewalls=[FirewallPolicy(id=fid, tenant=tenant, rules=old)] if old else [])
     a = render_services(t, vpn=False, firewalls=[FirewallPolicy(id=fid, tenant=tenant, rules=new)])
     return device_deltas(b, a, {pe: {FW_TABLE: tb} for pe, tb in tables.items()})
+
+
+def plan_removed_sources(tenant: str, sites: list[dict[str, str]], removed: list[str],
+                         tables: dict[str, NftTable]) -> dict[str, ConfigDelta]:
+    """Per-PE changes that take the accept rules whose source is a removed site out of the
+    tenant's chains (what the firewall layer does when a site goes: ``Firewall.site_gone``), the
+    rule set read off the devices (:func:`rules_on_devices`; ``tables``: PE -> its ``inet
+    tenant_fw``, every PE of the remaining sites). Empty when no rule names a removed site."""
+    old = rules_on_devices(tenant, sites, tables)
+    new = [r for r in old if r.src_site not in removed]
+    if new == old:
+        return {}
+    return plan_firewall({"tenant": tenant, "rules": [r.model_dump(mode="json") for r in new]}, sites, tables)
 
 
 # -- floating IP -------------------------------------------------------------------------------------
@@ -383,3 +402,70 @@ def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[
     now: dict[str, dict[str, NftTable]] = {pe: {HAIRPIN_TABLE: t} for pe, t in hairpins.items()}
     now.setdefault(border.pe, {})[FIP_TABLE] = border.fip
     return device_deltas(b, a, now)
+
+
+# -- the same-PE hairpin NAT of a site change -----------------------------------------------------------
+
+
+def hairpin_pes(before: Tenant, after: Tenant) -> list[str]:
+    """The PEs whose same-PE hairpin NAT (``ip fip_hairpin``) a site change may alter: those
+    holding IPv4 sites of the tenant before and after the change whose IPv4 circuits differ (a
+    floating IP's site stays where it is -- its address is pinned to it -- so a PE the tenant
+    joins or leaves holds none of its floating IPs' sites)."""
+    def circuits(t: Tenant) -> dict[str, set[tuple[str, str]]]:
+        out: dict[str, set[tuple[str, str]]] = {}
+        for x in t.sites:
+            if x.prefix4:
+                out.setdefault(x.pe, set()).add((x.pe_if, x.prefix4))
+        return out
+
+    b, a = circuits(before), circuits(after)
+    return sorted((pe for pe in set(b) & set(a) if b[pe] != a[pe]), key=node_id)
+
+
+def hairpin_fips(tenant: Tenant, pe: str, table: NftTable) -> list[FloatingIP]:
+    """The tenant's floating IPs whose site is on ``pe``, as the PE's hairpin table shows them:
+    a DNAT rule of chain ``prerouting`` to the CE address of one of the tenant's IPv4 sites there
+    (an IPv4 prefix is attached once per PE, so the CE address names the site)."""
+    by_ce4 = {ce_addr(x.prefix4, 2): x for x in tenant.sites if x.pe == pe and x.prefix4}
+    out: dict[str, FloatingIP] = {}
+    for r in (_chain(table.table, "prerouting") or {}).get("rules", []):
+        m = _DNAT.search(r)
+        if m and m.group(2) in by_ce4 and m.group(1) not in out:
+            out[m.group(1)] = FloatingIP(id=f"fip-{m.group(1)}", tenant=tenant.id, site=by_ce4[m.group(2)].id,
+                                         address=m.group(1), mark=0)
+    return list(out.values())
+
+
+def plan_hairpins(before: Tenant, after: Tenant, tables: dict[str, NftTable]) -> dict[str, ConfigDelta]:
+    """Per-PE changes of the same-PE hairpin NAT that a site change of the tenant needs (issue
+    19: the references moved a site onto or off a floating IP's PE and left its hairpin rules as
+    they were): on each PE of ``tables`` (``ip fip_hairpin`` as read, at least
+    :func:`hairpin_pes`), the tenant's floating IPs there (:func:`hairpin_fips`) rendered with
+    the floating-IP layer's :func:`render_hairpins` for the tenant before and after the change,
+    the difference spliced into the device's table (:func:`device_deltas`)."""
+    b_cfg: dict[str, NodeConfig] = {}
+    a_cfg: dict[str, NodeConfig] = {}
+    staying = {x.id for x in after.sites}
+    for pe in sorted(tables, key=node_id):
+        fips = hairpin_fips(before, pe, tables[pe])
+        if not fips:
+            continue
+        for cfg, t, kept in ((b_cfg, before, fips), (a_cfg, after, [f for f in fips if f.site in staying])):
+            out: dict[str, NodeConfig] = {}
+            render_hairpins(_operator_scenario(t, fips=kept), out)
+            if pe in out:
+                cfg[pe] = NodeConfig(nft={HAIRPIN_TABLE: out[pe].nft[HAIRPIN_TABLE]})
+    return device_deltas(b_cfg, a_cfg, {pe: {HAIRPIN_TABLE: t} for pe, t in tables.items()})
+
+
+def merge_deltas(deltas: dict[str, ConfigDelta], more: dict[str, ConfigDelta]) -> dict[str, ConfigDelta]:
+    """``deltas`` with the nftables tables of ``more`` (per node) added: into the node's delta,
+    or as the node's delta when it has none."""
+    out = dict(deltas)  # the plan's order is kept (mistakes are placed by it); new nodes come last
+    for node, d in more.items():
+        if node in out:
+            out[node].nft.update(d.nft)
+        else:
+            out[node] = d
+    return out

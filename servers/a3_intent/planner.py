@@ -46,7 +46,7 @@ from servers.a3_intent.catalog import INTENTS, ChangeSetRejected, Problem, natur
 from servers.a3_intent.inventory import Found, expected_found, expected_state
 from substrate.devstate import FRR_NOISE, DeviceState
 from substrate.errors import SubstrateError
-from substrate.journal import FrrView, nft_tables, normalize_nft_table, normalize_route, root_qdisc
+from substrate.journal import FrrView, nft_blocks, nft_tables, normalize_route, root_qdisc
 from substrate.routes import route_key
 from substrate.scenario.apply import ConfigDelta, config_delta, frr_lines
 from substrate.scenario.generator import render_scenario, scenario_invariants
@@ -394,37 +394,9 @@ def _frr_stanzas(blocks: list[str]) -> dict[str, set[str]]:
     return out
 
 
-def _nft_blocks(text: str) -> dict[str, list[str]]:
-    """A normalized nftables table (:func:`normalize_nft_table`) as ``{block head: [lines]}``: each
-    chain, set, map or flowtable of the table (``chain forward {``) with its body lines in order
-    (rules in evaluation order; a nested block's lines stay in its parent's body); the table's own
-    lines outside any block under ``""``."""
-    out: dict[str, list[str]] = {"": []}
-    head, depth = "", 0
-    for ln in normalize_nft_table(text).splitlines():
-        if depth == 0:  # the table line
-            depth += ln.endswith("{")
-            continue
-        if depth == 1 and ln.endswith("{"):
-            head, depth = ln[:-1].strip(), 2
-            out.setdefault(head, [])
-            continue
-        if ln == "}" or ln.startswith("}"):
-            depth -= 1
-            if depth == 1:
-                head = ""
-                continue
-            if depth == 0:
-                continue
-        elif ln.endswith("{"):
-            depth += 1
-        out.setdefault(head, []).append(ln)
-    return out
-
-
 def nft_table_drift(want: str, got: str) -> list[str]:
     """How an nftables table on a device (``got``, ``nft list ruleset`` form) differs from the
-    rendering's (``want``), block by block (:func:`_nft_blocks`): a block missing or extra, and
+    rendering's (``want``), block by block (:func:`substrate.journal.nft_blocks`): a block missing or extra, and
     within a block the body compared as a sequence (nft(8): rules are evaluated in order, first
     match wins), so an extra copy of a rule, a rule inserted ahead of another or a reordering is
     drift, not only a line of a new text. Blocks are matched by head: the order of chains in the
@@ -436,7 +408,7 @@ def nft_table_drift(want: str, got: str) -> list[str]:
     """
     import difflib
 
-    w, g = _nft_blocks(want), _nft_blocks(got)
+    w, g = nft_blocks(want), nft_blocks(got)
     out: list[str] = []
     for head in list(w) + [h for h in g if h not in w]:
         a, b = w.get(head), g.get(head)

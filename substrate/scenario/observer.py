@@ -34,6 +34,13 @@ Check kinds (``Invariant.kind``):
   forwarding (SRv6 segments, or output device): a route missing, pointing elsewhere, or one no
   service rendered (a typo'd prefix, a leftover of a site that left) fails it -- forwarding that
   works by luck is not scored as correct configuration (issue 19);
+- ``nft_chain`` {node, table, chain, rules} / {node, table, chains}: chain ``chain`` of nftables
+  table ``table`` (``"inet tenant_fw"``) on the node holds exactly ``rules`` -- its lines in
+  evaluation order (any order with ``ordered: false``), a base chain's declaration first, compared normalized
+  (:func:`nft_chain_lines`: handles and counters stripped, whitespace and hexadecimal numbers
+  canonical); without ``chain``, the table holds exactly the chains ``chains`` (none: no such
+  table). Reach and deny probes sample ports and pairs; a rule added where none samples (a drop
+  on another port, a table on a PE that has none, a DNAT of a spare address) fails these;
 - ``address_bound`` {node, interface, addresses}: the interface holds every address
   (``ADDR/LEN``), e.g. a PE's end of an attachment circuit -- which a CE's neighbour cache can
   hide the loss of (issue 19).
@@ -106,7 +113,7 @@ class Verdict(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     duration_s: float = 0.0
     diff: dict[str, list[str]] | None = Field(
-        default=None, description="State checks (table_routes, address_bound): what the node lacks ('missing') and "
+        default=None, description="State checks (table_routes, address_bound, nft_chain): what the node lacks ('missing') and "
         "holds beyond what was rendered ('unexpected'), unbounded and structured, for diagnostics "
         "(harness.diagnostics); None for other kinds.")
 
@@ -649,6 +656,71 @@ def check_nft_rule(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list
     return False, f"{p['node']} {p['table']} has no rule with {' and '.join(p['contains'])}", [_ev(r)]
 
 
+def nft_chain_lines(lines: Iterable[str]) -> list[str]:
+    """Lines of an nftables chain in comparable form: handles (``# handle N``) and counters
+    (``counter [packets N bytes M]``) stripped, then :func:`substrate.journal.normalize_nft_table`
+    (whitespace collapsed, hexadecimal numbers canonical); empty lines dropped."""
+    from substrate.journal import normalize_nft_table
+
+    out = []
+    for ln in lines:
+        ln = re.sub(r"#\s*handle \d+", "", ln)
+        ln = re.sub(r"\bcounter(?: packets \d+ bytes \d+)?", "", ln)
+        ln = normalize_nft_table(ln)
+        if ln:
+            out.append(ln)
+    return out
+
+
+def nft_chains_of(text: str) -> dict[str, list[str]]:
+    """Chain name -> its lines (:func:`nft_chain_lines`), of one ``nft list table`` text ('' = no
+    table: no chains)."""
+    from substrate.journal import nft_blocks
+
+    return {head.split()[1]: nft_chain_lines(body) for head, body in nft_blocks(text).items()
+            if head.startswith("chain ") and len(head.split()) == 2}
+
+
+def check_nft_chain(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    p = inv.params
+    family, name = p["table"].split()
+    r = ctx.shared(p["node"], ["nft", "list", "table", family, name])
+    absent = r.returncode != 0 and "No such file or directory" in r.stderr
+    if r.returncode != 0 and not absent:
+        return False, f"{p['node']}: nft list table {p['table']} failed: {r.stderr.strip()[:200]}", [_ev(r)]
+    chains = {} if absent else nft_chains_of(r.stdout)
+    ev = [_ev(r)]
+    if "chain" not in p:
+        want, have = sorted(p["chains"]), sorted(chains)
+        missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+        ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
+        if missing or extra:
+            parts = ([f"lacks chain(s) {', '.join(missing)}"] if missing else []) + \
+                ([f"has unexpected chain(s) {', '.join(extra)}"] if extra else [])
+            return False, f"{p['node']} {p['table']}: " + "; ".join(parts), ev
+        return True, f"{p['node']} {p['table']}: " + (f"chains {', '.join(want)}, as rendered" if want else "absent, as rendered"), ev
+    want = nft_chain_lines(p["rules"])
+    have = chains.get(p["chain"])
+    where = f"{p['node']} {p['table']} chain {p['chain']}"
+    if have is None:
+        ctx.diffs[inv.id] = {"missing": want, "unexpected": []}
+        return (not want), f"{where}: " + ("absent" + (f" (expected {len(want)} lines)" if want else ", as rendered")), ev
+    from collections import Counter
+
+    if have == want or (p.get("ordered") is False and Counter(have) == Counter(want)):
+        ctx.diffs[inv.id] = {"missing": [], "unexpected": []}
+        return True, f"{where}: {len(want)} lines, as rendered", ev
+
+    missing = list((Counter(want) - Counter(have)).elements())
+    extra = list((Counter(have) - Counter(want)).elements())
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
+    if not missing and not extra:  # nft(8): rules are evaluated in order, first match wins
+        at = next(i for i, (a, b) in enumerate(zip(want, have, strict=True)) if a != b)
+        return False, f"{where}: the rendered lines in another order (line {at + 1}: {have[at]})", ev
+    parts = ([f"lacks {'; '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {'; '.join(extra[:3])}"] if extra else [])
+    return False, f"{where}: " + "; ".join(parts), ev
+
+
 CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Evidence]]]] = {
     "reach": check_reach,
     "isolated": check_isolated,
@@ -662,6 +734,7 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "route_absent": check_route_absent,
     "address_bound": check_address_bound,
     "table_routes": check_table_routes,
+    "nft_chain": check_nft_chain,
     "reach_at": check_reach_at,
 }
 

@@ -440,3 +440,36 @@ def node_cfg(out: dict[str, NodeConfig], node: str) -> NodeConfig:
 def zipf_weights(n: int, s: float) -> list[float]:
     """Weights 1/k^s for k = 1..n (a Zipf law, for skewed sizes and node load)."""
     return [1.0 / (k**s) for k in range(1, n + 1)]
+
+
+def nft_chain_invariants(sc: Scenario, node: str, table: str, *, id_prefix: str, service: str,
+                         chain_service: Callable[[str], str] | None = None, what: str = "",
+                         unordered: frozenset[str] = frozenset()) -> list[Invariant]:
+    """The ``nft_chain`` state invariants of nftables table ``table`` on ``node`` as the scenario
+    renders it (``sc.node_config``; not rendered there: no table): one for the table's chains
+    (id ``id_prefix``, params ``chains``: their names, none when the table is not rendered) and
+    one per rendered chain (id ``<id_prefix>/<chain>``, params ``chain`` and ``rules``: the
+    chain's lines, normalized by :func:`substrate.scenario.observer.nft_chain_lines`).
+    ``chain_service(chain)`` names the service of a chain's invariant (default ``service``);
+    ``what`` says what the table is, for the descriptions; chains in ``unordered`` are compared
+    as a multiset (params ``ordered: false``: rules whose matches exclude each other, such as
+    jumps by output port, whose order changes no verdict). Issue 19: probes sample ports and
+    site pairs, so a rule added where none samples was invisible."""
+    from substrate.scenario.observer import nft_chains_of
+
+    cfg = sc.node_config.get(node)
+    chains = nft_chains_of(cfg.nft.get(table, "") if cfg else "")
+    label = f" ({what})" if what else ""
+    out = [Invariant(
+        id=id_prefix, kind="nft_chain", service=service,
+        params={"node": node, "table": table, "chains": sorted(chains)},
+        description=f"{node}: table {table}{label} holds exactly the chains " + (", ".join(sorted(chains)) if chains else
+                                                                            "rendered: none (no such table)"),
+    )]
+    for name, rules in chains.items():
+        out.append(Invariant(
+            id=f"{id_prefix}/{name}", kind="nft_chain", service=chain_service(name) if chain_service else service,
+            params={"node": node, "table": table, "chain": name, "rules": rules} | ({"ordered": False} if name in unordered else {}),
+            description=f"{node}: chain {name} of {table}{label} holds exactly its {len(rules)} rendered lines",
+        ))
+    return out

@@ -18,6 +18,11 @@ the external host through a floating IP of the site (IPv4, after the border PE's
 shared-services host through a route leak of the tenant (IPv6) -- its attempt on the port must
 time out too, while its attempt on the open-port control reaches the CE (the path exists, so the
 deny is not vacuous). A rule scoped to the tenant's own source prefixes fails these.
+
+State (``nft_chain``, :func:`chain_invariants`): on every PE, the ``inet tenant_fw`` table holds
+exactly the chains rendered there (none on a PE without one), its ``forward`` chain exactly its
+jumps and each tenant chain exactly its rules (issue 19: a drop on a port no verdict check
+samples, or a table created on a PE that has none, broke nothing the probes saw).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from substrate.scenario.layers.base import Intent, Layer, LayerParams, node_cfg, register
-from substrate.scenario.layers.l3vpn import ce_addr, dump, site_changed, tenant_nodes
+from substrate.scenario.layers.base import Intent, Layer, LayerParams, nft_chain_invariants, node_cfg, register
+from substrate.scenario.layers.l3vpn import ce_addr, dump, natural_key, site_changed, tenant_nodes
 from substrate.scenario.layers.specs import InstanceId, Spec
 from substrate.scenario.model import FirewallPolicy, FirewallRule, Invariant, NodeConfig, Scenario, Site
 
@@ -135,6 +140,22 @@ def outside_invariants(sc: Scenario, pol: FirewallPolicy) -> list[Invariant]:
                     description=f"{name}: TCP {port} from {host} (outside the tenant) to {dst.id} {how} is "
                                 f"{EXPECT_WORDS[expect]} ({why})",
                 ))
+    return out
+
+
+def chain_invariants(sc: Scenario) -> list[Invariant]:
+    """Per PE of the topology: the ``inet tenant_fw`` table's chains (id ``firewall/table/<pe>``,
+    service ``firewall/table/<pe>``; none where nothing is rendered), its ``forward`` chain
+    (``.../forward``, same service) and each tenant chain (``.../<tenant>``, service
+    ``firewall/<tenant>``), exactly as rendered (:func:`nft_chain_invariants`)."""
+    from substrate.topology import Role
+
+    out: list[Invariant] = []
+    for pe in sorted((n.name for n in sc.topology.routers if n.role is Role.PE), key=natural_key):
+        svc = f"firewall/table/{pe}"
+        out += nft_chain_invariants(sc, pe, TABLE, id_prefix=svc, service=svc, what="tenant firewalls",
+                                    chain_service=lambda c, svc=svc: svc if c == "forward" else f"firewall/{c}",
+                                    unordered=frozenset({"forward"}))  # one jump per CE port: any order
     return out
 
 
@@ -352,7 +373,7 @@ class Firewall(Layer):
             if dst.prefix4 and v4:
                 out.append(verdict_invariant(sc, pol, rng4.choice(v4), dst, OPEN_PORT, "allow", "unlisted port stays open", 4))
             out += outside_invariants(sc, pol)
-        return out
+        return out + chain_invariants(sc)
 
     def integrity(self, ctx: Any) -> None:
         _integrity(ctx)

@@ -20,6 +20,9 @@ Invariants (service ``floating_ip/<id>``): the external host's pings to the floa
 replies *and* arrive at the site's CE, counted there after the NAT (``reach_at``: a NAT to
 another CE answers too, from the wrong host); the border PE's NAT still maps it to the right CE;
 and the site's CE reaches its own floating address (``reach_at`` counted at the CE: hairpin).
+State (``nft_chain``, :func:`chain_invariants`): the border PE's ``ip fip`` chains and every PE's
+``ip fip_hairpin`` chains hold exactly what is rendered (issue 19: a spare public address NATed to
+another tenant's CE broke no reach check).
 """
 
 from __future__ import annotations
@@ -32,8 +35,17 @@ from typing import Any
 from pydantic import Field
 
 from substrate.scenario.layers.addressing import Ipam
-from substrate.scenario.layers.base import GenerationError, Intent, Layer, LayerParams, density_fits, node_cfg, register
-from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, dump, interface_block, segs, sid_of, site_changed
+from substrate.scenario.layers.base import (
+    GenerationError,
+    Intent,
+    Layer,
+    LayerParams,
+    density_fits,
+    nft_chain_invariants,
+    node_cfg,
+    register,
+)
+from substrate.scenario.layers.l3vpn import attach_host, ce_addr, ce_iface, dump, interface_block, natural_key, segs, sid_of, site_changed
 from substrate.scenario.layers.specs import AUTO, Address4, InstanceId, Spec
 from substrate.scenario.model import (
     RULE_PRIO_FWMARK,
@@ -132,6 +144,23 @@ def render_hairpins(sc: Scenario, out: dict[str, NodeConfig]) -> None:
             "\tchain postrouting {", "\t\ttype nat hook postrouting priority srcnat; policy accept;", *snat, "\t}",
             "}",
         ]) + "\n"
+
+
+def chain_invariants(sc: Scenario) -> list[Invariant]:
+    """The NAT tables exactly as rendered (:func:`nft_chain_invariants`): ``ip fip`` on the border
+    PE (ids ``floating_ip/nat/<border>[/<chain>]``, service ``floating_ip/nat``) and ``ip
+    fip_hairpin`` on every PE (``floating_ip/hairpin/<pe>[/<chain>]``, service
+    ``floating_ip/hairpin/<pe>``; no chains where none is rendered). None without an external
+    segment."""
+    e = sc.external
+    if e is None:
+        return []
+    out = nft_chain_invariants(sc, e.border_pe, TABLE, id_prefix=f"floating_ip/nat/{e.border_pe}", service="floating_ip/nat",
+                               what="floating-IP NAT")
+    for pe in sorted((n.name for n in sc.topology.routers if n.role is Role.PE), key=natural_key):
+        out += nft_chain_invariants(sc, pe, HAIRPIN_TABLE, id_prefix=f"floating_ip/hairpin/{pe}",
+                                    service=f"floating_ip/hairpin/{pe}", what="floating-IP hairpin NAT")
+    return out
 
 
 # -- typed specs (the A3-T catalog) ---------------------------------------------------------------------
@@ -338,7 +367,7 @@ class FloatingIp(Layer):
                 params={"node": e.border_pe, "table": TABLE, "contains": [f"ip daddr {f.address}", f"dnat to {ce}"]},
                 description=f"{e.border_pe} translates {f.address} to {ce} (site {s.id})",
             ))
-        return out
+        return out + chain_invariants(sc)
 
     def claim(self, sc: Scenario, ipam: Any) -> None:
         for f in sc.floating_ips:
