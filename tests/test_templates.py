@@ -102,6 +102,15 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
      "t.yaml:6: parameters.item: parameter name 'item' is reserved for the harness"),
     (GOOD.replace("  metric: {range", "  none: {choice: [1]}\n  metric: {range"),
      "t.yaml:6: parameters.none: parameter name 'none' is a Jinja built-in name"),
+    # a device check that would pass whatever the agent did: a misspelt predicate, none at all,
+    # a string where a list goes (its characters were the strings to find), an unknown op
+    (GOOD.replace("contains: [", "contain: ["), "t.yaml:10: test_cases.0.params.contain: unknown key 'contain' of output_check"),
+    (GOOD.replace(', contains: ["Metric: {{ metric }}"]', ""), "t.yaml:10: test_cases.0.params: output_check needs a predicate"),
+    (GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "Metric: 50"'),
+     "t.yaml:10: test_cases.0.params.contains: contains is a list of strings, got str"),
+    (GOOD.replace('kind: output_check, params: {node: "{{ link.a }}", command: "show isis interface", contains: ["Metric: {{ metric }}"]',
+                  'kind: json_value, params: {node: "{{ link.a }}", argv: [ip, -j, link], path: "0.mtu", op: equals, value: 1'),
+     "t.yaml:10: test_cases.0.params.op: unknown op 'equals'"),
 ])
 def test_a_malformed_template_gets_the_field_and_the_line(text: str, where: str) -> None:
     assert where in _bad(text)
@@ -145,6 +154,34 @@ def test_an_unsatisfiable_template_is_refused_with_the_parameter_and_the_reason(
     nocap = ValueRegistry(sc, capabilities=frozenset({"zebra"}))
     with pytest.raises(InstantiationRefused, match="the devices lack isisd"):
         instantiate(templates()["isis-metric"], sc, 0, registry=nocap)
+
+
+def test_an_instance_with_no_test_case_or_a_repeated_test_case_id_is_refused(sc) -> None:
+    """An ``each`` that renders to no element left an instance of zero test cases, which any
+    agent passes (score 1.0 with nothing done); an id without the element gave two test cases
+    one id."""
+    t = parse_template(GOOD.replace("  - {id:", "  - {each: \"[]\", id:"))
+    with pytest.raises(InstantiationRefused, match="^template demo: test_cases: every test case's each gave no element"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace('  - {id: "m/{{ link.a }}",', '  - {each: "[1, 2]", id: "m/{{ link.a }}",'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: test case id 'template/demo/m/r\d' "
+                                                   "rendered twice"):
+        instantiate(t, sc, 0)
+
+
+def test_a_search_that_would_not_end_is_refused(sc) -> None:
+    """Two ranges of 2^20 values whose constraint nothing satisfies: each draw of the first
+    re-checked the second's million candidates, 10,000 times (hours); refused after
+    MAX_CHECKS candidates, naming the parameter."""
+    from harness.templates import instantiate as inst
+
+    t = parse_template(GOOD.replace("{range: [40, 60], step: 10}", "{range: [0, 999]}").replace(
+        'where: "other.name not in [link.a, link.b]"', 'where: "other.name == link.a"').replace(
+        "  other:", '  far: {range: [0, 999], where: "far > 5000"}\n  other:'))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(inst, "MAX_CHECKS", 5000)
+        with pytest.raises(InstantiationRefused, match="^template demo: parameter 'far': more than 5000 candidates checked"):
+            instantiate(t, sc, 0)
 
 
 def test_python_errors_in_expressions_name_the_field_and_the_template(sc) -> None:
