@@ -482,3 +482,24 @@ def test_an_explicit_manifest_is_honoured_by_the_task_commands() -> None:
     assert task_manifest(True, None, 3) == (TEMPLATE_MANIFEST, 3)
     assert task_manifest(False, None, None) == (DEFAULT_MANIFEST, 2)
     assert task_manifest(False, "x.yaml", 1) == ("x.yaml", 1)
+
+
+def test_a_campaign_of_the_scripted_agent_skips_the_levels_a_template_cannot_express(tmp_path) -> None:
+    """``harness campaign --task isis-metric --agent scripted`` stopped with "unknown task class
+    'isis-metric'"; it names each level the template cannot express, with the reason, and runs
+    the others (here none is left: refused before any lab is deployed)."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.tasks import skipped_levels
+
+    assert skipped_levels("bgp-med-out", ["A0", "A1+blocklist", "A2", "A3-T"]) == {
+        "A2": "cannot express: " + templates()["bgp-med-out"].cannot("A2"),
+        "A3-T": "cannot express: " + templates()["bgp-med-out"].cannot("A3-T")}
+    res = CliRunner().invoke(app, ["campaign", "--ani", "A3-T,A4", "--task", "isis-metric", "--agent", "scripted",
+                                   "--variants", "1", "--db", str(tmp_path / "c.db"), "--results", str(tmp_path / "r")])
+    out = " ".join(res.output.split())
+    assert res.exit_code != 0, out
+    assert "skipped A3-T: the scripted agent has no reference solution of isis-metric at this level (cannot express: " \
+           "A3-T's catalog has service classes" in out
+    assert "skipped A4:" in out and "no level of --ani A3-T,A4 can express a reference solution of isis-metric" in out
