@@ -108,6 +108,7 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
     (GOOD.replace(', contains: ["Metric: {{ metric }}"]', ""), "t.yaml:10: test_cases.0.params: output_check needs a predicate"),
     (GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "Metric: 50"'),
      "t.yaml:10: test_cases.0.params.contains: contains is a list of strings, got str"),
+    (GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: []'), "t.yaml:10: test_cases.0.params: output_check needs a predicate"),
     (GOOD.replace('kind: output_check, params: {node: "{{ link.a }}", command: "show isis interface", contains: ["Metric: {{ metric }}"]',
                   'kind: json_value, params: {node: "{{ link.a }}", argv: [ip, -j, link], path: "0.mtu", op: equals, value: 1'),
      "t.yaml:10: test_cases.0.params.op: unknown op 'equals'"),
@@ -166,6 +167,13 @@ def test_an_instance_with_no_test_case_or_a_repeated_test_case_id_is_refused(sc)
     t = parse_template(GOOD.replace('  - {id: "m/{{ link.a }}",', '  - {each: "[1, 2]", id: "m/{{ link.a }}",'))
     with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: test case id 'template/demo/m/r\d' "
                                                    "rendered twice"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "{{ [] }}"'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: params: output_check needs a predicate .* "
+                                                   r"\(as rendered\)"):
+        instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace('prompt: "metric {{ metric }} on {{ link.a }}"', "prompt: \"{{ '' }}\""))
+    with pytest.raises(InstantiationRefused, match="^template demo: prompt: the prompt renders to no text"):
         instantiate(t, sc, 0)
 
 

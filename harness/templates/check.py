@@ -62,7 +62,8 @@ OUTPUT_PREDICATES = ("contains", "absent", "matches")
 
 def device_check_problems(kind: str, params: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     """Problems of a device check's ``params`` (module docstring), as (location under the test
-    case, message); empty for other kinds."""
+    case, message); empty for other kinds. Used on the file's params and again on each rendered
+    test case's (a predicate that renders to an empty list is none)."""
     from substrate.scenario.device_checks import OPS
 
     keys = DEVICE_CHECK_KEYS.get(kind)
@@ -75,7 +76,7 @@ def device_check_problems(kind: str, params: dict[str, Any]) -> list[tuple[tuple
         out.append((("params",), f"{kind} needs node"))
     if ("command" in params) == ("argv" in params):
         out.append((("params",), f"{kind} needs exactly one of command (vtysh) and argv"))
-    if kind == "output_check" and not any(k in params for k in OUTPUT_PREDICATES):
+    if kind == "output_check" and not any(params.get(k) not in (None, [], "") for k in OUTPUT_PREDICATES):
         out.append((("params",), "output_check needs a predicate (contains, absent or matches): without one it passes "
                                  "on any output"))
     for k in OUTPUT_PREDICATES if kind == "output_check" else ():

@@ -28,7 +28,7 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel, Field
 
-from harness.templates.check import dependencies
+from harness.templates.check import dependencies, device_check_problems
 from harness.templates.registry import ValueRegistry
 from harness.templates.render import expression, render
 from harness.templates.schema import LEVELS, InstantiationRefused, Parameter, Template
@@ -283,6 +283,9 @@ def _test_cases(t: Template, ctx: dict[str, Any]) -> list[Invariant]:
                 c = ctx if tc.each is None else {**ctx, tc.as_: it}
                 inv = Invariant(id=f"template/{t.id}/{render(tc.id, c)}", kind=tc.kind, service=f"template/{t.id}",
                                 params=render(tc.params, c), description=str(render(tc.description, c)))
+                for loc, msg in device_check_problems(tc.kind, inv.params):
+                    raise InstantiationRefused(t.id, None, f"{'.'.join(map(str, loc))}: {msg} (as rendered)",
+                                               field=f"test_cases.{i}")
                 if inv.id in where:
                     raise InstantiationRefused(t.id, None, f"test case id {inv.id!r} rendered twice (also by test_cases."
                                                            f"{where[inv.id]}): put the element in the id", field=f"test_cases.{i}")
@@ -309,6 +312,8 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     ctx = {**reg.globals(), **params}
     with _field(t, "prompt"):
         prompt = str(render(t.prompt, ctx)).strip()
+    if not prompt:
+        raise InstantiationRefused(t.id, None, "the prompt renders to no text: the agent would get no ticket", field="prompt")
     setup = []
     for i, s in enumerate(t.setup):
         with _field(t, f"setup.{i}"):
