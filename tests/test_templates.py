@@ -172,6 +172,9 @@ def test_an_instance_with_no_test_case_or_a_repeated_test_case_id_is_refused(sc)
     with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: params: output_check needs a predicate .* "
                                                    r"\(as rendered\)"):
         instantiate(t, sc, 0)
+    t = parse_template(GOOD.replace("reference:", 'invalidates: ["{{ link.a[:0] }}*"]\nreference:'))
+    with pytest.raises(InstantiationRefused, match=r"^template demo: invalidates: the patterns \['\*'\] match every one"):
+        instantiate(t, sc, 0)  # every damage check gone: any damage would go unnoticed
     t = parse_template(GOOD.replace('prompt: "metric {{ metric }} on {{ link.a }}"', "prompt: \"{{ '' }}\""))
     with pytest.raises(InstantiationRefused, match="^template demo: prompt: the prompt renders to no text"):
         instantiate(t, sc, 0)

@@ -302,7 +302,8 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     and deterministic: the same template, scenario and instance give the same instance.
 
     Raises:
-        InstantiationRefused: requirements missing, or a parameter cannot be satisfied (named).
+        InstantiationRefused: requirements missing, or a parameter cannot be satisfied (named),
+            or a field fails to render or leaves no test case or no damage check (named).
     """
     reg = registry or ValueRegistry(sc)
     check_requirements(t, sc, reg)
@@ -325,5 +326,9 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
             patterns.append(str(render(p, ctx)))
     reference = render_reference(t, shown)
     damage = [i for i in sc.invariants if not any(fnmatch.fnmatchcase(i.id, p) for p in patterns)]
+    if sc.invariants and not damage:
+        raise InstantiationRefused(t.id, None, f"the patterns {patterns} match every one of the scenario's "
+                                               f"{len(sc.invariants)} baseline invariants: no damage check would be left "
+                                               "(name the invariants the task changes)", field="invalidates")
     return Instance(template=t.id, family=t.family, instance=instance, seed=seed, parameters=params, shown=shown,
                     prompt=prompt, setup=setup, test_cases=tests, damage_checks=damage, reference=reference)
