@@ -157,27 +157,25 @@ def test_an_unsatisfiable_template_is_refused_with_the_parameter_and_the_reason(
         instantiate(templates()["isis-metric"], sc, 0, registry=nocap)
 
 
+def _refused(sc, text: str, match: str) -> None:
+    with pytest.raises(InstantiationRefused, match=match):
+        instantiate(parse_template(text), sc, 0)
+
+
 def test_an_instance_with_no_test_case_or_a_repeated_test_case_id_is_refused(sc) -> None:
     """An ``each`` that renders to no element left an instance of zero test cases, which any
     agent passes (score 1.0 with nothing done); an id without the element gave two test cases
-    one id."""
-    t = parse_template(GOOD.replace("  - {id:", "  - {each: \"[]\", id:"))
-    with pytest.raises(InstantiationRefused, match="^template demo: test_cases: every test case's each gave no element"):
-        instantiate(t, sc, 0)
-    t = parse_template(GOOD.replace('  - {id: "m/{{ link.a }}",', '  - {each: "[1, 2]", id: "m/{{ link.a }}",'))
-    with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: test case id 'template/demo/m/r\d' "
-                                                   "rendered twice"):
-        instantiate(t, sc, 0)
-    t = parse_template(GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "{{ [] }}"'))
-    with pytest.raises(InstantiationRefused, match=r"^template demo: test_cases.0: params: output_check needs a predicate .* "
-                                                   r"\(as rendered\)"):
-        instantiate(t, sc, 0)
-    t = parse_template(GOOD.replace("reference:", 'invalidates: ["{{ link.a[:0] }}*"]\nreference:'))
-    with pytest.raises(InstantiationRefused, match=r"^template demo: invalidates: the patterns \['\*'\] match every one"):
-        instantiate(t, sc, 0)  # every damage check gone: any damage would go unnoticed
-    t = parse_template(GOOD.replace('prompt: "metric {{ metric }} on {{ link.a }}"', "prompt: \"{{ '' }}\""))
-    with pytest.raises(InstantiationRefused, match="^template demo: prompt: the prompt renders to no text"):
-        instantiate(t, sc, 0)
+    one id; a predicate rendered empty, no damage check left or an empty prompt likewise."""
+    _refused(sc, GOOD.replace("  - {id:", "  - {each: \"[]\", id:"),
+             "^template demo: test_cases: every test case's each gave no element")
+    _refused(sc, GOOD.replace('  - {id: "m/{{ link.a }}",', '  - {each: "[1, 2]", id: "m/{{ link.a }}",'),
+             r"^template demo: test_cases.0: test case id 'template/demo/m/r\d' rendered twice")
+    _refused(sc, GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "{{ [] }}"'),
+             r"^template demo: test_cases.0: params: output_check needs a predicate .* \(as rendered\)")
+    _refused(sc, GOOD.replace("reference:", 'invalidates: ["{{ link.a[:0] }}*"]\nreference:'),
+             r"^template demo: invalidates: the patterns \['\*'\] match every one")  # any damage would go unnoticed
+    _refused(sc, GOOD.replace('prompt: "metric {{ metric }} on {{ link.a }}"', "prompt: \"{{ '' }}\""),
+             "^template demo: prompt: the prompt renders to no text")
 
 
 def test_a_search_that_would_not_end_is_refused(sc) -> None:
