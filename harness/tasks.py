@@ -386,7 +386,23 @@ def task_class(name: str) -> TaskClass:
 
 def skipped_levels(name: str, levels: list[str]) -> dict[str, str]:
     """Of ``levels`` (ANI settings, ``A1+blocklist`` allowed), those at which class ``name``'s
-    reference solution cannot be stated, each with the reason (:attr:`TaskClass.inexpressible`)."""
+    reference solution cannot be stated, each with the reason (:attr:`TaskClass.inexpressible`;
+    a protocol template's: its levels marked ``cannot express`` or not written,
+    :meth:`harness.templates.schema.Template.cannot`).
+
+    Raises:
+        AnibenchError: ``name`` is neither a class nor a template (a malformed template file:
+            its error).
+    """
+    if name not in TASK_CLASSES:
+        from harness.templates.schema import TemplateError
+        from harness.templates.tasks import broken_templates, is_template, templates
+
+        if is_template(name):
+            if name in broken_templates():  # a file left out: its file, line and field
+                raise TemplateError(broken_templates()[name])
+            t = templates()[name]
+            return {lv: f"cannot express: {why}" for lv in levels if (why := t.cannot(lv.split("+")[0])) is not None}
     inex = task_class(name).inexpressible
     return {lv: inex[lv.split("+")[0]] for lv in levels if lv.split("+")[0] in inex}
 

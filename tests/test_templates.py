@@ -102,6 +102,16 @@ def test_the_library_has_twenty_templates_across_the_families() -> None:
      "t.yaml:6: parameters.item: parameter name 'item' is reserved for the harness"),
     (GOOD.replace("  metric: {range", "  none: {choice: [1]}\n  metric: {range"),
      "t.yaml:6: parameters.none: parameter name 'none' is a Jinja built-in name"),
+    # a device check that would pass whatever the agent did: a misspelt predicate, none at all,
+    # a string where a list goes (its characters were the strings to find), an unknown op
+    (GOOD.replace("contains: [", "contain: ["), "t.yaml:10: test_cases.0.params.contain: unknown key 'contain' of output_check"),
+    (GOOD.replace(', contains: ["Metric: {{ metric }}"]', ""), "t.yaml:10: test_cases.0.params: output_check needs a predicate"),
+    (GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "Metric: 50"'),
+     "t.yaml:10: test_cases.0.params.contains: contains is a list of strings, got str"),
+    (GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: []'), "t.yaml:10: test_cases.0.params: output_check needs a predicate"),
+    (GOOD.replace('kind: output_check, params: {node: "{{ link.a }}", command: "show isis interface", contains: ["Metric: {{ metric }}"]',
+                  'kind: json_value, params: {node: "{{ link.a }}", argv: [ip, -j, link], path: "0.mtu", op: equals, value: 1'),
+     "t.yaml:10: test_cases.0.params.op: unknown op 'equals'"),
 ])
 def test_a_malformed_template_gets_the_field_and_the_line(text: str, where: str) -> None:
     assert where in _bad(text)
@@ -145,6 +155,42 @@ def test_an_unsatisfiable_template_is_refused_with_the_parameter_and_the_reason(
     nocap = ValueRegistry(sc, capabilities=frozenset({"zebra"}))
     with pytest.raises(InstantiationRefused, match="the devices lack isisd"):
         instantiate(templates()["isis-metric"], sc, 0, registry=nocap)
+
+
+def _refused(sc, text: str, match: str) -> None:
+    with pytest.raises(InstantiationRefused, match=match):
+        instantiate(parse_template(text), sc, 0)
+
+
+def test_an_instance_with_no_test_case_or_a_repeated_test_case_id_is_refused(sc) -> None:
+    """An ``each`` that renders to no element left an instance of zero test cases, which any
+    agent passes (score 1.0 with nothing done); an id without the element gave two test cases
+    one id; a predicate rendered empty, no damage check left or an empty prompt likewise."""
+    _refused(sc, GOOD.replace("  - {id:", "  - {each: \"[]\", id:"),
+             "^template demo: test_cases: every test case's each gave no element")
+    _refused(sc, GOOD.replace('  - {id: "m/{{ link.a }}",', '  - {each: "[1, 2]", id: "m/{{ link.a }}",'),
+             r"^template demo: test_cases.0: test case id 'template/demo/m/r\d' rendered twice")
+    _refused(sc, GOOD.replace('contains: ["Metric: {{ metric }}"]', 'contains: "{{ [] }}"'),
+             r"^template demo: test_cases.0: params: output_check needs a predicate .* \(as rendered\)")
+    _refused(sc, GOOD.replace("reference:", 'invalidates: ["{{ link.a[:0] }}*"]\nreference:'),
+             r"^template demo: invalidates: the patterns \['\*'\] match every one")  # any damage would go unnoticed
+    _refused(sc, GOOD.replace('prompt: "metric {{ metric }} on {{ link.a }}"', "prompt: \"{{ '' }}\""),
+             "^template demo: prompt: the prompt renders to no text")
+
+
+def test_a_search_that_would_not_end_is_refused(sc) -> None:
+    """Two ranges of 2^20 values whose constraint nothing satisfies: each draw of the first
+    re-checked the second's million candidates, 10,000 times (hours); refused after
+    MAX_CHECKS candidates, naming the parameter."""
+    from harness.templates import instantiate as inst
+
+    t = parse_template(GOOD.replace("{range: [40, 60], step: 10}", "{range: [0, 999]}").replace(
+        'where: "other.name not in [link.a, link.b]"', 'where: "other.name == link.a"').replace(
+        "  other:", '  far: {range: [0, 999], where: "far > 5000"}\n  other:'))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(inst, "MAX_CHECKS", 5000)
+        with pytest.raises(InstantiationRefused, match="^template demo: parameter 'far': more than 5000 candidates checked"):
+            instantiate(t, sc, 0)
 
 
 def test_python_errors_in_expressions_name_the_field_and_the_template(sc) -> None:
@@ -274,8 +320,8 @@ def test_validate_a_sample_of_templates_in_a_real_lab(campaign_lab, tmp_path) ->
     lab, sc = campaign_lab
     rows = []
     for name in ("isis-overload", "srv6-end-dt6", "nft-acl-deny", "nat-source"):
-        rows += validate_template(lab, sc, name, ["A0", "A1"], tmp_path, instances=1)
-    rows += validate_template(lab, sc, "policy-sinkhole", ["A2"], tmp_path, instances=1)  # edit-config + commit
+        rows += validate_template(lab, sc, name, ["A0", "A1"], tmp_path, instances=1, probe=False)  # probed below
+    rows += validate_template(lab, sc, "policy-sinkhole", ["A2"], tmp_path, instances=1, probe=False)  # edit-config + commit
     assert [r.status for r in rows] == ["valid"] * 9, [(r.template, r.level, r.detail) for r in rows if r.status != "valid"]
 
 
@@ -298,19 +344,20 @@ def test_an_ebgp_session_to_a_customer_edge_validates_and_its_checks_can_fail(te
     killer) and the PE's new neighbor come up at A0 and A1 (A2 skipped: no bgpd model); with
     the setup alone (no PE change) the session test fails, and with an inbound route-map that
     lets everything in the received test fails on the unagreed prefix and the default route."""
-    from harness.templates.validate import validate_template
+    from harness.templates.validate import do_nothing_passes, validate_template
     from substrate.scenario.deploy import reset
     from substrate.scenario.observer import observe
 
     lab, sc = templates_lab
-    rows = validate_template(lab, sc, "bgp-ce-session", ["A0", "A1", "A2"], tmp_path, instances=1)
+    rows = validate_template(lab, sc, "bgp-ce-session", ["A0", "A1", "A2"], tmp_path, instances=1)  # probe first
     assert [r.status for r in rows] == ["valid", "valid", "skipped"], [(r.level, r.detail) for r in rows]
     assert "no bgpd" in rows[2].detail
     v = make_template_variant("bgp-ce-session", sc, 0)
     p = v.parameters
-    reset(lab)
-    for st in v.setup:
-        assert lab.exec(st.node, st.argv, timeout_s=30).ok
+    # test cases that pass with no agent (here: baseline invariants) are caught by the probe
+    idle = v.model_copy(update={"test_cases": v.damage_checks[:3]})
+    assert do_nothing_passes(lab, idle) == [x.id for x in v.damage_checks[:3]]
+    assert do_nothing_passes(lab, v) is None  # reset and setup, nothing else: some test case fails
     by_id = {x.id.rsplit("/", 1)[1]: x for x in observe(lab, v.test_cases)}
     assert not by_id["session"].ok and not by_id["received"].ok
     # the session with a permissive inbound policy: the CE's extra prefix and default route get in
@@ -445,3 +492,24 @@ def test_an_explicit_manifest_is_honoured_by_the_task_commands() -> None:
     assert task_manifest(True, None, 3) == (TEMPLATE_MANIFEST, 3)
     assert task_manifest(False, None, None) == (DEFAULT_MANIFEST, 2)
     assert task_manifest(False, "x.yaml", 1) == ("x.yaml", 1)
+
+
+def test_a_campaign_of_the_scripted_agent_skips_the_levels_a_template_cannot_express(tmp_path) -> None:
+    """``harness campaign --task isis-metric --agent scripted`` stopped with "unknown task class
+    'isis-metric'"; it names each level the template cannot express, with the reason, and runs
+    the others (here none is left: refused before any lab is deployed)."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.tasks import skipped_levels
+
+    assert skipped_levels("bgp-med-out", ["A0", "A1+blocklist", "A2", "A3-T"]) == {
+        "A2": "cannot express: " + templates()["bgp-med-out"].cannot("A2"),
+        "A3-T": "cannot express: " + templates()["bgp-med-out"].cannot("A3-T")}
+    res = CliRunner().invoke(app, ["campaign", "--ani", "A3-T,A4", "--task", "isis-metric", "--agent", "scripted",
+                                   "--variants", "1", "--db", str(tmp_path / "c.db"), "--results", str(tmp_path / "r")])
+    out = " ".join(res.output.split())
+    assert res.exit_code != 0, out
+    assert "skipped A3-T: the scripted agent has no reference solution of isis-metric at this level (cannot express: " \
+           "A3-T's catalog has service classes" in out
+    assert "skipped A4:" in out and "no level of --ani A3-T,A4 can express a reference solution of isis-metric" in out

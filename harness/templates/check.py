@@ -12,7 +12,11 @@
 - a reference solution uses only parameters the agent is shown (not ``hidden`` ones): the
   scripted operator derives it from the ticket alone;
 - a parameter's name is an identifier and not :data:`RESERVED` (a registry function, a Jinja
-  built-in, a name the harness binds).
+  built-in, a name the harness binds);
+- a device check's ``params`` (``output_check``, ``json_value``:
+  substrate.scenario.device_checks) use only the kind's keys, name a node and a command or argv,
+  and an ``output_check`` has a predicate (``contains``, ``absent`` or ``matches``): a misspelt
+  key would leave a check that passes whatever the agent did.
 """
 
 from __future__ import annotations
@@ -45,6 +49,47 @@ def check_kinds() -> frozenset[str]:
     from substrate.scenario import observer
 
     return frozenset(observer.CHECKS) | frozenset(observer.class_checks()) | frozenset(observer._device_checks())
+
+
+#: The params of the device checks (substrate.scenario.device_checks): allowed keys, and the
+#: keys of which an output_check needs one (without, it passes on any output of the command).
+DEVICE_CHECK_KEYS = {
+    "output_check": frozenset({"node", "command", "argv", "contains", "absent", "matches", "status", "settle_s"}),
+    "json_value": frozenset({"node", "command", "argv", "path", "op", "value", "settle_s"}),
+}
+OUTPUT_PREDICATES = ("contains", "absent", "matches")
+
+
+def device_check_problems(kind: str, params: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Problems of a device check's ``params`` (module docstring), as (location under the test
+    case, message); empty for other kinds. Used on the file's params and again on each rendered
+    test case's (a predicate that renders to an empty list is none)."""
+    from substrate.scenario.device_checks import OPS
+
+    keys = DEVICE_CHECK_KEYS.get(kind)
+    if keys is None:
+        return []
+    out: list[tuple[tuple[Any, ...], str]] = []
+    for k in sorted(set(params) - keys):
+        out.append((("params", k), f"unknown key {k!r} of {kind}; known: {', '.join(sorted(keys))}"))
+    if "node" not in params:
+        out.append((("params",), f"{kind} needs node"))
+    if ("command" in params) == ("argv" in params):
+        out.append((("params",), f"{kind} needs exactly one of command (vtysh) and argv"))
+    if kind == "output_check" and not any(params.get(k) not in (None, [], "") for k in OUTPUT_PREDICATES):
+        out.append((("params",), "output_check needs a predicate (contains, absent or matches): without one it passes "
+                                 "on any output"))
+    for k in OUTPUT_PREDICATES if kind == "output_check" else ():
+        v = params.get(k)
+        if v is not None and not isinstance(v, list) and not (isinstance(v, str) and v.strip().startswith("{{")):
+            out.append((("params", k), f"{k} is a list of strings, got {type(v).__name__} {v!r}"))
+    if kind == "json_value":
+        if "path" not in params:
+            out.append((("params",), "json_value needs path"))
+        op = params.get("op", "eq")
+        if isinstance(op, str) and "{" not in op and op not in OPS:
+            out.append((("params", "op"), f"unknown op {op!r}; known: {', '.join(OPS)}"))
+    return out
 
 
 def _names_or_empty(expr: str) -> set[str]:
@@ -133,6 +178,7 @@ def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
         if tc.id in seen:
             problems.append((("test_cases", i, "id"), f"duplicate test case id {tc.id!r} (also test_cases.{seen[tc.id]})"))
         seen.setdefault(tc.id, i)
+        problems += [(("test_cases", i, *loc), msg) for loc, msg in device_check_problems(tc.kind, tc.params)]
         bound: frozenset[str] = frozenset()
         if tc.each is not None:
             names(("test_cases", i, "each"), tc.each, expr=True)

@@ -28,7 +28,7 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel, Field
 
-from harness.templates.check import dependencies
+from harness.templates.check import dependencies, device_check_problems
 from harness.templates.registry import ValueRegistry
 from harness.templates.render import expression, render
 from harness.templates.schema import LEVELS, InstantiationRefused, Parameter, Template
@@ -74,13 +74,17 @@ def _candidates(name: str, p: Parameter, ctx: dict[str, Any]) -> list[Any]:
     return list(vals)
 
 
-def domain(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg: ValueRegistry) -> list[Any]:
+def domain(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg: ValueRegistry,
+           budget: list[int] | None = None) -> list[Any]:
     """The values parameter ``name`` may take given the ``resolved`` ones: its domain, kept to
     the candidates that satisfy its ``where`` and differ from its ``distinct_from`` values.
+    ``budget`` (one int, decremented in place) bounds the candidates checked against ``where``
+    over a whole search (:data:`MAX_CHECKS`).
 
     Raises:
         InstantiationRefused: the domain is empty, or no candidate satisfies the constraints
-            (the message says which and gives the domain's size), or an expression failed.
+            (the message says which and gives the domain's size), or an expression failed, or
+            the budget is spent.
     """
     ctx = {**reg.globals(), **resolved, "__template__": template}
     try:
@@ -92,6 +96,12 @@ def domain(template: str, name: str, p: Parameter, resolved: dict[str, Any], reg
     if not cands:
         raise InstantiationRefused(template, name, f"the domain {p.values or p.choice or p.range!r} is empty on this scenario")
     kept = cands
+    if p.where is not None and budget is not None:
+        budget[0] -= len(cands)
+        if budget[0] < 0:
+            raise SearchExhausted(template, name, f"more than {MAX_CHECKS} candidates checked against the constraints "
+                                                  f"(this domain has {len(cands)}): the search would not end in time; "
+                                                  "narrow the domains")
     if p.where is not None:
         try:
             kept = [c for c in cands if expression(p.where, {**ctx, name: c})]
@@ -134,6 +144,13 @@ def check_requirements(t: Template, sc: Scenario, reg: ValueRegistry) -> None:
 
 #: Most values Algorithm 1 draws for one instance while backing up (a bound on the search).
 MAX_DRAWS = 10_000
+#: Most candidates checked against a ``where`` for one instance (each domain is checked again
+#: at every draw of an earlier parameter: two ranges of 2^20 would take hours).
+MAX_CHECKS = 2_000_000
+
+
+class SearchExhausted(InstantiationRefused):
+    """The search for an instance checked :data:`MAX_CHECKS` candidates without an end."""
 
 
 def resolution_order(t: Template) -> list[str]:
@@ -177,6 +194,7 @@ def resolve_all(t: Template, reg: ValueRegistry, seed: str, *, max_draws: int = 
     order = resolution_order(t)
     first: list[InstantiationRefused] = []
     draws = 0
+    budget = [MAX_CHECKS]
 
     def search(k: int, resolved: dict[str, Any]) -> dict[str, Any] | None:
         nonlocal draws
@@ -184,7 +202,9 @@ def resolve_all(t: Template, reg: ValueRegistry, seed: str, *, max_draws: int = 
             return resolved
         name = order[k]
         try:
-            left = domain(t.id, name, t.parameters[name], resolved, reg)
+            left = domain(t.id, name, t.parameters[name], resolved, reg, budget)
+        except SearchExhausted:
+            raise
         except InstantiationRefused as e:
             first.append(e)
             return None
@@ -247,14 +267,33 @@ def _field(t: Template, field: str) -> Iterator[None]:
 
 
 def _test_cases(t: Template, ctx: dict[str, Any]) -> list[Invariant]:
+    """The rendered hidden test cases.
+
+    Raises:
+        InstantiationRefused: a field failed to render; no test case is left (every ``each``
+            gave no element: a do-nothing agent would pass a task of zero test cases); two
+            rendered test cases have one id (one verdict would stand for both).
+    """
     out: list[Invariant] = []
+    where: dict[str, int] = {}
     for i, tc in enumerate(t.test_cases):
         with _field(t, f"test_cases.{i}"):
             items = [None] if tc.each is None else list(expression(tc.each, ctx))
             for it in items:
                 c = ctx if tc.each is None else {**ctx, tc.as_: it}
-                out.append(Invariant(id=f"template/{t.id}/{render(tc.id, c)}", kind=tc.kind, service=f"template/{t.id}",
-                                     params=render(tc.params, c), description=str(render(tc.description, c))))
+                inv = Invariant(id=f"template/{t.id}/{render(tc.id, c)}", kind=tc.kind, service=f"template/{t.id}",
+                                params=render(tc.params, c), description=str(render(tc.description, c)))
+                for loc, msg in device_check_problems(tc.kind, inv.params):
+                    raise InstantiationRefused(t.id, None, f"{'.'.join(map(str, loc))}: {msg} (as rendered)",
+                                               field=f"test_cases.{i}")
+                if inv.id in where:
+                    raise InstantiationRefused(t.id, None, f"test case id {inv.id!r} rendered twice (also by test_cases."
+                                                           f"{where[inv.id]}): put the element in the id", field=f"test_cases.{i}")
+                where[inv.id] = i
+                out.append(inv)
+    if not out:
+        raise InstantiationRefused(t.id, None, "every test case's each gave no element: an instance with no test case "
+                                               "would pass whatever the agent did", field="test_cases")
     return out
 
 
@@ -263,7 +302,8 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     and deterministic: the same template, scenario and instance give the same instance.
 
     Raises:
-        InstantiationRefused: requirements missing, or a parameter cannot be satisfied (named).
+        InstantiationRefused: requirements missing, or a parameter cannot be satisfied (named),
+            or a field fails to render or leaves no test case or no damage check (named).
     """
     reg = registry or ValueRegistry(sc)
     check_requirements(t, sc, reg)
@@ -273,6 +313,8 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
     ctx = {**reg.globals(), **params}
     with _field(t, "prompt"):
         prompt = str(render(t.prompt, ctx)).strip()
+    if not prompt:
+        raise InstantiationRefused(t.id, None, "the prompt renders to no text: the agent would get no ticket", field="prompt")
     setup = []
     for i, s in enumerate(t.setup):
         with _field(t, f"setup.{i}"):
@@ -284,5 +326,9 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
             patterns.append(str(render(p, ctx)))
     reference = render_reference(t, shown)
     damage = [i for i in sc.invariants if not any(fnmatch.fnmatchcase(i.id, p) for p in patterns)]
+    if sc.invariants and not damage:
+        raise InstantiationRefused(t.id, None, f"the patterns {patterns} match every one of the scenario's "
+                                               f"{len(sc.invariants)} baseline invariants: no damage check would be left "
+                                               "(name the invariants the task changes)", field="invalidates")
     return Instance(template=t.id, family=t.family, instance=instance, seed=seed, parameters=params, shown=shown,
                     prompt=prompt, setup=setup, test_cases=tests, damage_checks=damage, reference=reference)

@@ -69,7 +69,8 @@ def _poll(ctx: ObserveContext, p: dict[str, Any], judge: Any) -> tuple[bool, str
 def check_output(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     """``output_check`` (module docstring)."""
     p = inv.params
-    contains, absent, matches = list(p.get("contains") or []), list(p.get("absent") or []), list(p.get("matches") or [])
+    # one string is one string to find (list("Metric: 50") would be its characters, found anywhere)
+    contains, absent, matches = ([v] if isinstance(v := p.get(k), str) else list(v or []) for k in ("contains", "absent", "matches"))
 
     any_status = p.get("status") == "any"
 
