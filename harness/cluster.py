@@ -265,7 +265,7 @@ class _State:
 _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
-def _speaks_http2(host: str, port: int, timeout_s: float = 10.0) -> bool:
+def _speaks_http2(host: str, port: int, timeout_s: float = 5.0) -> bool:
     """Whether ``host:port`` answers the HTTP/2 client preface with a SETTINGS frame (RFC 9113
     section 3.4), as every gRPC server -- a Ray head's GCS -- does; a closed port raises OSError.
     Something else listening (or nothing answering within ``timeout_s``) is False."""
@@ -280,20 +280,36 @@ def _speaks_http2(host: str, port: int, timeout_s: float = 10.0) -> bool:
     return len(head) == 9 and head[3] == 0x04
 
 
+def check_address(address: str) -> None:
+    """Refuse a ``--ray-address`` nobody can join, before Ray is imported or anything is built.
+
+    ``address`` is ``auto`` (not checked here: Ray finds the local head) or ``HOST:PORT`` of the
+    head's GCS. The check is one TCP connection that sends the HTTP/2 preface (RFC 9113 section
+    3.4), bounded by ``_speaks_http2``'s timeout, so a wrong address costs seconds, not the
+    import of Ray and a scenario build first.
+
+    Raises:
+        AnibenchError: not ``auto`` nor ``HOST:PORT``; nothing listens there (connection refused,
+            unresolvable name, port out of range); something listens that is not a gRPC server.
+    """
+    if address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise AnibenchError(f"--ray-address {address!r}: give auto or HOST:PORT (the head's GCS port, 6379 by default)")
+    try:
+        speaks_grpc = _speaks_http2(host.strip("[]"), int(port))
+    except (OSError, OverflowError, ValueError) as e:
+        raise AnibenchError(f"Ray cluster at {address} unreachable ({getattr(e, 'strerror', None) or e}): "
+                            "start it with ray start --head on that host, or give its address") from None
+    if not speaks_grpc:  # Ray would wait minutes for a GCS there
+        raise AnibenchError(f"--ray-address {address}: something listens there, but not a Ray head (its GCS "
+                            "speaks gRPC; the port is 6379 unless ray start --head was given --port)")
+
+
 def _connect(address: str) -> Any:
+    check_address(address)
     ray = _ray()
-    if address != "auto":
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise AnibenchError(f"--ray-address {address!r}: give auto or HOST:PORT (the head's GCS port, 6379 by default)")
-        try:
-            speaks_grpc = _speaks_http2(host.strip("[]"), int(port))
-        except (OSError, OverflowError, ValueError) as e:
-            raise AnibenchError(f"Ray cluster at {address} unreachable ({getattr(e, 'strerror', None) or e}): "
-                                "start it with ray start --head on that host, or give its address") from None
-        if not speaks_grpc:  # Ray would wait minutes for a GCS there
-            raise AnibenchError(f"--ray-address {address}: something listens there, but not a Ray head (its GCS "
-                                "speaks gRPC; the port is 6379 unless ray start --head was given --port)")
     try:
         ray.init(address=address, namespace="anibench", logging_level=logging.ERROR, log_to_driver=False,
                  configure_logging=False)

@@ -96,6 +96,10 @@ def campaign(
         fail("--ray-address and --labs-per-node are for --executor ray", code=2)
     if executor == "local":
         check_root_and_tools()  # the Ray executor checks every node instead (harness.cluster)
+    else:
+        from harness.cluster import check_address
+
+        check_address(ray_address)  # a wrong address is said before anything is built
     levels = _csv(ani)
     if set(_csv(agent)) <= {"scripted", "noisy"}:
         # the scripted operator has no reference solution at some levels of some classes: skip
