@@ -242,7 +242,7 @@ def nft_table_owner(active: list[Fault], node: str, table: str, blocks: dict[str
     its content, or None: a table that holds anything else is not a fault's, whatever its name.
 
     ``blocks`` is the table as the device lists it, normalized, block by block
-    (``{"chain egress": [lines]}``: :func:`servers.a3_intent.planner._nft_blocks`). A fault's
+    (``{"chain egress": [lines]}``: :func:`substrate.journal.nft_blocks`). A fault's
     tables: the loss fault's ``netdev anibench_fault_loss_IF`` (one egress chain holding exactly
     its ``numgen`` drop), and the latency fault's ``ip mangle`` / ``ip6 mangle`` of iptables-nft (a
     ``POSTROUTING`` chain of policy accept whose every rule hands the packets leaving a delayed

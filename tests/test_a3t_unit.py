@@ -750,7 +750,7 @@ def test_a3r_wording_never_says_nothing_was_committed() -> None:
 def test_exempt_tables_are_judged_by_content() -> None:
     """The observer's probe table and an active fault's tables are exempt from drift by what they
     hold: a look-alike name, a drop chain in the probe table, or a loss table of another rate is not."""
-    from servers.a3_intent.planner import _nft_blocks
+    from substrate.journal import nft_blocks as _nft_blocks
     from servers.a3_reconciled.reconciler import exempt_nft
     from substrate.faults import Fault
 

@@ -148,7 +148,7 @@ table inet {ARRIVAL_TABLE} {{
 
 def is_probe_table(blocks: dict[str, list[str]]) -> bool:
     """Whether an nftables table, as the device lists it normalized block by block
-    (``{"chain c": [lines]}``: :func:`servers.a3_intent.planner._nft_blocks`), is the observer's
+    (``{"chain c": [lines]}``: :func:`substrate.journal.nft_blocks`), is the observer's
     arrival table (:data:`_ARRIVAL_RULESET`): its two counting sets and its one chain of exactly its
     two ``update`` rules under policy accept -- nothing that drops or changes a packet. Judged by
     content: a table of that name holding anything else is not the observer's."""
