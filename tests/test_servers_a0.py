@@ -111,7 +111,7 @@ async def test_budget_and_submit(lab: Lab, tmp_path: Path) -> None:
         r = await c.call_tool("submit", {"note": "x" * 5000})  # bad arguments still count as a step
         assert r.is_error and "note" in text(r)
         r = await c.call_tool("submit", {"note": "done"})
-        assert data(r) == {"status": "submitted", "steps_used": 3, "budget_steps": 4, "network": None}
+        assert data(r) == {"status": "submitted", "steps_used": 3, "budget_steps": 4}
         assert s.episode.ended.is_set() and s.episode.ended_reason == "submit"
         r = await c.call_tool("run_shell", {"device": "r1", "command": "touch /tmp/after-submit"})
         assert r.is_error and "the episode has ended: submit was called (call 3)" in text(r)

@@ -607,7 +607,7 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
 
     Args:
         exempt_nft: ``(table, blocks) -> owner or None``: a table put there on purpose below the
-            ANI (the observer's probe table, a fault's), judged by its content (:func:`_nft_blocks`).
+            ANI (the observer's probe table, a fault's), judged by its content (:func:`substrate.journal.nft_blocks`).
         exempt_route: a route (canonical form) put there on purpose (a fault's, by its protocol).
         underlay_heads: FRR heads of the underlay rendering (:func:`underlay_frr`), also not foreign.
 
@@ -621,7 +621,7 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
     for table, text in sorted(nft_tables(state.nft).items()):
         if table in full.nft or table in under.nft_tables:
             continue
-        if exempt_nft is not None and exempt_nft(table, _nft_blocks(text)):
+        if exempt_nft is not None and exempt_nft(table, nft_blocks(text)):
             continue
         out.append(f"nft table extra: {table}")
     for fam in (6, 4):

@@ -217,7 +217,7 @@ def as_reconciled(message: str) -> str:
 
 def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
     """Who put nftables table ``table`` on ``node`` below the ANI on purpose, judged by its content
-    (``blocks``: :func:`servers.a3_intent.planner._nft_blocks`), or None: the observer's probe table
+    (``blocks``: :func:`substrate.journal.nft_blocks`), or None: the observer's probe table
     (:func:`substrate.scenario.observer.is_probe_table`) or an active fault's of ``active``
     (:func:`substrate.faults.nft_table_owner`). A table of such a name holding anything else is drift."""
     from substrate.faults import nft_table_owner

@@ -266,9 +266,14 @@ class SubmitResult(BaseModel):
     status: str = Field(description="'submitted'.")
     steps_used: int = Field(description="Tool calls made in this episode, this one included.")
     budget_steps: int | None = Field(description="The episode's step budget (None = unlimited).")
-    network: str | None = Field(default=None, description="What the level did before the network is evaluated, when it "
-                                "does something (A3-R, A4: the reconciler's in-flight transaction waited for, the "
-                                "reconciler stopped, where the network stands against the source of truth).")
+
+
+class SettledSubmitResult(SubmitResult):
+    """Answer of ``submit`` at a level that settles the network before it is evaluated (A3-R, A4:
+    :data:`servers.registry.RECONCILED_LEVELS`); the other levels' answer has no such field."""
+
+    network: str = Field(description="What was done before evaluation: the reconcile in flight waited for (or "
+                                     "stopped), and whether the devices carry HEAD.")
 
 
 def untitled(schema: Any, *, names: bool = False) -> Any:
@@ -506,24 +511,32 @@ class AniServer(MCPServer):
         registered.parameters = {**registered.parameters, "properties": props, "$defs": defs}
 
     def _register_submit(self) -> None:
-        server = self
+        from servers.registry import RECONCILED_LEVELS
 
-        @self.ani_tool(kind="submit", read_only=False, destructive=False, idempotent=False, title="Submit")
+        server = self
+        settles = self.level in RECONCILED_LEVELS
+
         def submit(
             note: Annotated[str, Field(max_length=4000, description="Optional summary of what was done.")] = "",
         ) -> SubmitResult:
             """End the episode: the task is done (or abandoned) and the network is to be evaluated as it is now.
 
-            After submit every call (submit included) is refused. Counts as one step. A level whose network is still
-            changing (A3-R, A4: a reconcile in flight) first lets that change finish, bounded; the result's network
-            field then says what was done.
+            After submit every call (submit included) is refused. Counts as one step.
             """
             seq = _current_seq.get()
             server.episode.submit(seq)
+            if not settles:
+                return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget)
             # close() waits for these too, should the client give up on a slow submit and go away
             said = [server.unabandoned(fn)() for fn in server.on_submit]
-            return SubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget,
-                                network=" ".join(said) if said else None)  # fmt: skip
+            return SettledSubmitResult(status="submitted", steps_used=seq, budget_steps=server.episode.budget,
+                                       network=" ".join(said) or "Nothing was in flight.")  # fmt: skip
+
+        if settles:  # only these levels say it: a sentence and a field the others' lists would carry for nothing
+            submit.__annotations__["return"] = SettledSubmitResult
+            submit.__doc__ = (submit.__doc__ or "").rstrip() + (
+                " A reconcile in flight first finishes (bounded); the result's network field says what was done.\n")
+        self.ani_tool(kind="submit", read_only=False, destructive=False, idempotent=False, title="Submit")(submit)
 
     def _register_read_output(self) -> None:
         fitter = self.fitter
