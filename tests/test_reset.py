@@ -31,7 +31,7 @@ from tests.conftest import REPO, unique_name
 pytestmark = pytest.mark.lab
 SMALL = REPO / "tests" / "data" / "small-brownfield.yaml"
 SEED = int(os.environ.get("ANIBENCH_RESET_FUZZ_SEED", "1717"))  # set to explore other sequences
-ROUNDS = int(os.environ.get("ANIBENCH_RESET_FUZZ_ROUNDS", "8"))
+ROUNDS = int(os.environ.get("ANIBENCH_RESET_FUZZ_ROUNDS", "5"))
 HARNESS = [sys.executable, "-m", "harness.cli.__main__"]
 
 
