@@ -299,6 +299,7 @@ class Reconciler:
         self._why = ""
         self._underlay: dict[str, dict[str, set[str]]] = {}
         self._owned: dict[str, Underlay | None] = {}
+        self._loaded: tuple[dict[str, Any], dict[str, Any]] | None = None  # (baselines, deployed node configs)
 
     def ensure_repo(self) -> str:
         """The repository exists for the lab's current epoch (made from the inventory if not); returns the epoch."""
@@ -339,13 +340,15 @@ class Reconciler:
         from substrate.journal import FrrView
         from substrate.scenario.deploy import load_baseline, load_scenario
 
-        try:
-            base = load_baseline(self.lab).get(node)
-            view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
-            deployed = load_scenario(self.lab).node_config.get(node)
-        except SubstrateError:
-            return None, None, None
-        return base, view, deployed
+        if self._loaded is None:  # read once: the baseline and the deployed scenario never change in a lab's life
+            try:
+                self._loaded = (load_baseline(self.lab), load_scenario(self.lab).node_config)
+            except SubstrateError:
+                return None, None, None
+        baselines, configs = self._loaded
+        base = baselines.get(node)
+        view = FrrView(base.frr_daemons) if base is not None and base.frr_daemons else None
+        return base, view, configs.get(node)
 
     def underlay(self, sc: Scenario, node: str) -> dict[str, set[str]]:
         """``node``'s underlay FRR stanzas as its FRR shows them (:func:`underlay_as_shown`, from
