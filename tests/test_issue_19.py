@@ -64,8 +64,8 @@ def test_reference_operator_carries_a_leaked_shared_service_to_new_pes(reference
 # -- item 2: probes that do not lean on cached state; PE circuit addresses -----------------------------
 
 
-def _ok(lab, node: str, argv: list[str]) -> None:  # noqa: ANN001
-    r = lab.exec(node, argv)
+def _ok(lab, node: str, argv: list[str], input: str | None = None) -> None:  # noqa: ANN001, A002
+    r = lab.exec(node, argv, input=input)
     assert r.returncode == 0, (node, argv, r.stderr)
 
 
@@ -562,7 +562,7 @@ def test_nft_chain_state_catches_rules_no_probe_samples(reference_lab) -> None:
 
     lab, sc = reference_lab
     reset(lab)
-    chains = [i for i in sc.invariants if i.kind == "nft_chain"]
+    chains = [i for i in sc.invariants if i.kind in ("nft_chain", "nft_tables")]
 
     def failing() -> set[str]:
         return {v.id for v in observe(lab, chains) if not v.ok}
@@ -585,9 +585,26 @@ def test_nft_chain_state_catches_rules_no_probe_samples(reference_lab) -> None:
     _ok(lab, bare, ["nft", "add", "table", "inet", "tenant_fw"])
     try:
         _ok(lab, bare, ["nft", "add", "chain", "inet", "tenant_fw", "forward", "{ type filter hook forward priority filter ; policy drop ; }"])
-        assert failing() == {f"firewall/table/{bare}"}
+        assert failing() == {f"firewall/table/{bare}", f"device/{bare}/nft_tables"}
     finally:
         _ok(lab, bare, ["nft", "delete", "table", "inet", "tenant_fw"])
+    # (b2) the border's floating-IP NAT table, whole, on a PE that is not the border, and a
+    # look-alike of the observer's probe table (its name, a drop chain) on a P router: caught by
+    # the node's table set alone, whatever the class checks sample (issue 19)
+    other = next(n.name for n in sc.topology.routers if n.role.value == "PE" and n.name != sc.external.border_pe
+                 and FIP not in sc.node_config[n.name].nft)
+    p_router = next(n.name for n in sc.topology.routers if n.role.value == "P")
+    nat = lab.exec(sc.external.border_pe, ["nft", "list", "table", *FIP.split()], timeout_s=10).stdout
+    evil = "table inet anibench_probe {\n chain c {\n  type filter hook prerouting priority -400; policy drop;\n }\n}\n"
+    _ok(lab, other, ["nft", "-f", "-"], input=nat)
+    _ok(lab, p_router, ["nft", "-f", "-"], input=evil)
+    try:
+        assert failing() == {f"device/{other}/nft_tables", f"device/{p_router}/nft_tables"}
+        detail = {v.id: v.detail for v in observe(lab, chains) if not v.ok}
+        assert f"unexpected table(s) {FIP}" in detail[f"device/{other}/nft_tables"], detail
+    finally:
+        _ok(lab, other, ["nft", "delete", "table", *FIP.split()])
+        _ok(lab, p_router, ["nft", "delete", "table", "inet", "anibench_probe"])
     # (c) a spare public address NATed to another tenant's CE on the border PE
     e = sc.external
     used = {f.address for f in sc.floating_ips}

@@ -216,16 +216,12 @@ def as_reconciled(message: str) -> str:
 
 
 def exempt_nft(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
-    """Who put nftables table ``table`` on ``node`` below the ANI on purpose, judged by its content
-    (``blocks``: :func:`substrate.journal.nft_blocks`), or None: the observer's probe table
-    (:func:`substrate.scenario.observer.is_probe_table`) or an active fault's of ``active``
-    (:func:`substrate.faults.nft_table_owner`). A table of such a name holding anything else is drift."""
-    from substrate.faults import nft_table_owner
-    from substrate.scenario.observer import ARRIVAL_TABLE, is_probe_table
+    """Who put nftables table ``table`` on ``node`` below the ANI on purpose, judged by its content,
+    or None (:func:`substrate.scenario.observer.nft_table_below_ani`: the observer's probe table,
+    an active fault's). A table of such a name holding anything else is drift."""
+    from substrate.scenario.observer import nft_table_below_ani
 
-    if table == f"inet {ARRIVAL_TABLE}" and is_probe_table(blocks):
-        return "observer"
-    return nft_table_owner(active, node, table, blocks)
+    return nft_table_below_ani(active, node, table, blocks)
 
 
 def fault_lines(active: list[Any], node: str, lines: list[str]) -> list[str]:

@@ -15,7 +15,7 @@ from substrate.scenario.layers import get_layer
 from substrate.scenario.layers.base import GenerationError
 from substrate.scenario.manifest import Manifest, ManifestError
 from substrate.scenario.model import Invariant, NodeConfig, Scenario
-from substrate.topology import Topology
+from substrate.topology import Role, Topology
 
 
 def _dedupe(items: list[str]) -> list[str]:
@@ -37,8 +37,29 @@ def render_scenario(sc: Scenario) -> dict[str, NodeConfig]:
     return result
 
 
+def device_invariants(sc: Scenario) -> list[Invariant]:
+    """State invariants of each provider router as a whole, whatever the classes render on it:
+    ``nft_tables`` (id ``device/<node>/nft_tables``, service ``device/<node>``) -- the node holds
+    exactly the nftables tables the scenario renders there (``sc.node_config``), none elsewhere.
+    Issue 19: each class checks its own tables where it renders them, so a NAT table on a PE that
+    is not the border, or a table under another name, failed no check."""
+    out: list[Invariant] = []
+    for n in sc.topology.routers:
+        if n.role not in (Role.P, Role.PE):
+            continue
+        cfg = sc.node_config.get(n.name)
+        tables = sorted(cfg.nft) if cfg else []
+        out.append(Invariant(
+            id=f"device/{n.name}/nft_tables", kind="nft_tables", service=f"device/{n.name}",
+            params={"node": n.name, "tables": tables},
+            description=f"{n.name} holds exactly the nftables tables rendered there: " + (", ".join(tables) or "none"),
+        ))
+    return out
+
+
 def scenario_invariants(sc: Scenario) -> list[Invariant]:
-    """Baseline invariants of every layer's instances, in layer order.
+    """Baseline invariants of every layer's instances, in layer order, then each router's own
+    (:func:`device_invariants`).
 
     Raises:
         GenerationError: two invariants share an id (a layer bug).
@@ -46,6 +67,7 @@ def scenario_invariants(sc: Scenario) -> list[Invariant]:
     out: list[Invariant] = []
     for name in sc.layers:
         out += get_layer(name).invariants(sc)
+    out += device_invariants(sc)
     ids = [i.id for i in out]
     if len(ids) != len(set(ids)):
         dup = sorted({i for i in ids if ids.count(i) > 1})

@@ -34,6 +34,12 @@ Check kinds (``Invariant.kind``):
   forwarding (SRv6 segments, or output device): a route missing, pointing elsewhere, or one no
   service rendered (a typo'd prefix, a leftover of a site that left) fails it -- forwarding that
   works by luck is not scored as correct configuration (issue 19);
+- ``nft_tables`` {node, tables}: the node holds exactly the nftables tables ``tables``
+  (``"FAMILY NAME"``, as rendered) and no other, less what is put there below the ANI on purpose
+  and judged so by its content (:func:`nft_table_below_ani`: the observer's arrival table, a
+  cleared latency fault's empty ``mangle`` table). A table the scenario renders on another node
+  (a floating-IP NAT on a PE that is not the border) or under another name is caught here,
+  whatever chains sample it (issue 19);
 - ``nft_chain`` {node, table, chain, rules} / {node, table, chains}: chain ``chain`` of nftables
   table ``table`` (``"inet tenant_fw"``) on the node holds exactly ``rules`` -- its lines in
   evaluation order (any order with ``ordered: false``), a base chain's declaration first, compared normalized
@@ -681,6 +687,40 @@ def nft_chains_of(text: str) -> dict[str, list[str]]:
             if head.startswith("chain ") and len(head.split()) == 2}
 
 
+def nft_table_below_ani(active: list[Any], node: str, table: str, blocks: dict[str, list[str]]) -> str | None:
+    """Who put nftables table ``table`` (``"FAMILY NAME"``) on ``node`` below the ANI on purpose,
+    judged by its content (``blocks``: :func:`substrate.journal.nft_blocks`), or None: the
+    observer's arrival table (:func:`is_probe_table`) or a fault's of ``active``
+    (:func:`substrate.faults.nft_table_owner`; with no active fault, only a cleared latency
+    fault's empty table). A table of such a name holding anything else is nobody's: state of the
+    device above the ANI."""
+    from substrate.faults import nft_table_owner
+
+    if table == f"inet {ARRIVAL_TABLE}" and is_probe_table(blocks):
+        return "observer"
+    return nft_table_owner(active, node, table, blocks)
+
+
+def check_nft_tables(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    from substrate.journal import nft_blocks, nft_tables
+
+    p = inv.params
+    r = ctx.shared(p["node"], ["nft", "list", "ruleset"])
+    if r.returncode != 0:
+        return False, f"{p['node']}: nft list ruleset failed: {r.stderr.strip()[:200]}", [_ev(r)]
+    have = {t for t, text in nft_tables(r.stdout).items() if nft_table_below_ani([], p["node"], t, nft_blocks(text)) is None}
+    want = set(p["tables"])
+    missing, extra = sorted(want - have), sorted(have - want)
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
+    ev = [Evidence(node=p["node"], command="nft list ruleset", exit_code=r.returncode,
+                   output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"tables {sorted(have)}")[:EXCERPT])]
+    if missing or extra:
+        parts = ([f"lacks table(s) {', '.join(missing)}"] if missing else []) + \
+            ([f"has unexpected table(s) {', '.join(extra)}"] if extra else [])
+        return False, f"{p['node']}: " + "; ".join(parts), ev
+    return True, f"{p['node']}: nftables tables " + (", ".join(sorted(want)) if want else "none") + ", as rendered", ev
+
+
 def check_nft_chain(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
     family, name = p["table"].split()
@@ -735,6 +775,7 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "address_bound": check_address_bound,
     "table_routes": check_table_routes,
     "nft_chain": check_nft_chain,
+    "nft_tables": check_nft_tables,
     "reach_at": check_reach_at,
 }
 
