@@ -433,7 +433,7 @@ def test_the_reconciler_owns_the_whole_device(lab: Lab, sc: Scenario) -> None:
         assert "route-map DRIFT" in lab.vtysh(node, "show running-config").stdout
 
         r = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
-        assert r.result == "drift_reverted" and node in r.devices, r
+        assert r.result == "drift_reverted" and node in r.devices, f"{r.result}: {r.message} (devices {r.devices})"
         shown = [ln for ls in r.drift.values() for ln in ls]
         assert not [w for w in want if w not in shown], shown  # the drift report, made before the repair
         left = rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0])
