@@ -34,6 +34,7 @@ from pathlib import Path
 from harness.agents.mistakes import INEXPRESSIBLE, KINDS
 from harness.run import RunFailed, RunSpec, execute_run
 from harness.tasks import TASK_CLASSES, make_variant
+from substrate.signals import raise_if_interrupted, terminate_gracefully
 from substrate.scenario import build, load_manifest
 from substrate.scenario.deploy import deploy_scenario
 
@@ -69,6 +70,7 @@ def main() -> None:  # noqa: C901
 
     def run(level: str, cls: str, v: int, agent: str, opts: dict[str, str], key: str):  # noqa: ANN202
         nonlocal n
+        raise_if_interrupted()  # a Ctrl-C or SIGTERM dropped inside a run stops the bench here, lab destroyed
         n += 1
         d = root / key
         spec = RunSpec(campaign_id="sens", run_key=key, factor="ani", setting=level, level=level, agent=agent,
@@ -99,9 +101,10 @@ def main() -> None:  # noqa: C901
                     except RunFailed as e:
                         print(f"run failed {key}: {e}", flush=True)
                         continue
-                    if made is None or made["inexpressible"]:
+                    if made is None or made["inexpressible"] or not made["made"]:  # nothing injected: says nothing of the oracle
                         inexpressible[(kind, level)].add(cls)
-                        print(f"{key:45s} not expressible", flush=True)
+                        print(f"{key:45s} not expressible" + ("" if made is None or made["inexpressible"]
+                                                             else " (the noisy agent made no such mistake here)"), flush=True)
                         continue
                     if made["made"] and all(m["refused"] for m in made["made"]):
                         refused[(kind, level)] += 1
@@ -150,4 +153,5 @@ def main() -> None:  # noqa: C901
 
 
 if __name__ == "__main__":
-    main()
+    with terminate_gracefully():  # SIGTERM/SIGHUP unwind like Ctrl-C: the lab is destroyed
+        main()
