@@ -266,6 +266,23 @@ def counts(lab: Lab) -> tuple[int, int]:
     return st.reconciles, st.drift_events
 
 
+def restarts_since(lab: Lab, since: float) -> int:
+    """Restarts of a dead reconciler its supervisors made since Unix time ``since`` (the events
+    ``restart`` and ``restart_failed`` of ``<lab dir>/a3r/supervisor.jsonl``; a run record's
+    ``supervisor_restarts``); 0 when there is no log. The file outlives the server, unlike
+    ``supervisor.json`` (:func:`read_supervisor` reads only a live supervisor's)."""
+    try:
+        lines = (state_dir(lab) / SUPERVISOR_LOG).read_text().splitlines()
+    except OSError:
+        return 0
+    n = 0
+    for ln in lines:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            d = json.loads(ln)
+            n += d.get("event") in ("restart", "restart_failed") and float(d.get("time", 0)) >= since
+    return n
+
+
 def read_log(lab: Lab, epoch: str, limit: int = 20) -> list[ReconcileRecord]:
     """The last ``limit`` reconcile records of this epoch, newest first."""
     try:
