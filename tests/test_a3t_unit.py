@@ -734,6 +734,9 @@ def test_a3r_supervisor_restarts_a_dead_reconciler_at_most_its_bound(tmp_path: P
     assert st is not None and st.down and st.restarts == 2
     sup.check()  # down: no more restarts
     assert sup.state.restarts == 2
+    # what a run record counts (supervisor_restarts): the restarts logged since the run started
+    assert rc.restarts_since(lab, 0) == 2 and rc.restarts_since(lab, lines[-1]["time"] + 1) == 0  # type: ignore[arg-type]
+    assert rc.restarts_since(SimpleNamespace(dir=tmp_path / "none"), 0) == 0  # type: ignore[arg-type]
 
 
 def test_a3r_down_notice_says_since_when_restarts_and_whether_restarted(tmp_path: Path) -> None:
