@@ -54,10 +54,16 @@ COST_METRICS: dict[str, Any] = {
     "steps": lambda r: r.steps,
     "tokens": tokens_of,
     "wall_s": lambda r: r.wall_s,
-    # A3-R, A4: the source of truth's reconcile attempts and drift events (None at the other levels)
+    # A3-R, A4: the source of truth's reconcile attempts, drift events and reconciler restarts (None
+    # at the other levels): in Cell.cost and the CSV, and in their own table (_reconcile_table)
     "reconciles": lambda r: r.reconciles,
     "drift_events": lambda r: r.drift_events,
+    "supervisor_restarts": lambda r: r.supervisor_restarts,
 }
+#: The metrics of :data:`COST_METRICS` only a level with a reconciled source of truth has (A3-R,
+#: A4), with their column names: shown in the report's "reconcile" table, for such levels only.
+RECONCILE_METRICS: dict[str, str] = {"reconciles": "reconcile attempts", "drift_events": "drift events",
+                                     "supervisor_restarts": "reconciler restarts"}
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,10 @@ class Cell:
     mean_error_action_rate: float | None
     """Mean over the runs where the rate is defined (runs with configuration/validation actions)."""
     mean_repeat_action_rate: float | None
+    reconcile_totals: dict[str, int] = field(default_factory=dict)
+    """Per metric of :data:`RECONCILE_METRICS` measured in at least one run of the cell,
+    ``<metric>_runs`` (how many runs have it) and ``<metric>_total`` (its sum over them), e.g.
+    ``{"reconciles_runs": 2, "reconciles_total": 8}``; empty at a level without a source of truth."""
 
     def flat(self) -> dict[str, Any]:
         """One CSV row."""
@@ -334,8 +344,11 @@ class Report:
         return "held fixed: " + "; ".join(f"{k} {v}" for k, v in self.fixed.items()) if self.fixed else ""
 
     def tables(self) -> list[TableData]:
-        """The summary tables, in order: rates, labels and modes, cost, paired tests, failed runs."""
+        """The summary tables, in order: rates, labels and modes, cost, the reconciled source of truth
+        (when a level has one), paired tests, order effect, faults met, failed runs."""
         out = [_outcome_table(self.cells), _label_table(self.cells), _cost_table(self.cells)]
+        if (rec := _reconcile_table(self.cells)) is not None:  # only a level with a source of truth has it
+            out.append(rec)
         if self.paired:
             out.append(_paired_table(self.paired))
         if self.order_effect:
@@ -446,6 +459,8 @@ def _cell(setting: str, done: list[RunRecord], failed: int) -> Cell:
         mean_config_f1=_mean([r.config_f1 for r in done if r.config_f1 is not None]),
         mean_error_action_rate=_mean([r.error_action_rate for r in done if r.error_action_rate is not None]),
         mean_repeat_action_rate=_mean([r.repeat_action_rate for r in done if r.repeat_action_rate is not None]),
+        reconcile_totals={f"{name}_{k}": v for name in RECONCILE_METRICS if (got := _measured(COST_METRICS[name], done))
+                          for k, v in (("runs", len(got)), ("total", int(sum(got))))},
     )
 
 
@@ -591,13 +606,37 @@ def _label_table(cells: list[Cell]) -> TableData:
 def _cost_table(cells: list[Cell]) -> TableData:
     rows: list[list[str | Link]] = []
     for c in cells:
-        mm = [f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}" for m in COST_METRICS]
-        mm = [NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else "–" if v == "– / –" else v for v in mm]
+        mm = [_mean_median(c, m) for m in COST_METRICS if m not in RECONCILE_METRICS]
         rows.append([c.setting, *mm, _f(c.mean_test_case_score), _f(c.mean_config_f1), _f(c.mean_error_action_rate),
                      _f(c.mean_repeat_action_rate)])
     return TableData("cost", "Cost and process metrics per run (mean / median)",
-                     _cols("setting", "steps", "tokens", "wall s", "reconciles", "drift events", "test-case score", "config F1", "error-action",
+                     _cols("setting", "steps", "tokens", "wall s", "test-case score", "config F1", "error-action",
                            "repeat-action"), rows)
+
+
+def _mean_median(c: Cell, m: str) -> str:
+    v = f"{_num(c.cost[m]['mean'], m)} / {_num(c.cost[m]['median'], m)}"
+    return NOT_MEASURED if v == f"{NOT_MEASURED} / {NOT_MEASURED}" else "–" if v == "– / –" else v
+
+
+def _reconcile_table(cells: list[Cell]) -> TableData | None:
+    """The reconciled source of truth's counts per level that has one (A3-R, A4): per metric of
+    :data:`RECONCILE_METRICS`, mean / median per run and the total over the cell's runs; None when
+    no cell has any (then the report has no such table)."""
+    have = [c for c in cells if c.reconcile_totals]
+    if not have:
+        return None
+    rows: list[list[str | Link]] = []
+    for c in have:
+        counted = max(c.reconcile_totals.get(f"{m}_runs", 0) for m in RECONCILE_METRICS)
+        row: list[str | Link] = [c.setting, str(counted)]
+        for m in RECONCILE_METRICS:
+            total = c.reconcile_totals.get(f"{m}_total")
+            row += [_mean_median(c, m), "–" if total is None else str(total)]
+        rows.append(row)
+    heads = [h for m, name in RECONCILE_METRICS.items() for h in (name, f"{name.split()[-1]} total")]
+    return TableData("reconcile", "Reconciled source of truth (A3-R, A4): per run (mean / median) and in total",
+                     _cols("setting", "runs", *heads), rows)
 
 
 def _paired_table(paired: list[PairedTest]) -> TableData:

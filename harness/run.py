@@ -181,6 +181,23 @@ def config_f1_of_run(lab: Lab, variant: TaskVariant, digests: dict[str, str], ru
     return score
 
 
+def reconciled_counts(lab: Lab, level: str | None, since: float) -> tuple[int | None, int | None, int | None]:
+    """What a run record counts of a level with a reconciled source of truth (A3-R, A4):
+    ``(reconcile attempts, drift events, supervisor restarts)`` -- the first two from the
+    reconciler's status of the lab's current epoch (since the run's reset:
+    :func:`servers.a3_reconciled.reconciler.counts`), the restarts from its supervisor's log since
+    ``since`` (Unix time the run started: :func:`~servers.a3_reconciled.reconciler.restarts_since`).
+    ``(None, None, None)`` at the other levels. Read before anything resets the lab again."""
+    from servers.registry import RECONCILED_LEVELS
+
+    if level not in RECONCILED_LEVELS:
+        return None, None, None
+    from servers.a3_reconciled.reconciler import counts, restarts_since
+
+    reconciles, drift_events = counts(lab)
+    return reconciles, drift_events, restarts_since(lab, since)
+
+
 def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecord, list[Verdict]]:
     """Run ``variant`` on ``lab`` with ``spec``; see module docstring.
 
@@ -297,7 +314,9 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     verdicts = observe(lab, [*variant.test_cases, *variant.damage_checks])
     observe_s = time.monotonic() - t2
     # configuration F1 (NetConfArena III-D1): the agent's delta is read now, before the reference's
-    # is measured (which resets the lab: the verdicts above are already taken)
+    # is measured (which resets the lab: the verdicts above are already taken, and so are the
+    # reconciler's counts, which are of the lab's epoch since the run's reset)
+    reconciles, drift_events, restarts = reconciled_counts(lab, spec.level, started.timestamp())
     cfg = config_f1_of_run(lab, variant, digests, run_dir)
     tests = verdicts[: len(variant.test_cases)]
     damage = verdicts[len(variant.test_cases):]
@@ -316,13 +335,6 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
     exhausted = "steps" if steps_hit else "tokens" if outcome.token_budget_hit else None
     ended = completion_mode(submitted=metrics.submitted(calls), config_attempted=metrics.config_attempted(calls),
                             budget_hit=exhausted is not None, task_pass=task_pass)
-    reconciles = drift_events = None
-    from servers.registry import RECONCILED_LEVELS
-
-    if spec.level in RECONCILED_LEVELS:
-        from servers.a3_reconciled.reconciler import counts
-
-        reconciles, drift_events = counts(lab)
     (run_dir / VERDICTS_FILE).write_text(json.dumps([v.model_dump() for v in verdicts], indent=1))
     (run_dir / AGENT_FILE).write_text(json.dumps({**outcome.__dict__, "capped": capped, "leftover_processes": leftovers},
                                                  indent=1))
@@ -342,7 +354,7 @@ def execute_run(lab: Lab, spec: RunSpec, variant: TaskVariant) -> tuple[RunRecor
         config_f1=cfg.f1 if cfg else None, config_precision=cfg.precision if cfg else None,
         config_recall=cfg.recall if cfg else None,
         faults=[e.model_dump() for e in injector.events], input_digests=digests, reconciles=reconciles,
-        drift_events=drift_events, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
+        drift_events=drift_events, supervisor_restarts=restarts, budget_exhausted=exhausted, agent_stop=outcome.stop_reason,
         agent_error=None if capped else outcome.error, agent_exit_status=outcome.exit_status,
         agent_log=outcome.log or str(run_dir / AGENT_FILE), trajectory_path=str(trajectory),
         started_at=started, finished_at=datetime.now(UTC),

@@ -48,10 +48,11 @@ __all__ = [
 #: ``agent_stop``); every one has a default, so version-1 records still read (as what they were:
 #: level from the campaign spec, no ablation, no mode, no token budget). Version 3 added the agent's
 #: own failure (``agent_error``, ``agent_exit_status``, ``agent_log``): older records read as runs
-#: whose agent reported no error.
-RECORD_VERSION: Literal[3] = 3
+#: whose agent reported no error. Version 4 added ``supervisor_restarts`` (A3-R, A4: restarts of a
+#: dead reconciler during the run): older records read as None (not counted).
+RECORD_VERSION: Literal[4] = 4
 #: Version of the database layout, kept in ``PRAGMA user_version``; see :data:`_MIGRATIONS`.
-DB_VERSION = 3
+DB_VERSION = 4
 
 
 class OutcomeLabel(StrEnum):
@@ -156,9 +157,9 @@ class RunRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    schema_version: Literal[1, 2, 3] = RECORD_VERSION
+    schema_version: Literal[1, 2, 3, 4] = RECORD_VERSION
     """Version of this schema (1: before the design fields of version 2; 2: before the agent's error of
-    version 3; all read)."""
+    version 3; 3: before the supervisor restarts of version 4; all read)."""
 
     # --- identity and design --------------------------------------------------------------
     campaign_id: str
@@ -271,6 +272,9 @@ class RunRecord(BaseModel):
     drift_events: int | None = Field(default=None, ge=0)
     """Reconciles that found the devices differing from the source of truth (drift: an out-of-band
     change, a fault); None at levels without a source of truth."""
+    supervisor_restarts: int | None = Field(default=None, ge=0)
+    """Times the reconciler died during the run and its supervisor (the A3-R/A4 server) restarted it
+    (``a3r/supervisor.jsonl``); None at levels without one, and in records before schema 4."""
     faults: list[dict[str, Any]] = Field(default_factory=list)
     """Faults injected during the run, as recorded by the fault injector."""
     run_position: int | None = Field(default=None, ge=0)
@@ -363,7 +367,10 @@ class RunRow(NamedTuple):
 #: :class:`RunRecord` schema 2, so that an older anibench refuses the file in one line instead of
 #: failing on the first new record. Version 3 adds the columns ``agent_error`` and
 #: ``agent_exit_status`` (copies of the record's fields, so that ``SELECT ... WHERE agent_error IS NOT
-#: NULL`` finds the runs whose agent failed; NULL in runs stored before).
+#: NULL`` finds the runs whose agent failed; NULL in runs stored before). Version 4 adds ``reconciles``,
+#: ``drift_events`` and ``supervisor_restarts`` (copies of the record's fields: A3-R and A4 runs'
+#: reconcile attempts, drift events and reconciler restarts; NULL at the other levels), filled for
+#: the runs stored before from their records (``supervisor_restarts`` stays NULL: they lack it).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS campaigns (
@@ -384,6 +391,14 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (
         "ALTER TABLE runs ADD COLUMN agent_error TEXT",
         "ALTER TABLE runs ADD COLUMN agent_exit_status INTEGER",
+    ),
+    4: (
+        "ALTER TABLE runs ADD COLUMN reconciles INTEGER",
+        "ALTER TABLE runs ADD COLUMN drift_events INTEGER",
+        "ALTER TABLE runs ADD COLUMN supervisor_restarts INTEGER",
+        "UPDATE runs SET reconciles = json_extract(record, '$.reconciles'), drift_events = json_extract(record, "
+        "'$.drift_events'), supervisor_restarts = json_extract(record, '$.supervisor_restarts') "
+        "WHERE record IS NOT NULL AND json_valid(record)",
     ),
 }
 assert sorted(_MIGRATIONS) == list(range(1, DB_VERSION + 1)), "one migration per version, none missing"
@@ -597,10 +612,12 @@ class CampaignStore:
         """
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE runs SET status = ?, record = ?, agent_error = ?, agent_exit_status = ?, updated_at = ? "
+                "UPDATE runs SET status = ?, record = ?, agent_error = ?, agent_exit_status = ?, reconciles = ?, "
+                "drift_events = ?, supervisor_restarts = ?, updated_at = ? "
                 "WHERE run_key = ? AND campaign_id = ? AND status = 'running'",
-                (record.status.value, record.model_dump_json(), record.agent_error, record.agent_exit_status, _now(),
-                 record.run_key, record.campaign_id))
+                (record.status.value, record.model_dump_json(), record.agent_error, record.agent_exit_status,
+                 record.reconciles, record.drift_events, record.supervisor_restarts, _now(),
+                 record.run_key, record.campaign_id))  # fmt: skip
             if cur.rowcount == 0:
                 raise RunStateError(
                     f"cannot save run {record.run_key!r} of campaign {record.campaign_id!r}: "

@@ -678,3 +678,39 @@ async def test_a4_failed_validation_is_reverted_in_history_and_on_devices(lab: L
     after = everything(lab)
     changed = {n: before[n].diff(after[n]) for n in before if not before[n].same_as(after[n])}
     assert not changed, changed
+
+
+# -- the "reconciler down" notice in every result (A3-R and A4) --------------------------------------
+
+
+async def test_reconciler_down_reaches_every_tool_result(lab: Lab, tmp_path: Path) -> None:
+    """Killed with SIGKILL past its supervisor's bound (max_restarts=0), the reconciler is down, and
+    every tool result of A3-R and of A4 says so -- in its structured result (``reconciler_down``:
+    since when, how it died, restarts so far, that it is not restarted) and in its text, an error's
+    text included; once a reconciler runs again, the notice is gone."""
+    for level, make, tool, args, bad in (("A3-R", a3r, "list_records", {}, ("read_record", {"service_class": "tenant_site", "id": "t9s9"})),
+                                         ("A4", a4, "list_service_classes", {}, ("get_service", {"id": "t9s9"}))):  # fmt: skip
+        srv = make(lab, tmp_path, max_restarts=0)
+        try:
+            async with connect(srv) as c:
+                assert "reconciler_down" not in data(await c.call_tool(tool, args)), level
+                pid = int(controllers.info(lab.dir, rc.CONTROLLER)["pid"])  # type: ignore[index]
+                os.kill(pid, signal.SIGKILL)
+                poll("the supervisor seeing it down", lambda: (s := rc.read_supervisor(lab)) is not None and s.down, 30)
+                r = await c.call_tool(tool, args)
+                note = data(r)["reconciler_down"]
+                assert note["why"] == f"killed by signal 9 (pid {pid})" and note["restarts"] == 0, (level, note)
+                assert note["will_restart"] is False and note["since"] <= time.time() and note["since_utc"], (level, note)
+                assert len(note["message"]) <= rc.DOWN_NOTICE_CHARS and "will not restart it" in note["message"], note
+                assert "The reconciler is down since" in text(r), (level, text(r))
+                err = await c.call_tool(*bad)
+                assert err.is_error and "[The reconciler is down since" in text(err), (level, text(err))
+                st = data(await c.call_tool("reconcile_status", {}))
+                assert st["reconciler_down"] == {**note, "message": st["reconciler_down"]["message"]} and not st["reconciler_running"]
+                assert "The reconciler is down since" in st["summary"], st["summary"]
+                rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE)
+                r = await c.call_tool(tool, args)
+                assert "reconciler_down" not in data(r) and "reconciler is down" not in text(r), (level, text(r))
+        finally:
+            srv.close()
+            rc.stop(lab)

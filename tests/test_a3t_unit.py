@@ -734,6 +734,65 @@ def test_a3r_supervisor_restarts_a_dead_reconciler_at_most_its_bound(tmp_path: P
     assert st is not None and st.down and st.restarts == 2
     sup.check()  # down: no more restarts
     assert sup.state.restarts == 2
+    # what a run record counts (supervisor_restarts): the restarts logged since the run started
+    assert rc.restarts_since(lab, 0) == 2 and rc.restarts_since(lab, lines[-1]["time"] + 1) == 0  # type: ignore[arg-type]
+    assert rc.restarts_since(SimpleNamespace(dir=tmp_path / "none"), 0) == 0  # type: ignore[arg-type]
+
+
+def test_a3r_down_notice_says_since_when_restarts_and_whether_restarted(tmp_path: Path) -> None:
+    """The "reconciler down" notice (every A3-R/A4 result carries it): none while it runs, when no
+    supervisor watches one, or after a stop; while dead it says since when, how it died, the
+    restarts so far and whether the supervisor restarts it (bounded)."""
+    from types import SimpleNamespace
+
+    from servers.a3_reconciled import reconciler as rc
+
+    lab = SimpleNamespace(dir=tmp_path, name="fake")
+    assert rc.down_notice(lab, None, running=False) is None  # type: ignore[arg-type]  # nothing supervised
+    dead: set[int] = set()
+    pids = iter(range(100, 200))
+    sup = rc.Supervisor(lab, lambda: next(pids), max_restarts=1, exit_status=lambda pid: -9 if pid in dead else None)  # type: ignore[arg-type]
+    sup.begin()
+    sup._stop.set()  # check() is driven here
+    sup._thread.join(10)  # type: ignore[union-attr]
+    sup._stop.clear()
+    assert rc.down_notice(lab, sup.state, running=True) is None  # type: ignore[arg-type]
+    n = rc.down_notice(lab, sup.state, running=False)  # type: ignore[arg-type]  # died, not seen yet
+    assert n is not None and n.since is None and n.will_restart and "a moment ago" in n.message and "restart 1 of at most 1" in n.message
+    dead.add(100)
+    sup.check()  # restarted: 101
+    assert sup.state.dead_since is None and sup.state.restarts == 1
+    dead.add(101)
+    sup.check()  # past the bound: down
+    n = rc.down_notice(lab, sup.state, running=False, now=sup.state.dead_since + 7)  # type: ignore[arg-type, operator]
+    assert n is not None and not n.will_restart and n.restarts == 1 and n.max_restarts == 1 and n.why == "killed by signal 9 (pid 101)"
+    assert "(7 s ago): killed by signal 9 (pid 101); 1 restart(s) so far; the supervisor will not restart it" in n.message
+    assert len(n.message) <= rc.DOWN_NOTICE_CHARS and n.since_utc and n.since_utc.endswith("Z")
+    f = rc.down_notice(lab, rc.read_supervisor(lab), running=False)  # type: ignore[arg-type]  # the file says the same
+    assert f is not None and (f.since, f.why, f.restarts, f.will_restart) == (n.since, n.why, 1, False)
+    sup.close()  # a stop is not a death
+    assert rc.down_notice(lab, sup.state, running=False) is None  # type: ignore[arg-type]
+    assert rc.down_notice(lab, rc.read_supervisor(lab), running=False) is None  # type: ignore[arg-type]
+
+
+def test_result_notes_reach_structured_text_and_error_results() -> None:
+    """A result note (AniServer.result_notes) goes into a structured result under its key (unless the
+    tool set that key) and into a text-only or error result as a line; no note, no change."""
+    from mcp_types import CallToolResult, TextContent
+
+    from servers.common.server import AniServer, ResultNote
+
+    note = ResultNote(key="reconciler_down", data={"why": "x"}, text="The reconciler is down")
+    structured = CallToolResult(content=[TextContent(type="text", text="{}")], structured_content={"a": 1})
+    out = AniServer._noted(structured, [note], wrapped=False)
+    assert out.structured_content == {"a": 1, "reconciler_down": {"why": "x"}} and structured.structured_content == {"a": 1}
+    own = CallToolResult(content=[], structured_content={"reconciler_down": None})
+    assert AniServer._noted(own, [note], wrapped=False).structured_content == {"reconciler_down": None}
+    plain = CallToolResult(content=[TextContent(type="text", text="done")])
+    assert [c.text for c in AniServer._noted(plain, [note], wrapped=False).content] == ["done", "[The reconciler is down]"]  # type: ignore[union-attr]
+    err = CallToolResult(content=[TextContent(type="text", text="bad")], is_error=True)
+    assert [c.text for c in AniServer._noted(err, [note], wrapped=False).content][-1] == "[The reconciler is down]"  # type: ignore[union-attr]
+    assert AniServer._noted(structured, [], wrapped=False) is structured
 
 
 def test_a3r_wording_never_says_nothing_was_committed() -> None:

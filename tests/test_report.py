@@ -309,22 +309,50 @@ def test_a_report_never_shows_the_secrets_of_the_campaign_spec(tmp_path: Path) -
 
 
 def test_reconciles_and_drift_events_are_reported_for_reconciled_levels(tmp_path) -> None:
-    """A3-R/A4 runs carry their reconcile attempts and drift events; the cost table shows their
-    means per setting, and '–' for a level without a source of truth (issue 13)."""
+    """A3-R/A4 runs carry their reconcile attempts, drift events and reconciler restarts; the text
+    and HTML reports show them per level in their own table, which has a row only for a level that
+    has them, and which a campaign without such a level does not have (issue 13)."""
+    from harness.report_html import to_html
     from tests.test_issue_11 import _campaign_of
     from tests.test_store import make_record
 
-    recs = [make_record("t", "A4", 0, reconciles=3, drift_events=1), make_record("t", "A4", 1, reconciles=5, drift_events=0),
+    recs = [make_record("t", "A4", 0, reconciles=3, drift_events=1, supervisor_restarts=0),
+            make_record("t", "A4", 1, reconciles=5, drift_events=0, supervisor_restarts=2),
+            make_record("t", "A3-R", 0, reconciles=7, drift_events=2),  # a record before schema 4: no restarts
             make_record("t", "A1", 0), make_record("t", "A1", 1)]
     store, rep = _campaign_of(tmp_path, recs)
     cells = {c.setting: c for c in rep.cells}
     assert cells["A4"].cost["reconciles"] == {"mean": 4.0, "median": 4.0}
     assert cells["A4"].cost["drift_events"] == {"mean": 0.5, "median": 0.5}
-    assert cells["A1"].cost["reconciles"] == {"mean": None, "median": None}
+    assert cells["A4"].cost["supervisor_restarts"] == {"mean": 1.0, "median": 1.0}
+    assert cells["A4"].reconcile_totals == {"reconciles_runs": 2, "reconciles_total": 8, "drift_events_runs": 2,
+                                            "drift_events_total": 1, "supervisor_restarts_runs": 2, "supervisor_restarts_total": 2}
+    assert cells["A1"].cost["reconciles"] == {"mean": None, "median": None} and cells["A1"].reconcile_totals == {}
+    assert cells["A4"].flat()["reconciles_mean"] == 4.0 and cells["A4"].flat()["supervisor_restarts_mean"] == 1.0
     cost = next(t for t in rep.tables() if t.key == "cost")
-    heads = [c.name for c in cost.columns]
-    i = next(k for k, h in enumerate(heads) if "reconciles" in h)
-    rows = {row[0]: row for row in cost.rows}
-    assert rows["A4"][i] == "4.0 / 4.0" and rows["A4"][i + 1] == "0.5 / 0.5" and rows["A1"][i] == "–"
-    assert cells["A4"].flat()["reconciles_mean"] == 4.0
+    assert not [c.name for c in cost.columns if "reconcil" in c.name or "drift" in c.name]
+    table = next(t for t in rep.tables() if t.key == "reconcile")
+    heads = [c.name for c in table.columns]
+    assert heads == ["setting", "runs", "reconcile attempts", "attempts total", "drift events", "events total",
+                     "reconciler restarts", "restarts total"], heads
+    rows = {row[0]: row for row in table.rows}
+    assert set(rows) == {"A4", "A3-R"}  # only the levels that have them
+    assert rows["A4"] == ["A4", "2", "4.0 / 4.0", "8", "0.5 / 0.5", "1", "1.0 / 1.0", "2"], rows["A4"]
+    assert rows["A3-R"] == ["A3-R", "1", "7.0 / 7.0", "7", "2.0 / 2.0", "2", "–", "–"], rows["A3-R"]
+    console = Console(record=True, width=220)
+    console.print(rep)
+    text = console.export_text()
+    assert "Reconciled source of truth" in text and "reconciler restarts" in text
+    page = to_html(rep)
+    html_table = page[page.index('<table id="reconcile">'):]
+    html_table = html_table[:html_table.index("</table>")]
+    assert "<td>A4</td>" in html_table and "<td>A3-R</td>" in html_table and "<td>A1</td>" not in html_table
+    assert '<td class="r">8</td>' in html_table
+    store.close()
+    # a campaign without a reconciled level: no such table, in either report
+    store, rep = _campaign_of(tmp_path / "plain", [make_record("t", "A1", 0), make_record("t", "A0", 0)])
+    assert "reconcile" not in [t.key for t in rep.tables()]
+    console = Console(record=True, width=220)
+    console.print(rep)
+    assert "Reconciled source of truth" not in console.export_text() and 'id="reconcile"' not in to_html(rep)
     store.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -93,7 +94,7 @@ def test_record_derives_label_and_round_trips() -> None:
                     completion_mode="budget_hit", faults=[{"kind": "link_down", "at_s": 3.5}])
     assert r.outcome_label is OutcomeLabel.destructive_failure
     assert RunRecord.model_validate_json(r.model_dump_json()) == r
-    assert r.schema_version == 3
+    assert r.schema_version == 4
 
 
 def test_every_field_is_described() -> None:
@@ -259,10 +260,43 @@ def test_a_version_1_store_is_migrated_in_place_and_its_runs_still_read(tmp_path
         assert s.pending_runs("old") == ["old/A0/1"]  # the campaign resumes where it was
         s.mark_running("old/A0/1")
         s.save_result(make_record("old", "A0", 1, level="A0", mode=None))
-        assert [r.schema_version for r in s.runs("old")] == [1, 3]
+        assert [r.schema_version for r in s.runs("old")] == [1, 4]
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
     con.close()
+
+
+def test_a_version_3_store_gets_the_reconcile_columns_filled_from_its_records(tmp_path: Path) -> None:
+    """Store version 4 (issue 13) adds reconciles, drift_events and supervisor_restarts as columns:
+    a version-3 file is migrated in place, its stored A3-R/A4 runs' counts copied from their
+    records (supervisor_restarts NULL: schema-3 records lack it), other levels' NULL; a run saved
+    after writes all three."""
+    from harness.store import _MIGRATIONS
+
+    db = tmp_path / "v3.sqlite"
+    con = sqlite3.connect(db)
+    for step in (1, 2, 3):
+        for statement in _MIGRATIONS[step]:
+            con.execute(statement)
+    con.execute("PRAGMA user_version = 3")
+    con.execute("INSERT INTO campaigns VALUES ('old', '{\"factor\":\"ani\"}', '2026-01-01')")
+    v3 = make_record("old", "A4", 0, reconciles=6, drift_events=2).model_dump(mode="json", exclude={"supervisor_restarts"})
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, attempts, record, updated_at) "
+                "VALUES ('old/A4/0', 'old', 'done', 1, ?, 'x')", (json.dumps({**v3, "schema_version": 3}),))
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, attempts, record, updated_at) VALUES "
+                "('old/A1/0', 'old', 'done', 1, ?, 'x')", (make_record("old", "A1", 0).model_dump_json(),))
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, updated_at) VALUES ('old/A4/1', 'old', 'pending', 'x')")
+    con.commit()
+    con.close()
+    with CampaignStore(db) as s:
+        assert [(r.schema_version, r.reconciles, r.supervisor_restarts) for r in s.runs("old")] == [(3, 6, None), (4, None, None)]
+        s.mark_running("old/A4/1")
+        s.save_result(make_record("old", "A4", 1, reconciles=4, drift_events=0, supervisor_restarts=1))
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    got = con.execute("SELECT run_key, reconciles, drift_events, supervisor_restarts FROM runs ORDER BY seq").fetchall()
+    con.close()
+    assert got == [("old/A4/0", 6, 2, None), ("old/A1/0", None, None, None), ("old/A4/1", 4, 0, 1)], got
 
 
 def test_refuses_a_newer_store(tmp_path: Path) -> None:

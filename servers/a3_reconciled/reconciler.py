@@ -262,6 +262,23 @@ def counts(lab: Lab) -> tuple[int, int]:
     return st.reconciles, st.drift_events
 
 
+def restarts_since(lab: Lab, since: float) -> int:
+    """Restarts of a dead reconciler its supervisors made since Unix time ``since`` (the events
+    ``restart`` and ``restart_failed`` of ``<lab dir>/a3r/supervisor.jsonl``; a run record's
+    ``supervisor_restarts``); 0 when there is no log. The file outlives the server, unlike
+    ``supervisor.json`` (:func:`read_supervisor` reads only a live supervisor's)."""
+    try:
+        lines = (state_dir(lab) / SUPERVISOR_LOG).read_text().splitlines()
+    except OSError:
+        return 0
+    n = 0
+    for ln in lines:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            d = json.loads(ln)
+            n += d.get("event") in ("restart", "restart_failed") and float(d.get("time", 0)) >= since
+    return n
+
+
 def read_log(lab: Lab, epoch: str, limit: int = 20) -> list[ReconcileRecord]:
     """The last ``limit`` reconcile records of this epoch, newest first."""
     try:
@@ -666,6 +683,60 @@ class SupervisorState(BaseModel):
     message: str = ""
     owner_pid: int = Field(default_factory=os.getpid, description="The supervising server's pid.")
     owner_start: int = 0
+    dead_since: float | None = Field(default=None, description="Unix time the supervisor saw the reconciler dead; None "
+                                     "while it runs (cleared by a restart that started one).")
+    why: str = Field(default="", description="How the last dead reconciler ended, e.g. 'killed by signal 9 (pid 123)'.")
+    closed: bool = Field(default=False, description="The supervisor was closed (submit, server close): a stop, not a death.")
+
+
+#: Most characters of a "reconciler down" notice's message.
+DOWN_NOTICE_CHARS = 400
+
+
+class ReconcilerDown(BaseModel):
+    """The notice that the lab's supervised reconciler is down (:func:`down_notice`), carried by every
+    tool result of A3-R and A4 while it is (the structured result's ``reconciler_down`` and its text)."""
+
+    since: float | None = Field(description="Unix time its supervisor saw it dead (None: just died, not seen yet).")
+    since_utc: str | None = Field(default=None, description="The same, ISO 8601 UTC.")
+    why: str = Field(default="", description="How it ended, e.g. 'killed by signal 9 (pid 123)'.")
+    restarts: int = Field(description="Restarts its supervisor made so far (this server).")
+    max_restarts: int = Field(description="The supervisor's bound on restarts.")
+    will_restart: bool = Field(description="Whether the supervisor restarts it (false: the bound is spent).")
+    message: str = Field(description=f"In words, at most {DOWN_NOTICE_CHARS} characters: what it means and what to do.")
+
+
+def down_notice(lab: Lab, sup: SupervisorState | None, *, running: bool | None = None,
+                now: float | None = None) -> ReconcilerDown | None:  # fmt: skip
+    """Whether the lab's supervised reconciler is down, as the notice every A3-R and A4 tool result
+    carries then (:class:`ReconcilerDown`); None when it runs, when no supervisor watches one (a
+    server with ``reconciler=False``: nothing to be down), or when the supervisor was closed (a stop
+    at submit or close is not a death).
+
+    Args:
+        lab: the lab (``lab.dir`` is read: the controller record).
+        sup: the supervisor's state (the server's own, or :func:`read_supervisor`).
+        running: whether a reconciler runs (default: its controller record names a live process).
+        now: Unix time for the "down for N s" wording (default: now).
+    """
+    if sup is None or sup.closed:
+        return None
+    if running is None:
+        running = controllers.info(lab.dir, CONTROLLER) is not None
+    if running:
+        return None
+    since = sup.dead_since
+    will = not sup.down and sup.restarts < sup.max_restarts
+    when = (time.strftime("%H:%M:%S UTC", time.gmtime(since)) + f" ({max(0.0, (now or time.time()) - since):.0f} s ago)"
+            if since is not None else "a moment ago (its supervisor has not seen it yet)")  # fmt: skip
+    what = (f"the supervisor restarts it (restart {sup.restarts + 1} of at most {sup.max_restarts})" if will and
+            sup.restarts < sup.max_restarts else "the supervisor will not restart it (its bound of "
+            f"{sup.max_restarts} restarts is spent): restart the server; a3r/reconciler.log in the lab directory says why it died")  # fmt: skip
+    msg = (f"The reconciler is down since {when}{': ' + sup.why if sup.why else ''}; {sup.restarts} restart(s) so far; "
+           f"{what}. Until one runs nothing applies commits to the devices or reverts drift.")  # fmt: skip
+    return ReconcilerDown(since=since, since_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since)) if since else None,
+                          why=sup.why[:200], restarts=sup.restarts, max_restarts=sup.max_restarts,
+                          will_restart=will, message=msg[:DOWN_NOTICE_CHARS])  # fmt: skip
 
 
 def read_supervisor(lab: Lab) -> SupervisorState | None:
@@ -733,6 +804,9 @@ class Supervisor:
         if status is None:
             return
         why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        if self.state.dead_since is None:
+            self.state.dead_since = time.time()
+        self.state.why = f"{why} (pid {self.pid})"
         for p in [p for p in _CHILDREN if p.pid == self.pid]:  # reaped: forgotten
             _CHILDREN.remove(p)
             _CHILD_LAB.pop(p.pid, None)
@@ -750,6 +824,7 @@ class Supervisor:
         old = self.pid
         try:
             self.pid = self.start_fn()
+            self.state.dead_since = None
             self.state.message = f"restart {self.state.restarts} of {self.max_restarts}: the reconciler {why} (pid {old})"
             self._log(event="restart", n=self.state.restarts, pid=old, why=why, new_pid=self.pid)
         except SubstrateError as e:
@@ -770,6 +845,13 @@ class Supervisor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.state.closed = True
+        with contextlib.suppress(OSError):
+            self._write()
+
+    def notice(self) -> ReconcilerDown | None:
+        """:func:`down_notice` of this supervisor's reconciler (from its state in memory)."""
+        return down_notice(self.lab, self.state)
 
 
 def _exit_status(pid: int) -> int | None:

@@ -39,6 +39,7 @@ from servers.a3_reconciled.source import (
     record_path, writable_classes,
 )  # fmt: skip
 from servers.common import AniServer, ServerConfig, ServerSetupError, level_options
+from servers.common.server import ResultNote
 from substrate.errors import SubstrateError
 
 log = logging.getLogger("anibench.servers.a3r")
@@ -129,8 +130,9 @@ class StatusResult(BaseModel):
     drift_events: int
     recent: list[dict[str, Any]] = Field(description="Last reconciles, newest first (commit, result, devices, drift, duration).")
     restarts: int = Field(default=0, description="Times the reconciler died and was restarted by its supervisor (this server).")
-    reconciler_down: str | None = Field(default=None, description="Set when the reconciler died past the restart bound: why, "
-                                        "and how to recover.")
+    reconciler_down: rc.ReconcilerDown | None = Field(default=None, description="Set while the supervised reconciler is "
+                                                      "down: since when, why, restarts so far, whether it is restarted, "
+                                                      "and how to recover (every tool result carries it then).")
     summary: str = Field(default="", description="In words: the repository (HEAD) and the devices (reconciled to HEAD, "
                          "pending, failed with the device and command, drift reported, or no reconciler running).")
 
@@ -180,6 +182,7 @@ def start_reconciler(server: AniServer, opts: A3ROptions, engine: Engine) -> Non
             sup.begin()
         except SubstrateError as e:
             raise ServerSetupError(str(e)) from None
+        server.result_notes.append(lambda: down_note(sup.notice()))
     repo = Repo(lab_)
 
     def final() -> str:
@@ -189,6 +192,13 @@ def start_reconciler(server: AniServer, opts: A3ROptions, engine: Engine) -> Non
 
     server.on_submit.append(final)
     server.on_close.append(lambda: log.info("A3-R close: %s", final()))
+
+
+def down_note(notice: rc.ReconcilerDown | None) -> ResultNote | None:
+    """The result note (key ``reconciler_down``) of a "reconciler down" notice (:func:`rc.down_notice`), or None."""
+    if notice is None:
+        return None
+    return ResultNote(key="reconciler_down", data=notice.model_dump(mode="json"), text=notice.message)
 
 
 def settle(engine: Engine, repo: Repo, timeout_s: float, *, stop_reconciler: bool = True) -> str:
@@ -250,17 +260,24 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     last = st.last
     running = rc.controllers.info(lab_.dir, rc.CONTROLLER) is not None
     sup = rc.read_supervisor(lab_)
+    down = rc.down_notice(lab_, sup, running=running)
     # no reconciler: nothing watches the devices, so the last record says nothing of now
     in_sync = running and head is not None and st.applied_commit == head and last is not None and (
         not last.drift or last.result == "drift_reverted") and last.result != "retry"
     return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
                         failed_message=st.failed_message, reconciler_running=running,
                         mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent,
-                        restarts=sup.restarts if sup else 0, reconciler_down=sup.message if sup and sup.down else None,
-                        summary=summary_of(st, head, running, in_sync, sup))  # fmt: skip
+                        restarts=sup.restarts if sup else 0, reconciler_down=down,
+                        summary=summary_of(st, head, running, in_sync, down))  # fmt: skip
 
 
-def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync: bool, sup: rc.SupervisorState | None = None) -> str:
+def not_running(down: rc.ReconcilerDown | None) -> str:
+    """What a missing reconciler means, in words (reconcile_status's summary, commit's next step):
+    the "down" notice's message when a supervised one died, else that none was started."""
+    return down.message if down is not None else "No reconciler is running, so nothing applies commits or reverts drift now (restart the server)."
+
+
+def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync: bool, down: rc.ReconcilerDown | None = None) -> str:
     """reconcile_status in words: what the repository holds and what the devices carry."""
     repo_ = f"repository: HEAD is commit {head[:12]}" if head else "repository: no commit yet"
     applied = (st.applied_commit or "none")[:12]
@@ -275,10 +292,7 @@ def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync:
     else:
         dev = f"devices: pending -- HEAD is not applied yet (they carry commit {applied})" + (
             f"; the last reconcile is to be retried: {last.message}" if last is not None and last.result == "retry" else "")
-    if not running:
-        dev += ("; no reconciler is running, so nothing applies commits or reverts drift now"
-                + (f": {sup.message}" if sup is not None and sup.down else " (restart the server)"))
-    return f"{repo_}; {dev}."
+    return f"{repo_}; {dev}." + (f" {not_running(down)}" if not running else "")
 
 
 def history_of(repo: Repo, limit: int, skip: int) -> HistoryResult:
@@ -493,11 +507,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             except SourceError as e:
                 raise git_error(e) from None
         woken = rc.wake(lab_)
-        sup = rc.read_supervisor(lab_)
         step = ("committed to the repository; the devices are pending: the reconciler applies it now (call wait or "
                 "reconcile_status to see it applied or why not)" if woken else
                 "committed to the repository, but the lab's reconciler is not running: nothing applies it to the devices "
-                "until one runs" + (f" -- it is down: {sup.message}" if sup is not None and sup.down else " (restart the server)"))  # fmt: skip
+                "until one runs. " + not_running(rc.down_notice(lab_, rc.read_supervisor(lab_), running=False)))  # fmt: skip
         return CommitResult(commit=cid, message=message, files=files, devices_to_change=devices, next_step=step)
 
     @server.ani_tool(kind="config", read_only=False, destructive=True, title="Commit")

@@ -40,7 +40,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.message import SessionMessage
-from mcp_types import INVALID_REQUEST, PARSE_ERROR, CallToolResult, ErrorData, JSONRPCError, ToolAnnotations
+from mcp_types import INVALID_REQUEST, PARSE_ERROR, CallToolResult, ErrorData, JSONRPCError, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from servers.common.args import ARGUMENT_POLICY
@@ -416,6 +416,10 @@ class AniServer(MCPServer):
         #: called by ``submit`` once the episode has ended, in order, before it answers: each makes the
         #: network final for evaluation (A3-R and A4 wait for the reconciler) and says what it did
         self.on_submit: list[Callable[[], str]] = []
+        #: asked after every call of the episode (not a refused one): each returns None or a
+        #: :class:`ResultNote` that the call's result carries (:meth:`_noted`): A3-R's and A4's
+        #: "the reconciler is down"
+        self.result_notes: list[Callable[[], ResultNote | None]] = []
         names = self.lab.node_names()
         if config.devices is None:  # the routers: customer and external hosts, and another AS's routers, are not the agent's to touch
             routers = {n.name for n in self.lab.topology.routers if n.role is not Role.EXTERNAL}
@@ -655,14 +659,19 @@ class AniServer(MCPServer):
                     cancelled, error = True, _cancelled(t0, note)
                     return result
                 if isinstance(result, CallToolResult):
+                    wrapped = bool(getattr(tool.fn_metadata, "wrap_output", False))
+                    notes = self._notes() if refusal is None else []
+                    result = self._noted(result, notes, wrapped=wrapped)
                     # bounded as it travels: one JSON-RPC message (servers.common.paging)
-                    result = self.fitter.fit_result(result, wrapped=bool(getattr(tool.fn_metadata, "wrap_output", False)),
-                                                    request_id=request_id)  # fmt: skip
+                    result = self.fitter.fit_result(result, wrapped=wrapped, request_id=request_id)
+                    if notes and wrapped and not result.is_error:  # its text shows only the wrapped value
+                        result = result.model_copy(update={"content": [*result.content, _note_block(notes)]})
                     if result.is_error:
                         error = _text_of(result)
                 return result
             except ToolError as e:
-                error = self.fitter.fit_error(str(e), request_id=request_id)
+                said = str(e) if refusal is not None else str(e) + "".join(f"\n[{n.text}]" for n in self._notes())
+                error = self.fitter.fit_error(said, request_id=request_id)
                 if note.cancel.is_set():  # the tool stopped because the call was cancelled
                     cancelled, error = True, _cancelled(t0, note, f"The tool ended with: {error}")
                 raise ToolError(error) from None
@@ -679,6 +688,34 @@ class AniServer(MCPServer):
                 seq=seq, name=name, arguments=arguments, kind=kind, started_at=started_at, t0=t0,
                 result=result, error=error, note=note, refusal=refusal, context=context, cancelled=cancelled,
             )  # fmt: skip
+
+    def _notes(self) -> list[ResultNote]:
+        """The notes of :attr:`result_notes` that apply now (a failing one is logged and left out)."""
+        out = []
+        for fn in self.result_notes:
+            try:
+                n = fn()
+            except Exception:  # noqa: BLE001 - a note must never fail a call
+                log.error("result note failed", exc_info=True)
+                continue
+            if n is not None:
+                out.append(n)
+        return out
+
+    @staticmethod
+    def _noted(result: CallToolResult, notes: list[ResultNote], *, wrapped: bool) -> CallToolResult:
+        """``result`` carrying ``notes``: in its structured content under each note's key (unless the
+        tool set it itself), whose text :meth:`Fitter.fit_result` re-derives; a text line added to a
+        text-only or error result (a wrapped one gets its line after fitting: see call_tool)."""
+        if not notes:
+            return result
+        structured = result.structured_content
+        if isinstance(structured, dict) and not result.is_error:
+            structured = {**structured, **{n.key: n.data for n in notes if n.key not in structured}}
+            return result.model_copy(update={"structured_content": structured})
+        if wrapped and not result.is_error:
+            return result
+        return result.model_copy(update={"content": [*result.content, _note_block(notes)]})
 
     async def _run_cancellable(self, name: str, arguments: dict[str, Any], context: Any, note: CallNote) -> Any:
         """Run the tool; when the call is cancelled (the SDK cancels the request's scope on
@@ -807,6 +844,25 @@ class AniServer(MCPServer):
 
 
 _current_seq: ContextVar[int] = ContextVar("anibench_seq", default=0)
+
+
+def _note_block(notes: list[ResultNote]) -> TextContent:
+    return TextContent(type="text", text="\n".join(f"[{n.text}]" for n in notes))
+
+
+@dataclass(frozen=True)
+class ResultNote:
+    """A notice every tool result carries while it holds (:attr:`AniServer.result_notes`).
+
+    Attributes:
+        key: its key in a structured result, e.g. ``"reconciler_down"``.
+        data: its value there (JSON-serializable).
+        text: its one-line wording (added to the text of an error or a text-only result), bounded by its maker.
+    """
+
+    key: str
+    data: Any
+    text: str
 
 
 def _text_of(result: Any) -> str:
