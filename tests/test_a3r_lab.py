@@ -699,7 +699,10 @@ async def test_reconciler_down_reaches_every_tool_result(lab: Lab, tmp_path: Pat
                 poll("the supervisor seeing it down", lambda: (s := rc.read_supervisor(lab)) is not None and s.down, 30)
                 r = await c.call_tool(tool, args)
                 note = data(r)["reconciler_down"]
-                assert note["why"] == f"killed by signal 9 (pid {pid})" and note["restarts"] == 0, (level, note)
+                # a reconciler another server of this lab started (the lab's one reconciler) is no child of
+    # ours: its status cannot be known, and the notice says so instead of "exited with status 0"
+    assert note["why"] in (f"killed by signal 9 (pid {pid})", f"ended (how cannot be known: this process did not start it) (pid {pid})") \
+        and note["restarts"] == 0, (level, note)
                 assert note["will_restart"] is False and note["since"] <= time.time() and note["since_utc"], (level, note)
                 assert len(note["message"]) <= rc.DOWN_NOTICE_CHARS and "will not restart it" in note["message"], note
                 assert "The reconciler is down since" in text(r), (level, text(r))

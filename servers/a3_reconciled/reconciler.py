@@ -803,7 +803,8 @@ class Supervisor:
         status = self.exit_status(self.pid)
         if status is None:
             return
-        why = f"killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        why = ("ended (how cannot be known: this process did not start it)" if status == STATUS_UNKNOWN
+               else f"killed by signal {-status}" if status < 0 else f"exited with status {status}")
         if self.state.dead_since is None:
             self.state.dead_since = time.time()
         self.state.why = f"{why} (pid {self.pid})"
@@ -854,15 +855,19 @@ class Supervisor:
         return down_notice(self.lab, self.state)
 
 
+#: :func:`_exit_status` of a gone reconciler this process did not start (its status cannot be known).
+STATUS_UNKNOWN = 1 << 16
+
+
 def _exit_status(pid: int) -> int | None:
     """Exit status of a reconciler this process started (negative: the signal), None while it runs;
-    one it did not start: 0 once gone (its status cannot be known)."""
+    one it did not start: :data:`STATUS_UNKNOWN` once gone (its status cannot be known)."""
     from substrate.record import pid_alive
 
     for p in _CHILDREN:
         if p.pid == pid:
             return p.poll()
-    return None if pid_alive(pid) else 0
+    return None if pid_alive(pid) else STATUS_UNKNOWN
 
 
 def wake(lab: Lab) -> bool:
