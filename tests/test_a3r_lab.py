@@ -700,9 +700,9 @@ async def test_reconciler_down_reaches_every_tool_result(lab: Lab, tmp_path: Pat
                 r = await c.call_tool(tool, args)
                 note = data(r)["reconciler_down"]
                 # a reconciler another server of this lab started (the lab's one reconciler) is no child of
-    # ours: its status cannot be known, and the notice says so instead of "exited with status 0"
-    assert note["why"] in (f"killed by signal 9 (pid {pid})", f"ended (how cannot be known: this process did not start it) (pid {pid})") \
-        and note["restarts"] == 0, (level, note)
+                # ours: its status cannot be known, and the notice says so instead of "exited with status 0"
+                assert note["why"] in (f"killed by signal 9 (pid {pid})", f"ended (how cannot be known: this process did not start it) (pid {pid})") \
+                    and note["restarts"] == 0, (level, note)
                 assert note["will_restart"] is False and note["since"] <= time.time() and note["since_utc"], (level, note)
                 assert len(note["message"]) <= rc.DOWN_NOTICE_CHARS and "will not restart it" in note["message"], note
                 assert "The reconciler is down since" in text(r), (level, text(r))
