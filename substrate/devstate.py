@@ -95,21 +95,16 @@ s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
 s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
-s nft; nft list ruleset 2>&1
 s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
 s xfrm; printf 'xfrm policy getdefault\nxfrm state\nxfrm policy\n' | ip -force -batch - 2>&1
 s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n' | ip -j -force -batch - 2>/dev/null
 """
+#: The capture's sections read from the host process rather than by the script (no process in the
+#: node: :mod:`substrate.nsread`, :func:`host_sections`).
+HOST_SECTIONS = ("nft", "sysctl")
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
 _IP_DOCS = ("routes6", "routes4", "rules4", "addr", "neigh", "proxy", "link")
-#: Every writable sysctl under /proc/sys/net, one file at a time (the full capture).
-_SYSCTL_FULL = "s sysctl; grep -r . /proc/sys/net 2>/dev/null\n"
-#: The sysctls outside per-interface directories (the fast capture: netlink gives those in bulk,
-#: see substrate.netlink); ``all`` and ``default`` are files only.
-_SYSCTL_FAST = """s sysctl; shopt -s extglob nullglob
-eval 'grep -r . /proc/sys/net/!(ipv4|ipv6) /proc/sys/net/ipv[46]/!(conf|neigh) /proc/sys/net/ipv[46]/conf/@(all|default) /proc/sys/net/ipv[46]/neigh/default /proc/sys/net/ipv6/conf/!(all|default)/stable_secret 2>/dev/null'
-"""
 #: Added to the capture when the read-only sysctls of this kernel are not known yet (once per process).
 _READONLY_SECTION = "s ro; find /proc/sys/net -type f ! -perm -u=w 2>/dev/null\n"
 _FRR_SECTION = "s frr; vtysh -c 'show running-config' 2>&1\n"
@@ -1126,8 +1121,10 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
 
 def capture(lab: Lab, node: str, *, frr: bool | str = True, sysctls: str = "full", timeout_s: float = 60.0,
             prelude: str = "") -> DeviceState:
-    """Capture one node's state: one command inside the node for the kernel, two netlink dumps
-    for per-interface settings, the FRR daemons' vty sockets for their configurations.
+    """Capture one node's state: one command inside the node for most of the kernel, reads from
+    the host process in the node's network namespace for its nftables ruleset and sysctls
+    (:func:`host_sections`) and two netlink dumps for per-interface settings, the FRR daemons'
+    vty sockets for their configurations.
 
     Args:
         frr: ``True`` (or ``"full"``): FRR's merged running configuration through vtysh and
@@ -1155,15 +1152,14 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
 
     router = lab.state(node).role is not Role.HOST
     full = router and frr in (True, "full")
-    script = (prelude + _CAPTURE_SCRIPT + (_SYSCTL_FULL if sysctls == "full" else _SYSCTL_FAST)
-              + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
+    script = (prelude + _CAPTURE_SCRIPT + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
     r = lab.sh(node, script, timeout_s=timeout_s, max_output=16 << 20)
     if r.timed_out:
         ps = lab.exec(node, ["ps", "-eo", "pid,stat,etime,args"], timeout_s=5)
         raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?); its processes: "
                             + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
     head, _, _ = r.stdout.partition(_SEP)
-    state = parse_capture(node, r.stdout, with_frr=full, router=router)
+    state = parse_capture(node, r.stdout + host_sections(lab, node, sysctls=sysctls), with_frr=full, router=router)
     try:
         state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
     except netlink.NetlinkError as e:
@@ -1171,6 +1167,27 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
     if router and frr:
         state.frr_daemons = lab.frr_daemon_configs(node, timeout_s=min(5.0, timeout_s))
     return state, head
+
+
+def host_sections(lab: Lab, node: str, *, nft: bool = True, sysctls: str | None = "full") -> str:
+    """The capture's :data:`HOST_SECTIONS` as the script would print them (to append to its
+    output before :func:`parse_capture`), read from the host process in the node's network
+    namespace (:mod:`substrate.nsread`): the nftables ruleset (``nft list ruleset 2>&1``; empty
+    when ``nft`` is false) and the sysctls (``grep -r .`` lines: every file under
+    /proc/sys/net when ``sysctls`` is ``"full"``, the fast set when ``"fast"``, none when None).
+
+    Raises:
+        SnapshotError: the node's namespace could not be read (or libnftables is missing).
+    """
+    from substrate import nsread
+
+    path = f"/run/netns/{lab.state(node).netns}"
+    try:
+        ruleset = nsread.nft_ruleset(path) if nft else ""
+        values = nsread.sysctl_lines(path, full=sysctls == "full") if sysctls else ""
+    except nsread.NamespaceReadError as e:
+        raise SnapshotError(f"{node}: {e}") from None
+    return f"{_SEP}nft\n{ruleset}{_SEP}sysctl\n{values}"
 
 
 def capture_frr_routes(lab: Lab, node: str, *, timeout_s: float = 10.0) -> list[str]:

@@ -568,7 +568,7 @@ def read_frr(lab: Lab, node: str, *, timeout_s: float = 5.0) -> tuple[dict[str, 
 _PART_SECTIONS = {"ip6": ("ip", "rule6"), "ip4": ("ip", "rule6"), "tunsrc": ("ip",), "nft": ("nft",)}
 #: Stand-ins for the sections a partial read leaves out: as many empty JSON documents as the
 #: section prints (:data:`substrate.devstate._IP_DOCS` for ``ip``), nothing for the others.
-_EMPTY_SECTION = {"ip": "echo '[] [] [] [] [] [] []'", "rule6": "echo '[]'", "tc": "echo '[]'"}
+_EMPTY_SECTION = {"ip": "[] [] [] [] [] [] []", "rule6": "[]", "tc": "[]"}
 
 
 def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
@@ -583,22 +583,23 @@ def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
     Raises:
         NodeNotFoundError, SnapshotError.
     """
-    from substrate.devstate import _CAPTURE_SCRIPT, parse_capture
+    from substrate.devstate import _CAPTURE_SCRIPT, _SEP, SnapshotError, host_sections, parse_capture
 
     want = {sec for p in parts for sec in _PART_SECTIONS.get(p, (p,))}
-    lines = []
+    lines, stand_ins = [], []
     for line in _CAPTURE_SCRIPT.strip().splitlines():
         head = line.split(";", 1)[0].split()
         if len(head) == 2 and head[0] == "s" and head[1] not in want:
-            line = f"s {head[1]}; {_EMPTY_SECTION.get(head[1], 'true')}"
-        lines.append(line)
-    lines.append("s sysctl; true")
-    r = lab.sh(node, "\n".join(lines) + "\n", timeout_s=20)
-    if r.timed_out:
-        from substrate.devstate import SnapshotError
-
-        raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
-    return parse_capture(node, r.stdout, with_frr=False)
+            stand_ins.append(f"{_SEP}{head[1]}\n{_EMPTY_SECTION.get(head[1], '')}\n")
+        else:
+            lines.append(line)
+    text = ""
+    if len(lines) > 1:  # more than the section-marker function: something to read in the node
+        r = lab.sh(node, "\n".join(lines) + "\n", timeout_s=20)
+        if r.timed_out:
+            raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
+        text = r.stdout
+    return parse_capture(node, text + "".join(stand_ins) + host_sections(lab, node, nft="nft" in want, sysctls=None), with_frr=False)
 
 
 def read(lab: Lab, node: str, *, frr: bool = True,
