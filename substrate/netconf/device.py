@@ -583,7 +583,13 @@ def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
     Raises:
         NodeNotFoundError, SnapshotError.
     """
-    from substrate.devstate import _CAPTURE_SCRIPT, _SEP, SnapshotError, host_sections, parse_capture
+    from substrate.devstate import (
+        _CAPTURE_SCRIPT,
+        _SEP,
+        SnapshotError,
+        host_sections,
+        parse_capture,
+    )
 
     want = {sec for p in parts for sec in _PART_SECTIONS.get(p, (p,))}
     lines, stand_ins = [], []
