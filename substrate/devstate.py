@@ -92,12 +92,12 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; printf 'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n' | ip -N -s -d -j -force -batch - 2>/dev/null
+s ip; ip -N -s -d -j -force -batch - 2>/dev/null <<< $'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n'
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
-s xfrm; printf 'xfrm policy getdefault\nxfrm state\nxfrm policy\n' | ip -force -batch - 2>&1
-s objs; printf 'addrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n' | ip -j -force -batch - 2>/dev/null
+s xfrm; ip -force -batch - 2>&1 <<< $'xfrm policy getdefault\nxfrm state\nxfrm policy\n'
+s objs; ip -j -force -batch - 2>/dev/null <<< $'addrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n'
 """
 #: The capture's sections read from the host process rather than by the script (no process in the
 #: node: :mod:`substrate.nsread`, :func:`host_sections`).
