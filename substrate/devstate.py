@@ -102,6 +102,9 @@ s objs; ip -j -force -batch - 2>/dev/null <<< $'addrlabel list\nmaddr show\nmptc
 #: The capture's sections read from the host process rather than by the script (no process in the
 #: node: :mod:`substrate.nsread`, :func:`host_sections`).
 HOST_SECTIONS = ("nft", "sysctl")
+#: The script without its xfrm section: what a capture runs when netlink says the node holds no
+#: IPsec state (:func:`substrate.netlink.xfrm_empty`; the section is then the kernel's default).
+_CAPTURE_SCRIPT_NO_XFRM = "".join(ln for ln in _CAPTURE_SCRIPT.splitlines(keepends=True) if not ln.startswith("s xfrm;"))
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
 #: a kernel without nexthop objects prints nothing for that line).
 _IP_DOCS = ("routes6", "routes4", "rules4", "addr", "neigh", "proxy", "link")
@@ -1152,14 +1155,20 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
 
     router = lab.state(node).role is not Role.HOST
     full = router and frr in (True, "full")
-    script = (prelude + _CAPTURE_SCRIPT + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
+    try:  # three netlink requests instead of an ip process in the node, when nobody configured IPsec
+        no_ipsec = netlink.xfrm_empty(f"/run/netns/{lab.state(node).netns}")
+    except netlink.NetlinkError:
+        no_ipsec = False  # the script reads it, and says why it cannot
+    script = (prelude + (_CAPTURE_SCRIPT_NO_XFRM if no_ipsec else _CAPTURE_SCRIPT)
+              + (_READONLY_SECTION if _READONLY is None else "") + (_FRR_SECTION if full else ""))
     r = lab.sh(node, script, timeout_s=timeout_s, max_output=16 << 20)
     if r.timed_out:
         ps = lab.exec(node, ["ps", "-eo", "pid,stat,etime,args"], timeout_s=5)
         raise SnapshotError(f"{node}: state capture timed out after {timeout_s:g} s (node frozen?); its processes: "
                             + " | ".join(ln.strip() for ln in ps.stdout.splitlines()[1:])[:800])
     head, _, _ = r.stdout.partition(_SEP)
-    state = parse_capture(node, r.stdout + host_sections(lab, node, sysctls=sysctls), with_frr=full, router=router)
+    text = r.stdout + host_sections(lab, node, sysctls=sysctls) + (f"{_SEP}xfrm\n{_XFRM_DEFAULT}\n" if no_ipsec else "")
+    state = parse_capture(node, text, with_frr=full, router=router)
     try:
         state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
     except netlink.NetlinkError as e:

@@ -83,13 +83,16 @@ def _attrs(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple
         p += (alen + 3) & ~3
 
 
-def _dump(netns_path: str, msg_type: int, body: bytes, want: int) -> list[bytes]:
-    """The messages of type ``want`` answering one dump request (each: header stripped)."""
+def _dump(netns_path: str, msg_type: int, body: bytes, want: int, *, proto: int = socket.NETLINK_ROUTE,
+          dump: bool = True) -> list[bytes]:
+    """The messages of type ``want`` answering one request (each: header stripped): a dump
+    (until ``NLMSG_DONE``), or with ``dump`` false a plain get (its one answer)."""
     with _lock:  # setns and socket creation are quick; one thread at a time keeps them simple
-        sock = _socket_in(netns_path)
+        sock = _socket_in(netns_path, socket.AF_NETLINK, proto)
     with sock:
         sock.settimeout(10)
-        sock.send(struct.pack("IHHII", 16 + len(body), msg_type, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body)
+        flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else 0)
+        sock.send(struct.pack("IHHII", 16 + len(body), msg_type, flags, 1, 0) + body)
         out: list[bytes] = []
         while True:
             buf = sock.recv(1 << 20)
@@ -101,10 +104,43 @@ def _dump(netns_path: str, msg_type: int, body: bytes, want: int) -> list[bytes]
                 if mtype == NLMSG_ERROR:
                     (err,) = struct.unpack_from("i", buf, off + 16)
                     if err:
-                        raise NetlinkError(f"dump {msg_type} failed: {os.strerror(-err)}")
+                        raise NetlinkError(f"request {msg_type} failed: {os.strerror(-err)}")
                 elif mtype == want:
                     out.append(buf[off + 16 : off + length])
+                    if not dump:
+                        return out
                 off += (length + 3) & ~3
+
+
+#: NETLINK_XFRM and its messages (linux/xfrm.h): SA and SP counts, default policies.
+NETLINK_XFRM = 6
+XFRM_MSG_NEWSADINFO, XFRM_MSG_GETSADINFO, XFRM_MSG_NEWSPDINFO, XFRM_MSG_GETSPDINFO = 34, 35, 36, 37
+XFRM_MSG_GETDEFAULT = 40
+XFRMA_SAD_CNT, XFRMA_SPD_INFO = 1, 1
+XFRM_USERPOLICY_ACCEPT = 2
+
+
+def xfrm_empty(netns_path: str) -> bool:
+    """Whether the namespace holds no IPsec state: no security association, no security policy
+    (socket policies included) and every default policy accepting -- what ``ip xfrm state``,
+    ``ip xfrm policy`` and ``ip xfrm policy getdefault`` show of a namespace nobody configured.
+    Three small requests (``XFRM_MSG_GETSADINFO``, ``XFRM_MSG_GETSPDINFO``, ``XFRM_MSG_GETDEFAULT``:
+    linux/xfrm.h, net/xfrm/xfrm_user.c), no dump. Anything unexpected in an answer counts as not
+    empty (the caller then reads the state in full).
+
+    Raises:
+        NetlinkError: the namespace could not be entered or a request failed.
+    """
+    flags = struct.pack("I", 0)
+    sad = _dump(netns_path, XFRM_MSG_GETSADINFO, flags, XFRM_MSG_NEWSADINFO, proto=NETLINK_XFRM, dump=False)
+    spd = _dump(netns_path, XFRM_MSG_GETSPDINFO, flags, XFRM_MSG_NEWSPDINFO, proto=NETLINK_XFRM, dump=False)
+    dflt = _dump(netns_path, XFRM_MSG_GETDEFAULT, b"\0\0\0\0", XFRM_MSG_GETDEFAULT, proto=NETLINK_XFRM, dump=False)
+    if len(sad) != 1 or len(spd) != 1 or len(dflt) != 1 or len(dflt[0]) < 3:
+        return False
+    sa_count = [struct.unpack("I", v[:4])[0] for t, v in _attrs(sad[0], 4) if t == XFRMA_SAD_CNT and len(v) >= 4]
+    sp_counts = [struct.unpack("6I", v[:24]) for t, v in _attrs(spd[0], 4) if t == XFRMA_SPD_INFO and len(v) >= 24]
+    return sa_count == [0] and len(sp_counts) == 1 and not any(sp_counts[0]) and \
+        all(b == XFRM_USERPOLICY_ACCEPT for b in dflt[0][:3])  # fmt: skip
 
 
 def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
