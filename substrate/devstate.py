@@ -1016,6 +1016,8 @@ _READONLY: set[str] | None = None
 
 
 def _sysctl_pattern(key: str) -> str:
+    if "/conf/" not in key and "/neigh/" not in key:
+        return key
     parts = key.split("/")
     if len(parts) >= 5 and parts[2] in ("conf", "neigh"):
         parts[3] = "*"

@@ -103,22 +103,23 @@ def _walk(path: str, out: list[str], *, is_dir: bool | None = None) -> None:
     out.extend(f"{path}:{ln}" for ln in data.decode(errors="replace").splitlines() if ln)
 
 
-def _fast_roots() -> Iterator[str]:
+def _fast_roots() -> Iterator[tuple[str, bool | None]]:
     """The sysctls outside per-interface directories (every file but ``conf/IF`` and
     ``neigh/IF``; ``conf/all``, ``conf/default``, ``neigh/default`` included) and each IPv6
     interface's ``stable_secret`` (which the rtnetlink dump of :mod:`substrate.netlink` does
-    not carry)."""
-    for name in os.listdir(_SYS_NET):
+    not carry), as (path, whether it is a directory; None: unknown)."""
+    with os.scandir(_SYS_NET) as top:
+        entries = [(e.name, e.path, e.is_dir(follow_symlinks=False)) for e in top]
+    for name, path, is_dir in entries:
         if name not in ("ipv4", "ipv6"):
-            yield f"{_SYS_NET}/{name}"
+            yield path, is_dir
             continue
-        base = f"{_SYS_NET}/{name}"
-        for sub in os.listdir(base):
-            if sub not in ("conf", "neigh"):
-                yield f"{base}/{sub}"
-        yield from (f"{base}/conf/all", f"{base}/conf/default", f"{base}/neigh/default")
+        with os.scandir(path) as it:
+            subs = [(e.name, e.path, e.is_dir(follow_symlinks=False)) for e in it]
+        yield from ((sub_path, d) for sub, sub_path, d in subs if sub not in ("conf", "neigh"))
+        yield from ((f"{path}/conf/all", True), (f"{path}/conf/default", True), (f"{path}/neigh/default", True))
         if name == "ipv6":
-            yield from (f"{base}/conf/{i}/stable_secret" for i in os.listdir(f"{base}/conf") if i not in ("all", "default"))
+            yield from ((f"{path}/conf/{i}/stable_secret", False) for i in os.listdir(f"{path}/conf") if i not in ("all", "default"))
 
 
 def sysctl_lines(netns_path: str, *, full: bool) -> str:
@@ -135,9 +136,9 @@ def sysctl_lines(netns_path: str, *, full: bool) -> str:
     """
     out: list[str] = []
     with entered(netns_path):
-        roots: Iterable[str] = [_SYS_NET] if full else list(_fast_roots())
-        for root in roots:
-            _walk(root, out)
+        roots: Iterable[tuple[str, bool | None]] = [(_SYS_NET, True)] if full else list(_fast_roots())
+        for root, is_dir in roots:
+            _walk(root, out, is_dir=is_dir)
     return "\n".join(out) + "\n"
 
 
