@@ -605,7 +605,7 @@ def capture_parts(lab: Lab, node: str, parts: Iterable[str]) -> DeviceState:
         if r.timed_out:
             raise SnapshotError(f"{node}: state capture timed out (node frozen?)")
         text = r.stdout
-    return parse_capture(node, text + "".join(stand_ins) + host_sections(lab, node, nft="nft" in want, sysctls=None), with_frr=False)
+    return parse_capture(node, text + "".join(stand_ins) + host_sections(lab, node, nft="nft" in want) + f"{_SEP}sysctl\n", with_frr=False)
 
 
 def read(lab: Lab, node: str, *, frr: bool = True,
