@@ -1317,6 +1317,7 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
         target.frr_daemons is not None and sorted(cur.frr_daemons) == sorted(target.frr_daemons) else ["reload", "restart"]  # fmt: skip
     for _attempt in range(RESTORE_PASSES if verify else 1):
         errors = []
+        fresh = False  # cur was captured after the last change made: it serves as the verification
         # FRR first: zebra owns the addresses its configuration names, and removes them from the
         # kernel itself; the kernel diff is then taken against what FRR left
         if target.frr_config is not None and not cur.frr_same(target) and (cur.frr_config is not None or cur.frr_daemons) \
@@ -1331,11 +1332,14 @@ def restore(lab: Lab, target: DeviceState, current: DeviceState | None = None, *
                 rep.actions.append("FRR restarted from the target configuration")
                 errors += restart_frr(lab, node, target.frr_config)
             cur = capture(lab, node, frr=mode, sysctls="fast")
+            fresh = True
         if not cur.same_as(target):
             errors += _apply_kernel(lab, cur, target, rep)
+            fresh = False
         if not verify:
             break
-        cur = capture(lab, node, frr=mode, sysctls="fast")
+        if not fresh:
+            cur = capture(lab, node, frr=mode, sysctls="fast")
         if cur.same_as(target):
             errors = []
             break

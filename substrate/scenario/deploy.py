@@ -25,8 +25,8 @@ import contextlib
 import json
 import os
 import re
-import stat
 import shutil
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,12 +36,12 @@ from pydantic import BaseModel, Field
 from substrate.devstate import (
     SCHEMA_VERSION,
     DeviceState,
+    FibDesync,
     RestoreReport,
     capture,
-    capture_many,
     capture_frr_routes,
+    capture_many,
     capture_with_prelude,
-    FibDesync,
     fib_desync,
     repair_nexthop_groups,
     restart_frr,
@@ -55,6 +55,7 @@ from substrate.routes import route_key
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
 from substrate.scenario.observer import Verdict, observe
+from substrate.topology import Role
 
 SCENARIO_FILE = "scenario.json"
 BASELINE_FILE = "baseline.json"
@@ -514,8 +515,13 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
             rep = restore(lab, baseline[node], cur)
             return rep.final or cur, rep
 
+        # routers first (PEs, then P routers), hosts last: the nodes an agent acts on are the ones
+        # a restore is likely to follow, so their restores overlap the hosts' captures instead of
+        # starting when every node has been captured (the order changes no result)
         nodes = lab.node_names()
-        results = dict(zip(nodes, lab.map(check_and_restore, nodes), strict=True))
+        order = sorted(nodes, key=lambda n: (_CAPTURE_ORDER.get(lab.state(n).role, 3), nodes.index(n)))
+        got = dict(zip(order, lab.map(check_and_restore, order), strict=True))
+        results = {n: got[n] for n in nodes}
         lap("capture+restore")
         repaired = repair_links(lab, {n: cur for n, (cur, _) in results.items()}, baseline)
         if repaired:
@@ -564,11 +570,20 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
                            residual=residual, stages=stages)
 
 
+#: The order in which a reset takes the nodes' roles (see reset).
+_CAPTURE_ORDER = {Role.PE: 0, Role.P: 1}
+
+
 def isis_unsettled(lab: Lab, routers: list[str]) -> list[str]:
     """Why IS-IS may still move the routes of ``routers`` (empty when it is settled): an SPF run
     is scheduled on a router, or two routers' link-state databases differ (flooding in flight).
     Routes that equal the baseline's while either holds can change a moment later."""
-    from substrate.frr import ISIS_DATABASE, ISIS_SUMMARY_JSON, isis_spf_pending, parse_isis_database
+    from substrate.frr import (
+        ISIS_DATABASE,
+        ISIS_SUMMARY_JSON,
+        isis_spf_pending,
+        parse_isis_database,
+    )
     from substrate.vty import VtyError
 
     def read(node: str) -> tuple[bool, dict[str, tuple[str, str]]] | str:
