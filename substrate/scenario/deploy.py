@@ -107,8 +107,8 @@ for d in {daemons}; do {{ read -r p < /run/frr/$d.pid && kill -0 "$p"; }} 2>/dev
 #: the node does: /tmp, /root, /dev/shm, /var and /run are emptied but for FRR's own files (its
 #: daemons' PID files, vty and zserv sockets, crash log buffers; its log file is truncated) and
 #: their directories get their owners and modes back. Bash globs (``extglob``): one ``rm`` for all;
-#: one ``stat`` tells whether any directory lacks its mode or owner (:data:`_WRITABLE_DIRS`), and
-#: only then do ``mkdir``/``chmod``/``chown`` run (six processes per node and reset otherwise).
+#: the host process tells whether any directory lacks its mode or owner (:func:`writable_dirs_ok`:
+#: no process in the node), and only then do ``mkdir``/``chmod``/``chown`` run (:data:`_FIX_WRITABLE`).
 _EMPTY_WRITABLE = """shopt -s nullglob dotglob extglob
 junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log|tmp|run) /var/lib/!(frr) /var/lib/frr/*
       /var/log/!(frr) /var/log/frr/!(frr.log) /var/tmp/!(frr) /var/tmp/frr/!(*.+([0-9])) /var/tmp/frr/*/!(logbuf.+([0-9])))
@@ -117,19 +117,40 @@ junk=(/tmp/* /root/* /dev/shm/* /run/!(frr) /run/frr/!(@({keep})) /var/!(lib|log
 [ ${{#junk[@]}} -gt 0 ] && rm -rf -- "${{junk[@]}}"
 [ -e /var/run ] || ln -s /run /var/run
 [ -f /var/log/frr/frr.log ] && : > /var/log/frr/frr.log
-[ "$(stat -c '%a %U:%G' {dirs} 2>/dev/null)" = $'{modes}' ] || {{
-mkdir -p /run/frr /var/lib/frr /var/log/frr /var/tmp/frr 2>/dev/null
+true
+"""
+#: Gives the writable directories their modes and owners back (run by reset only when
+#: :func:`writable_dirs_ok` says one lacks them).
+_FIX_WRITABLE = """mkdir -p /run/frr /var/lib/frr /var/log/frr /var/tmp/frr 2>/dev/null
 chmod 1777 /tmp /var/tmp /dev/shm && chmod 700 /root /var/tmp/frr && chmod 755 /run /var /var/lib /var/log /run/frr /var/lib/frr /var/log/frr \
   && chown frr:frr /run/frr /var/lib/frr /var/log/frr /var/tmp/frr && chown root:root /tmp /var/tmp /dev/shm /root /run /var /var/lib /var/log
-}}
-true
 """
 #: The directories :data:`_EMPTY_WRITABLE` gives back their mode and owner, with them (what its
 #: ``chmod`` and ``chown`` lines set: keep the two in step).
 _WRITABLE_DIRS = {"/tmp": "1777 root:root", "/var/tmp": "1777 root:root", "/dev/shm": "1777 root:root", "/root": "700 root:root",
                   "/var/tmp/frr": "700 frr:frr", "/run": "755 root:root", "/var": "755 root:root", "/var/lib": "755 root:root",
                   "/var/log": "755 root:root", "/run/frr": "755 frr:frr", "/var/lib/frr": "755 frr:frr", "/var/log/frr": "755 frr:frr"}
-_EMPTY_WRITABLE = _EMPTY_WRITABLE.replace("{dirs}", " ".join(_WRITABLE_DIRS)).replace("{modes}", "\\n".join(_WRITABLE_DIRS.values()))
+
+
+def writable_dirs_ok(lab: Lab, node: str) -> bool:
+    """Whether every directory of :data:`_WRITABLE_DIRS` has its mode and owner in ``node``, read
+    from the host through the node's root (``/proc/INIT/root``: its mount namespace) with
+    ``lstat`` (what ``stat -c '%a %U:%G'`` in the node prints: a symbolic link is not a
+    directory, and as every parent in the list is checked too, no path is followed through one).
+    Owners are named by the host's user database, which the nodes share."""
+    import grp
+    import pwd
+
+    root = f"/proc/{lab.state(node).init_pid}/root"
+    for d, want in _WRITABLE_DIRS.items():
+        try:
+            st = os.lstat(root + d)
+            owner = f"{pwd.getpwuid(st.st_uid).pw_name}:{grp.getgrgid(st.st_gid).gr_name}"
+        except (OSError, KeyError):
+            return False
+        if not stat.S_ISDIR(st.st_mode) or f"{stat.S_IMODE(st.st_mode):o} {owner}" != want:
+            return False
+    return True
 
 
 def revive_script(daemons: list[str]) -> str:
@@ -497,6 +518,8 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
             # are still being captured
             prelude = revive_script(lab.state(node).daemons) if revive else ""
             cur, head = capture_with_prelude(lab, node, frr="fast", sysctls="fast", prelude=prelude)
+            if revive and not writable_dirs_ok(lab, node):  # checked once its strays are dead
+                lab.sh(node, _FIX_WRITABLE, timeout_s=10)
             dead, strays = _revive_lines(head, node)
             killed.extend(strays)
             if "zebra" in dead:
