@@ -92,12 +92,11 @@ _SEP = "\n@@ANIBENCH@@ "
 #: FRR's 196 in Debian's rt_protos.d).
 _CAPTURE_SCRIPT = r"""
 s() { printf '\n@@ANIBENCH@@ %s\n' "$1"; }
-s ip; ip -N -s -d -j -force -batch - 2>/dev/null <<< $'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\n'
+s ip; ip -N -s -d -j -force -batch - 2>/dev/null <<< $'route show table all root ::/0\nroute show table all root 0.0.0.0/0\nrule show\naddr show\nneigh show\nneigh show proxy\nlink show\nnexthop show\nsr tunsrc show\nsr hmac show\naddrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n'
 s rule6; ip -6 -N -d -j rule show
 s tc; tc -j qdisc show 2>/dev/null
 s xt; for f in ip ip6; do t=; read -r t < /proc/net/${f}_tables_names && [ -n "$t" ] && echo "@$f" && ${f}tables-legacy-save; done 2>/dev/null
 s xfrm; ip -force -batch - 2>&1 <<< $'xfrm policy getdefault\nxfrm policy\n'; ip xfrm state 2>&1
-s objs; ip -j -force -batch - 2>/dev/null <<< $'addrlabel list\nmaddr show\nmptcp endpoint show\nmptcp limits show\n'
 """
 #: The capture's sections read from the host process rather than by the script (no process in the
 #: node: :mod:`substrate.nsread`, :func:`host_sections`). The sysctls stay in the script: read from
@@ -118,7 +117,8 @@ _CAPTURE_SCRIPT_NO_XFRM = "".join(ln for ln in _CAPTURE_SCRIPT.splitlines(keepen
 #: listings exit the program, so a batch holds at most one, last; a policy listed after the states
 #: was never seen.)
 #: The documents of the ``ip`` section, in order (nexthop and SRv6 ones are told apart by content:
-#: a kernel without nexthop objects prints nothing for that line).
+#: a kernel without nexthop objects prints nothing for that line; after the SRv6 source and HMAC
+#: keys come the other per-namespace objects, :func:`net_objects`, and the MPTCP limits' line).
 _IP_DOCS = ("routes6", "routes4", "rules4", "addr", "neigh", "proxy", "link")
 #: Added to the capture when the read-only sysctls of this kernel are not known yet (once per process).
 _READONLY_SECTION = "s ro; find /proc/sys/net -type f ! -perm -u=w 2>/dev/null\n"
@@ -920,7 +920,7 @@ def normalize_xfrm(text: str) -> str:
 
 
 def _split_objs(text: str) -> tuple[str, str]:
-    """The capture's ``objs`` section as (its JSON documents, ``ip mptcp limits show``'s line): the
+    """The capture's ``ip`` section as (its JSON documents, ``ip mptcp limits show``'s line): the
     batch ends with that command, which prints text even under ``-j`` (iproute2 6.1); each JSON
     document is one line."""
     lines = text.strip().splitlines()
@@ -928,12 +928,12 @@ def _split_objs(text: str) -> tuple[str, str]:
     return "\n".join(docs), "\n".join(ln for ln in lines if ln.strip() and not ln.lstrip().startswith(("[", "{")))
 
 
-def net_objects(objs: str, mptcp_limits: str) -> list[str]:
-    """:attr:`DeviceState.net_objects` from the capture's ``objs`` section (``ip -j`` addrlabel,
-    maddr and mptcp endpoint listings, in that order; a kernel without MPTCP prints no third) and
-    ``ip mptcp limits show``. Only static multicast link addresses count: the others are joined
-    and left by the kernel and by sockets (IS-IS's, neighbour discovery's)."""
-    docs = _json_seq(objs)
+def net_objects(docs: list[Any], mptcp_limits: str) -> list[str]:
+    """:attr:`DeviceState.net_objects` from the ``ip -j`` addrlabel, maddr and mptcp endpoint
+    listings (in that order, the last documents of the capture's ``ip`` section; a kernel
+    without MPTCP prints no third) and ``ip mptcp limits show``. Only static multicast link
+    addresses count: the others are joined and left by the kernel and by sockets (IS-IS's,
+    neighbour discovery's)."""
     out = [f"addrlabel add prefix {x['address']}/{x['prefixlen']} label {x['label']}" for x in (docs[0] if docs else [])]
     for iface in docs[1] if len(docs) > 1 else []:
         out += [f"maddr add {m['link']} dev {iface['ifname']}" for m in iface.get("maddr", [])
@@ -1070,7 +1070,8 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         addrs: list[tuple[str, list[dict[str, Any]]]] = []
         kernel: list[str] = []
         frr: list[str] = []
-        docs = _json_seq(sec["ip"], route_docs=(0, 1))
+        docs_text, mptcp_limits = _split_objs(sec["ip"])
+        docs = _json_seq(docs_text, route_docs=(0, 1))
         named = dict(zip(_IP_DOCS, docs, strict=False))
         if len(docs) < len(_IP_DOCS):
             raise ValueError(f"ip printed {len(docs)} documents, {len(_IP_DOCS)} expected")
@@ -1108,7 +1109,15 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.host_addresses.sort()
         for link in named["link"]:
             state.links[link["ifname"]] = _link_state(link)
-        for doc in docs[len(_IP_DOCS):]:
+        extra = docs[len(_IP_DOCS):]
+        # the SRv6 source is always printed (one object): it and the HMAC keys after it end the
+        # nexthop and SRv6 documents; the per-namespace object listings follow
+        k = next((i for i, d in enumerate(extra) if isinstance(d, list) and len(d) == 1 and isinstance(d[0], dict)
+                  and "tunsrc" in d[0]), None)  # fmt: skip
+        if k is None and extra:
+            raise ValueError("ip printed no SRv6 tunnel source (ip sr tunsrc show)")
+        srv6, objs = (extra[: k + 2], extra[k + 2 :]) if k is not None else ([], [])
+        for doc in srv6:
             for x in doc:
                 if "tunsrc" in x:
                     state.tunsrc = "" if x["tunsrc"] == "::" else str(x["tunsrc"])
@@ -1121,7 +1130,7 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
         state.nft = sec["nft"].strip()
         state.xtables = normalize_xtables(sec.get("xt", ""))
         state.xfrm = normalize_xfrm(sec.get("xfrm", ""))
-        state.net_objects = net_objects(*_split_objs(sec.get("objs", "")))
+        state.net_objects = net_objects(objs, mptcp_limits)
         if "ro" in sec:
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])
