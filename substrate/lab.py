@@ -537,10 +537,16 @@ class Lab:
             return want
         return want - up
 
-    def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None) -> float:
+    def wait_converged(self, timeout_s: float = 60.0, routers: Iterable[str] | None = None,
+                       prefixes_read: Iterable[str] = ()) -> float:
         """Poll until every underlay router has all its IS-IS adjacencies Up and every expected
         underlay prefix in its kernel FIB, and every router with its own configuration has the
         IGP adjacencies it asks for (:func:`substrate.igp.missing_adjacencies`).
+
+        Args:
+            prefixes_read: routers whose routing tables the caller has just read and found
+                complete (a reset's capture equal to the converged baseline): their FIB is not
+                read again in the first poll, only their adjacencies are asked for.
 
         Returns:
             Seconds waited.
@@ -556,13 +562,16 @@ class Lab:
         pending -= set(own)
         missing: dict[str, set[str]] = {}
 
+        known = set(prefixes_read)
+
         def still_missing(rt: str) -> tuple[str, set[str]]:
-            gaps = self.missing_underlay_prefixes(rt)
+            gaps = set() if rt in known else self.missing_underlay_prefixes(rt)
             return rt, gaps or {f"adjacency on {i}" for i in self.missing_adjacencies(rt)}
 
         own_pending = bool(own)
         while pending or own_pending:
             results = self.map(still_missing, sorted(pending))
+            known = set()  # read them from the next poll on
             missing = {rt: m for rt, m in results if m}
             pending = set(missing)
             if own_pending:  # adjacencies are judged from both ends: ask every such router each time
