@@ -461,6 +461,36 @@ def test_the_reconciler_owns_the_whole_device(lab: Lab, sc: Scenario) -> None:
             lab.exec(probe, ["nft", "delete", "table", "inet", "anibench_probe"], timeout_s=10)
 
 
+def test_failed_repair_of_foreign_stanzas_restores_them_whole(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repair that removes foreign multi-line FRR stanzas and then fails active validation is
+    rolled back, and every FRR daemon of the device is back to its configuration before the
+    repair, every nested line included (issue 13: the undo put back only a stanza's first line):
+    a route-map entry with its match and set lines (zebra and isisd carry it), an IS-IS instance
+    with its lines (isisd only) and several lines of a core interface's stanza."""
+    from substrate.devstate import frr_daemons_differ
+
+    node = "r1"
+    port = next(lk.endpoint_of(node).interface for lk in sc.topology.core_links() if node in (lk.a.node, lk.b.node))
+    lab.check([lab.vtysh(node, "configure terminal", "route-map DRIFT2 permit 10", "match ipv6 address prefix-list DRIFTPL",
+                         "set metric 42", "set tag 7", "exit", "router isis DRIFT", "is-type level-2-only",
+                         "lsp-gen-interval 3", "exit", f"interface {port}", "bandwidth 1000", "description drift-test", "end")])
+    before = lab.frr_daemon_configs(node)
+    assert "set metric 42" in before["zebra"] and "router isis DRIFT" in before["isisd"], before
+    rec = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE))
+    real = rec.engine._settled
+    # active validation of the repair fails: every check that held before it fails after it
+    monkeypatch.setattr(rec.engine, "_settled", lambda verdicts, invs: [v.model_copy(update={"ok": False, "detail": "forced by the test"})
+                                                                        for v in real(verdicts, invs)])  # fmt: skip
+    r = rec.reconcile_once("change")
+    assert r.result == "failed" and r.repair_change_id and node in r.drift, f"{r.result}: {r.message}"
+    shown = r.drift[node]
+    assert "FRR stanza extra: route-map DRIFT2 permit 10" in shown and "FRR stanza extra: router isis DRIFT" in shown, shown
+    change = rec.engine.records.change(r.repair_change_id)
+    assert change is not None and change["status"] == "rolled_back", change
+    after = lab.frr_daemon_configs(node)
+    assert not frr_daemons_differ(before, after), {d: (before.get(d), after.get(d)) for d in frr_daemons_differ(before, after)}
+
+
 def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:
     """The held-lock fault on the drifted device: the reconcile waits (the engine's bounded lock
     wait), records ``retry`` naming the lock, and is retried; once the lock is released the drift
