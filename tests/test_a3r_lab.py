@@ -570,6 +570,11 @@ def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:
         poll("the orphaned reconciler gone", lambda: not pid_alive(pid), 60)
         assert controllers.info(lab.dir, rc.CONTROLLER) is None
         pid = rc.start(lab, owner_pid=os.getpid(), interval_s=60.0, options=SLOW_MACHINE)
+        # its record says how long a stop waits for its reconcile in progress (from the options it
+        # runs with) and how what a kill would leave is recovered; the recovery runs (nothing to do)
+        record = controllers.info(lab.dir, rc.CONTROLLER)
+        assert record is not None and record["stop_timeout_s"] == rc.reconcile_bound_s(rc.EngineOptions(**SLOW_MACHINE)), record
+        assert record["recover"][3:5] == [lab.name, "--recover"] and controllers.run_recovery(record) is None, record
         assert controllers.stop_all(lab.dir, orphans_only=True) == 0 and pid_alive(pid)
         assert controllers.stop_all(lab.dir) == 1 and not pid_alive(pid)
     finally:
