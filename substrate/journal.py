@@ -315,6 +315,14 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
         if not present and frr is not None and any(frr_nested(t, head, line) for t in frr.daemons.values()):
             # negating it deletes its nested lines too: each daemon's copy kept whole, for undo
             nested[_frr_key(head, line)] = {d: sub for d, t in sorted(frr.daemons.items()) if (sub := frr_subtree(t, head, line))}
+    if frr is not None:
+        # a stanza the change creates (its lines added under a head absent before) is an item of
+        # its own, after its lines: undone as a whole (``no HEAD``), not left behind empty (a bare
+        # ``route-map X permit 10``, a ``router bgp`` instance). Not an interface's: FRR does not
+        # delete an interface that exists, its lines are undone one by one
+        for head in dict.fromkeys(h for h, _, present in delta.frr_changes if h and present):
+            if head not in frr.stanzas and not head.startswith("interface ") and ("frr", _frr_key("", head)) not in want:
+                want[("frr", _frr_key("", head))] = PRESENT
     for dev, v in delta.qdiscs.items():
         want[("qdisc", dev)] = v
     return [Item(kind=k, key=key, before=value_of(before, frr, k, key), after=v,  # type: ignore[arg-type]
@@ -353,6 +361,9 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
         else:
             head, _, line = it.key.partition(_FRR_SEP)
             d.frr_changes.append((head, line, v is not None))
+    # a stanza removed whole takes its lines with it: negating them too would enter (re-create) it
+    gone = {line for head, line, present in d.frr_changes if not head and not present}
+    d.frr_changes = [(h, ln, p) for h, ln, p in d.frr_changes if not (h in gone and not p)]
     d.frr = frr_lines(d.frr_changes)
     return d
 

@@ -491,6 +491,34 @@ def test_failed_repair_of_foreign_stanzas_restores_them_whole(lab: Lab, sc: Scen
     assert not frr_daemons_differ(before, after), {d: (before.get(d), after.get(d)) for d in frr_daemons_differ(before, after)}
 
 
+def test_undoing_a_created_stanza_leaves_no_empty_head(lab: Lab) -> None:
+    """The mirror of the test above, on the journal's own machinery: a change that creates a
+    multi-line FRR stanza (a route-map entry with match and set lines) and a line in an existing
+    interface's stanza, undone, leaves every FRR daemon as before -- no bare ``route-map X permit
+    10`` left behind."""
+    from substrate import journal as jr
+    from substrate.devstate import frr_daemons_differ
+    from substrate.scenario.apply import ConfigDelta, frr_lines
+
+    node = "r1"
+    port = next(ln.split()[1] for ln in lab.vtysh(node, "show running-config").stdout.splitlines() if ln.startswith("interface eth"))
+    changes = [("route-map UNDO permit 10", "match ipv6 address prefix-list UNDOPL", True),
+               ("route-map UNDO permit 10", "set metric 42", True), (f"interface {port}", "bandwidth 1000", True)]
+    delta = ConfigDelta(node=node, frr_changes=changes, frr=frr_lines(changes))
+    before = lab.frr_daemon_configs(node)
+    journal = jr.Journal(lab, "test")
+    entry = journal.begin("t1", [jr.snapshot(lab, node, delta, capture_timeout_s=30)], holder="test", payload={})
+    try:
+        assert jr.run_script(lab, entry, node, entry.device(node).script, 60) is None
+        assert "set metric 42" in lab.vtysh(node, "show running-config").stdout
+        rep = jr.undo(lab, entry, capture_timeout_s=30, device_timeout_s=60)
+        assert rep.complete, rep.residual()
+    finally:
+        journal.mark(entry, "rolled_back")
+    after = lab.frr_daemon_configs(node)
+    assert not frr_daemons_differ(before, after), {d: after.get(d) for d in frr_daemons_differ(before, after)}
+
+
 def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:
     """The held-lock fault on the drifted device: the reconcile waits (the engine's bounded lock
     wait), records ``retry`` naming the lock, and is retried; once the lock is released the drift

@@ -114,6 +114,26 @@ def test_a_line_removed_with_nested_lines_keeps_each_daemons_subtree() -> None:
     assert frr_subtree(rmap, "router bgp 64500", "address-family ipv6 unicast") == ""
 
 
+def test_a_stanza_the_change_creates_is_undone_whole() -> None:
+    """A stanza created by the change (lines under a head absent before) is an item of its own:
+    undone by ``no HEAD``, its lines not negated (which would re-enter, so re-create, it); an
+    interface's stanza is not (FRR does not delete an interface that exists): its lines are."""
+    old = NodeConfig(frr=["interface eth3\n ipv6 address fd10::1/64"])
+    new = NodeConfig(frr=["interface eth3\n ipv6 address fd10::1/64", "interface eth4\n ipv6 address fd10:0:0:1::1/64",
+                          "route-map X permit 10\n match ipv6 address prefix-list P\n set metric 42"])  # fmt: skip
+    delta = config_delta("r1", old, new)
+    frr = jr.FrrView({"zebra": "interface eth3\n ipv6 address fd10::1/64\nexit\n"})
+    items = jr.items_of(delta, before_state(), frr)
+    keys = [i.key for i in items if i.kind == "frr"]
+    assert keys[-1] == "\troute-map X permit 10" and "\tinterface eth4" not in keys, keys  # after its lines (startup config)
+    assert (items[-1].before, items[-1].after) == (None, "present")
+    undo = jr.delta_setting("r1", [(i, i.before) for i in items if i.kind == "frr"])
+    assert undo.frr == ["no route-map X permit 10", "interface eth4", "no ipv6 address fd10:0:0:1::1/64", "exit"], undo.frr
+    # committed: the startup configuration gets the stanza once, with its lines
+    conf = edit_startup_config("frr version 8.4.4\n!\nend\n", [(*i.key.split("\t"), i.after is not None) for i in items if i.kind == "frr"])
+    assert conf.count("route-map X permit 10") == 1 and " set metric 42" in conf, conf
+
+
 def test_values_compare_in_normalized_form() -> None:
     st = before_state()
     assert jr.same_value("nft", jr.value_of(st, None, "nft", "inet tenant_fw"), TABLE)
