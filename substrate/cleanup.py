@@ -138,7 +138,7 @@ def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
                     Lab(record).destroy()
                 except SubstrateError:
                     pass
-            report.processes += stop_all_controllers(d)
+            report.processes += stop_all_controllers(d, recover=False)  # the lab is gone: nothing to recover
             unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)

@@ -503,6 +503,64 @@ def frr_daemon_delta(have: str, want: str) -> list[str]:
     return [*out, "end"]
 
 
+def _frr_path(tree: _Tree, head: str, line: str) -> tuple[str, ...] | None:
+    """Where FRR line ``line`` of stanza ``head`` ("" for a top-level line) sits in a daemon's
+    configuration tree (:func:`_daemon_tree`): the lines it is nested in, then itself; found at
+    any depth under ``head`` (first match, depth first), None when the daemon does not hold it."""
+    if not head:
+        return (line,) if line in tree else None
+    if head not in tree:
+        return None
+
+    def find(t: _Tree, ctx: tuple[str, ...]) -> tuple[str, ...] | None:
+        for ln, sub in t.items():
+            if ln == line:
+                return (*ctx, ln)
+            if (got := find(sub, (*ctx, ln))) is not None:
+                return got
+        return None
+
+    return find(tree[head], (head,))
+
+
+def frr_subtree(text: str, head: str, line: str) -> str:
+    """The part of one daemon's ``show running-config`` ``text`` that is FRR line ``line`` of
+    stanza ``head`` ("" for a top-level line; a stanza's line is found at any depth under it, as
+    :class:`substrate.journal.FrrView` flattens nesting): the lines it is nested in, itself and
+    every line nested under it, as configuration text indented as FRR shows it (one space per
+    level), which :func:`frr_daemon_delta` takes. "" when the daemon does not hold the line."""
+    tree = _daemon_tree(text)
+    path = _frr_path(tree, head, line)
+    if path is None:
+        return ""
+    node = tree
+    for ln in path:
+        node = node[ln]
+    out = [" " * i + ln for i, ln in enumerate(path)]
+
+    def emit(t: _Tree, depth: int) -> None:
+        for ln, sub in t.items():
+            out.append(" " * depth + ln)
+            emit(sub, depth + 1)
+
+    emit(node, len(path))
+    return "\n".join(out) + "\n"
+
+
+def frr_nested(text: str, head: str, line: str) -> bool:
+    """Whether FRR line ``line`` of stanza ``head`` has lines nested under it in one daemon's
+    ``show running-config`` ``text`` (a stanza head with its lines, ``address-family`` under
+    ``router bgp``): negating it deletes them too (``no route-map X permit 10``)."""
+    tree = _daemon_tree(text)
+    path = _frr_path(tree, head, line)
+    if path is None:
+        return False
+    node = tree
+    for ln in path:
+        node = node[ln]
+    return bool(node)
+
+
 def _tree_lines(tree: _Tree) -> frozenset[tuple[str, ...]]:
     """:func:`daemon_config_lines` of a subtree."""
     out: set[tuple[str, ...]] = set()

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from substrate.devstate import DeviceState, canonical_frr, capture
+from substrate.devstate import DeviceState, canonical_frr, capture, daemon_config_lines, frr_daemon_delta, frr_nested, frr_subtree
 from substrate.errors import SubstrateError
 from substrate.routes import route_key
 from substrate.scenario.apply import ConfigDelta, frr_lines, nft_delete, nft_replace, qdisc_value
@@ -91,12 +91,21 @@ class Item(BaseModel):
     ``sysctl``: the path under /proc/sys -> the value; ``frr``: ``<stanza head>\\t<line>`` ->
     ``present``; ``qdisc``: the interface -> its root qdisc
     (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default).
+
+    An FRR line the change removes that has lines nested under it (a stanza head: ``route-map X
+    permit 10`` with its ``match`` and ``set`` lines, ``router isis X``; ``address-family`` under
+    ``router bgp``) goes with all of them (FRR's ``no HEAD``): its ``frr_daemons`` keeps each
+    daemon's copy of the whole subtree (:func:`substrate.devstate.frr_subtree`), which undo puts
+    back to exactly those daemons (:func:`undo_device`), every nested line included.
     """
 
     kind: ItemKind
     key: str
     before: str | None
     after: str | None
+    frr_daemons: dict[str, str] | None = Field(
+        default=None, description="FRR item removed with nested lines: daemon -> its copy of the line and everything nested "
+        "under it, with the lines it is nested in (frr_subtree), as before the change; None otherwise.")
 
     def label(self) -> str:
         """Human-readable name of the item (for reports)."""
@@ -191,6 +200,8 @@ class FrrView:
     heads with no lines), merged over the daemons that answered."""
 
     def __init__(self, daemons: dict[str, str]):
+        #: daemon -> its own ``show running-config`` (what the view was made from)
+        self.daemons = dict(daemons)
         self.stanzas = {h: set(body) for h, body in canonical_frr(daemons)}
 
     def has(self, head: str, line: str) -> bool:
@@ -298,11 +309,24 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
         want[("nft", table)] = text
     for path, v in delta.sysctls.items():
         want[("sysctl", path)] = v
+    nested: dict[str, dict[str, str]] = {}
     for head, line, present in delta.frr_changes:
         want[("frr", _frr_key(head, line))] = PRESENT if present else None
+        if not present and frr is not None and any(frr_nested(t, head, line) for t in frr.daemons.values()):
+            # negating it deletes its nested lines too: each daemon's copy kept whole, for undo
+            nested[_frr_key(head, line)] = {d: sub for d, t in sorted(frr.daemons.items()) if (sub := frr_subtree(t, head, line))}
+    if frr is not None:
+        # a stanza the change creates (its lines added under a head absent before) is an item of
+        # its own, after its lines: undone as a whole (``no HEAD``), not left behind empty (a bare
+        # ``route-map X permit 10``, a ``router bgp`` instance). Not an interface's: FRR does not
+        # delete an interface that exists, its lines are undone one by one
+        for head in dict.fromkeys(h for h, _, present in delta.frr_changes if h and present):
+            if head not in frr.stanzas and not head.startswith("interface ") and ("frr", _frr_key("", head)) not in want:
+                want[("frr", _frr_key("", head))] = PRESENT
     for dev, v in delta.qdiscs.items():
         want[("qdisc", dev)] = v
-    return [Item(kind=k, key=key, before=value_of(before, frr, k, key), after=v) for (k, key), v in want.items()]  # type: ignore[arg-type]
+    return [Item(kind=k, key=key, before=value_of(before, frr, k, key), after=v,  # type: ignore[arg-type]
+                 frr_daemons=nested.get(key) if k == "frr" else None) for (k, key), v in want.items()]
 
 
 def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelta:
@@ -337,6 +361,9 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
         else:
             head, _, line = it.key.partition(_FRR_SEP)
             d.frr_changes.append((head, line, v is not None))
+    # a stanza removed whole takes its lines with it: negating them too would enter (re-create) it
+    gone = {line for head, line, present in d.frr_changes if not head and not present}
+    d.frr_changes = [(h, ln, p) for h, ln, p in d.frr_changes if not (h in gone and not p)]
     d.frr = frr_lines(d.frr_changes)
     return d
 
@@ -682,6 +709,9 @@ def undo_device(lab: Lab, entry: Entry, rec: DeviceRecord, *, capture_timeout_s:
     for it in rec.items:
         now = value_of(st, frr, it.kind, it.key)
         if same_value(it.kind, now, it.before):
+            if differs := _nested_differ(it, frr):
+                out.residual.append(_describe(it, now) + f" but its nested lines differ in FRR {', '.join(differs)} (changed by "
+                                    "someone else after this change: left as it is)")  # fmt: skip
             continue
         if same_value(it.kind, now, it.after):
             todo.append((it, it.before))
@@ -689,7 +719,14 @@ def undo_device(lab: Lab, entry: Entry, rec: DeviceRecord, *, capture_timeout_s:
             out.residual.append(_describe(it, now) + " (changed by someone else after this change: left as it is)")
     if not todo:
         return out
-    err = run_script(lab, entry, rec.node, delta_setting(rec.node, todo).script(), device_timeout_s)
+    # a removed FRR line with nested lines goes back whole, to each daemon that had it (FRR
+    # first, as in a forward script: interface lines before the routes that use them)
+    whole = [(it, v) for it, v in todo if it.frr_daemons and v is not None]
+    errs = _restore_nested(lab, rec.node, frr, [it for it, _ in whole], timeout_s=device_timeout_s) if whole else []
+    rest = [x for x in todo if x not in whole]
+    if rest and (e := run_script(lab, entry, rec.node, delta_setting(rec.node, rest).script(), device_timeout_s)):
+        errs.append(e)
+    err = "; ".join(errs)
     try:
         st, frr = _current(lab, rec, capture_timeout_s)
     except SubstrateError as e:
@@ -697,11 +734,53 @@ def undo_device(lab: Lab, entry: Entry, rec: DeviceRecord, *, capture_timeout_s:
         return out
     for it, _ in todo:
         now = value_of(st, frr, it.kind, it.key)
-        if same_value(it.kind, now, it.before):
+        differs = _nested_differ(it, frr)
+        if same_value(it.kind, now, it.before) and not differs:
             out.restored.append(it.label())
         else:
-            out.residual.append(_describe(it, now) + (f" ({err})" if err else ""))
+            out.residual.append(_describe(it, now) + (f" (its nested lines differ in FRR {', '.join(differs)})" if differs else "")
+                                + (f" ({err})" if err else ""))  # fmt: skip
     return out
+
+
+def _nested_differ(it: Item, frr: FrrView | None) -> list[str]:
+    """The FRR daemons whose copy of item ``it`` (one removed with nested lines, present before the
+    change: :attr:`Item.frr_daemons`) is not its copy before the change now, nested lines
+    compared whatever their order (a daemon that holds it now and did not before included);
+    [] for any other item, or while the line is absent."""
+    if it.kind != "frr" or not it.frr_daemons or it.before is None or frr is None:
+        return []
+    head, _, line = it.key.partition(_FRR_SEP)
+    if not frr.has(head, line):
+        return []
+    return sorted(d for d in set(it.frr_daemons) | set(frr.daemons)
+                  if daemon_config_lines(frr_subtree(frr.daemons.get(d, ""), head, line)) != daemon_config_lines(it.frr_daemons.get(d, "")))
+
+
+def _restore_nested(lab: Lab, node: str, now: FrrView | None, items: list[Item], *, timeout_s: float) -> list[str]:
+    """Put each of ``items`` (FRR lines removed with their nested lines, absent now) back as each
+    daemon had it before the change (:attr:`Item.frr_daemons`): the commands of
+    :func:`substrate.devstate.frr_daemon_delta` on that daemon's own vty socket, one session per
+    daemon and item, so that no daemon gets lines it did not have (vtysh would send a
+    ``route-map`` to every daemon that knows the command). Returns errors (a command a daemon
+    refused, a daemon that did not answer); [] when every command was taken."""
+    from substrate.vty import VtyError
+
+    errors: list[str] = []
+    for it in items:
+        head, _, line = it.key.partition(_FRR_SEP)
+        for d, want in sorted((it.frr_daemons or {}).items()):
+            cmds = frr_daemon_delta(frr_subtree((now.daemons if now else {}).get(d, ""), head, line), want)
+            if not cmds:
+                continue
+            try:
+                answers = lab.vty(node, d, *cmds, timeout_s=timeout_s)
+            except VtyError as e:
+                errors.append(f"FRR {d}: {e}")
+                continue
+            errors += [f"FRR {d}: {cmd!r} refused: {text.strip()[:200]}" for cmd, (text, status) in zip(cmds, answers, strict=True)
+                       if status != 0]  # fmt: skip
+    return errors
 
 
 def undo(lab: Lab, entry: Entry, nodes: list[str] | None = None, *, capture_timeout_s: float = 8.0,
@@ -723,7 +802,8 @@ def state_matches(lab: Lab, entry: Entry, which: Literal["before", "after"], *, 
         except SubstrateError as e:
             return [str(e)]
         return [_describe(it, now) for it in rec.items
-                if not same_value(it.kind, now := value_of(st, frr, it.kind, it.key), getattr(it, which))]  # fmt: skip
+                if not same_value(it.kind, now := value_of(st, frr, it.kind, it.key), getattr(it, which))
+                or (which == "before" and _nested_differ(it, frr))]  # fmt: skip
 
     got = lab.map(one, entry.devices)
     return {r.node: x for r, x in zip(entry.devices, got, strict=True) if x}

@@ -602,7 +602,9 @@ class Lab:
         stop_server(self)
         from substrate.controllers import stop_all  # the lab's controllers (A3-R's reconciler)
 
-        stop_all(self.dir)
+        # graceful (each controller's step in progress is waited for, bounded); no recovery after a
+        # kill: the lab and its devices go right after, nothing is left half-applied
+        stop_all(self.dir, recover=False)
         self._backend.destroy(self)
         shutil.rmtree(self.dir, ignore_errors=True)
 

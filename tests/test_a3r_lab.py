@@ -461,6 +461,64 @@ def test_the_reconciler_owns_the_whole_device(lab: Lab, sc: Scenario) -> None:
             lab.exec(probe, ["nft", "delete", "table", "inet", "anibench_probe"], timeout_s=10)
 
 
+def test_failed_repair_of_foreign_stanzas_restores_them_whole(lab: Lab, sc: Scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repair that removes foreign multi-line FRR stanzas and then fails active validation is
+    rolled back, and every FRR daemon of the device is back to its configuration before the
+    repair, every nested line included (issue 13: the undo put back only a stanza's first line):
+    a route-map entry with its match and set lines (zebra and isisd carry it), an IS-IS instance
+    with its lines (isisd only) and several lines of a core interface's stanza."""
+    from substrate.devstate import frr_daemons_differ
+
+    node = "r1"
+    port = next(lk.endpoint_of(node).interface for lk in sc.topology.core_links() if node in (lk.a.node, lk.b.node))
+    lab.check([lab.vtysh(node, "configure terminal", "route-map DRIFT2 permit 10", "match ipv6 address prefix-list DRIFTPL",
+                         "set metric 42", "set tag 7", "exit", "router isis DRIFT", "is-type level-2-only",
+                         "lsp-gen-interval 3", "exit", f"interface {port}", "bandwidth 1000", "description drift-test", "end")])
+    before = lab.frr_daemon_configs(node)
+    assert "set metric 42" in before["zebra"] and "router isis DRIFT" in before["isisd"], before
+    rec = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE))
+    real = rec.engine._settled
+    # active validation of the repair fails: every check that held before it fails after it
+    monkeypatch.setattr(rec.engine, "_settled", lambda verdicts, invs: [v.model_copy(update={"ok": False, "detail": "forced by the test"})
+                                                                        for v in real(verdicts, invs)])  # fmt: skip
+    r = rec.reconcile_once("change")
+    assert r.result == "failed" and r.repair_change_id and node in r.drift, f"{r.result}: {r.message}"
+    shown = r.drift[node]
+    assert "FRR stanza extra: route-map DRIFT2 permit 10" in shown and "FRR stanza extra: router isis DRIFT" in shown, shown
+    change = rec.engine.records.change(r.repair_change_id)
+    assert change is not None and change["status"] == "rolled_back", change
+    after = lab.frr_daemon_configs(node)
+    assert not frr_daemons_differ(before, after), {d: (before.get(d), after.get(d)) for d in frr_daemons_differ(before, after)}
+
+
+def test_undoing_a_created_stanza_leaves_no_empty_head(lab: Lab) -> None:
+    """The mirror of the test above, on the journal's own machinery: a change that creates a
+    multi-line FRR stanza (a route-map entry with match and set lines) and a line in an existing
+    interface's stanza, undone, leaves every FRR daemon as before -- no bare ``route-map X permit
+    10`` left behind."""
+    from substrate import journal as jr
+    from substrate.devstate import frr_daemons_differ
+    from substrate.scenario.apply import ConfigDelta, frr_lines
+
+    node = "r1"
+    port = next(ln.split()[1] for ln in lab.vtysh(node, "show running-config").stdout.splitlines() if ln.startswith("interface eth"))
+    changes = [("route-map UNDO permit 10", "match ipv6 address prefix-list UNDOPL", True),
+               ("route-map UNDO permit 10", "set metric 42", True), (f"interface {port}", "bandwidth 1000", True)]
+    delta = ConfigDelta(node=node, frr_changes=changes, frr=frr_lines(changes))
+    before = lab.frr_daemon_configs(node)
+    journal = jr.Journal(lab, "test")
+    entry = journal.begin("t1", [jr.snapshot(lab, node, delta, capture_timeout_s=30)], holder="test", payload={})
+    try:
+        assert jr.run_script(lab, entry, node, entry.device(node).script, 60) is None
+        assert "set metric 42" in lab.vtysh(node, "show running-config").stdout
+        rep = jr.undo(lab, entry, capture_timeout_s=30, device_timeout_s=60)
+        assert rep.complete, rep.residual()
+    finally:
+        journal.mark(entry, "rolled_back")
+    after = lab.frr_daemon_configs(node)
+    assert not frr_daemons_differ(before, after), {d: after.get(d) for d in frr_daemons_differ(before, after)}
+
+
 def test_held_lock_makes_the_reconciler_wait_and_retry(lab: Lab, sc: Scenario) -> None:
     """The held-lock fault on the drifted device: the reconcile waits (the engine's bounded lock
     wait), records ``retry`` naming the lock, and is retried; once the lock is released the drift
@@ -540,6 +598,11 @@ def test_reconciler_does_not_outlive_its_owner(lab: Lab) -> None:
         poll("the orphaned reconciler gone", lambda: not pid_alive(pid), 60)
         assert controllers.info(lab.dir, rc.CONTROLLER) is None
         pid = rc.start(lab, owner_pid=os.getpid(), interval_s=60.0, options=SLOW_MACHINE)
+        # its record says how long a stop waits for its reconcile in progress (from the options it
+        # runs with) and how what a kill would leave is recovered; the recovery runs (nothing to do)
+        record = controllers.info(lab.dir, rc.CONTROLLER)
+        assert record is not None and record["stop_timeout_s"] == rc.reconcile_bound_s(rc.EngineOptions(**SLOW_MACHINE)), record
+        assert record["recover"][3:5] == [lab.name, "--recover"] and controllers.run_recovery(record) is None, record
         assert controllers.stop_all(lab.dir, orphans_only=True) == 0 and pid_alive(pid)
         assert controllers.stop_all(lab.dir) == 1 and not pid_alive(pid)
     finally:

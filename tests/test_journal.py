@@ -78,6 +78,62 @@ def test_a_port_mtu_is_an_item_undone_to_its_value_before() -> None:
     assert jr.delta_setting("r1", [(i, i.before) for i in items]).additions == ["link set eth3 mtu 1500"]
 
 
+def test_a_line_removed_with_nested_lines_keeps_each_daemons_subtree() -> None:
+    """Removing an FRR line that has lines nested under it removes them too (``no route-map X
+    permit 10``; ``no address-family`` in ``router bgp``): its item keeps each daemon's copy of the
+    whole subtree, with the lines it is nested in (issue 13: the undo put back the first line
+    only); a line without nested lines keeps none, and the forward script is unchanged."""
+    from substrate.devstate import frr_daemon_delta, frr_subtree
+    from substrate.scenario.apply import ConfigDelta, frr_lines
+
+    rmap = "route-map X permit 10\n match ipv6 address prefix-list P\n set metric 42\nexit\n"
+    bgpd = ("router bgp 64500\n bgp router-id 1.1.1.1\n !\n address-family ipv6 unicast\n  network fd00::/48\n"
+            "  neighbor fd00::2 activate\n exit-address-family\nexit\n!\n" + rmap + "ipv6 prefix-list P seq 5 permit fd00::/48\n")
+    frr = jr.FrrView({"zebra": rmap, "bgpd": bgpd, "isisd": "router isis CORE\n net 49.0001.0000.0000.0001.00\nexit\n"})
+    changes = [("", "route-map X permit 10", False), ("router bgp 64500", "address-family ipv6 unicast", False),
+               ("", "ipv6 prefix-list P seq 5 permit fd00::/48", False)]
+    delta = ConfigDelta(node="r1", frr_changes=changes, frr=frr_lines(changes))
+    items = {i.key: i for i in jr.items_of(delta, before_state(), frr)}
+    assert items["\troute-map X permit 10"].frr_daemons == {"bgpd": "route-map X permit 10\n match ipv6 address prefix-list P\n"
+                                                            " set metric 42\n", "zebra": frr_subtree(rmap, "", "route-map X permit 10")}
+    af = items["router bgp 64500\taddress-family ipv6 unicast"]
+    assert af.before == "present" and af.frr_daemons == {"bgpd": "router bgp 64500\n address-family ipv6 unicast\n  network fd00::/48\n"
+                                                                 "  neighbor fd00::2 activate\n"}  # fmt: skip
+    assert items["\tipv6 prefix-list P seq 5 permit fd00::/48"].frr_daemons is None
+    # the items serialize with their subtrees (journal files); an older entry without them still reads
+    assert jr.Item.model_validate_json(af.model_dump_json()) == af
+    assert jr.Item.model_validate({"kind": "frr", "key": "\tx", "before": "present", "after": None}).frr_daemons is None
+    # what undo sends bgpd: the nested stanza in its context, then each of its lines in it
+    # (the context line too: entering an existing ``router bgp`` changes nothing)
+    assert frr_daemon_delta("", af.frr_daemons["bgpd"]) == [
+        "configure terminal", "router bgp 64500", "end", "configure terminal", "router bgp 64500", "address-family ipv6 unicast",
+        "end", "configure terminal", "router bgp 64500", "address-family ipv6 unicast", "network fd00::/48", "end",
+        "configure terminal", "router bgp 64500", "address-family ipv6 unicast", "neighbor fd00::2 activate", "end"]  # fmt: skip
+    # the subtree found; absent when the daemon does not hold it
+    assert frr_subtree(bgpd, "router bgp 64500", "network fd00::/48") == "router bgp 64500\n address-family ipv6 unicast\n  network fd00::/48\n"
+    assert frr_subtree(rmap, "router bgp 64500", "address-family ipv6 unicast") == ""
+
+
+def test_a_stanza_the_change_creates_is_undone_whole() -> None:
+    """A stanza created by the change (lines under a head absent before) is an item of its own:
+    undone by ``no HEAD``, its lines not negated (which would re-enter, so re-create, it); an
+    interface's stanza is not (FRR does not delete an interface that exists): its lines are."""
+    old = NodeConfig(frr=["interface eth3\n ipv6 address fd10::1/64"])
+    new = NodeConfig(frr=["interface eth3\n ipv6 address fd10::1/64", "interface eth4\n ipv6 address fd10:0:0:1::1/64",
+                          "route-map X permit 10\n match ipv6 address prefix-list P\n set metric 42"])  # fmt: skip
+    delta = config_delta("r1", old, new)
+    frr = jr.FrrView({"zebra": "interface eth3\n ipv6 address fd10::1/64\nexit\n"})
+    items = jr.items_of(delta, before_state(), frr)
+    keys = [i.key for i in items if i.kind == "frr"]
+    assert keys[-1] == "\troute-map X permit 10" and "\tinterface eth4" not in keys, keys  # after its lines (startup config)
+    assert (items[-1].before, items[-1].after) == (None, "present")
+    undo = jr.delta_setting("r1", [(i, i.before) for i in items if i.kind == "frr"])
+    assert undo.frr == ["no route-map X permit 10", "interface eth4", "no ipv6 address fd10:0:0:1::1/64", "exit"], undo.frr
+    # committed: the startup configuration gets the stanza once, with its lines
+    conf = edit_startup_config("frr version 8.4.4\n!\nend\n", [(*i.key.split("\t"), i.after is not None) for i in items if i.kind == "frr"])
+    assert conf.count("route-map X permit 10") == 1 and " set metric 42" in conf, conf
+
+
 def test_values_compare_in_normalized_form() -> None:
     st = before_state()
     assert jr.same_value("nft", jr.value_of(st, None, "nft", "inet tenant_fw"), TABLE)

@@ -234,6 +234,30 @@ class EngineOptions:
     #: hello-interval 3 s), not at once: judged at once, a correct repair was rolled back (issue 13).
     settle_s: float = 15.0
 
+    def transaction_bound_s(self) -> float:
+        """An upper bound on the duration of one transaction (:meth:`Engine.apply` or
+        :meth:`Engine.repair`), in seconds, from these options: what a stop must wait for before
+        a kill would cut a transaction half-way (the A3-R reconciler's stop, issue 13).
+
+        Summed, each step at its own bound: the transaction lock, the recovery of a dead
+        process's transaction first (its devices' locks, two reads and an undo script), the
+        scan, the devices' configuration locks, the snapshot, the pre-check, the apply, active
+        validation with its settling, then either the startup configuration or the rollback (two
+        reads, the undo script) and its recheck. Locks: 3 x ``lock_timeout_s``; reads: 6 x
+        ``capture_timeout_s``; device scripts: 3 x ``device_timeout_s``; observations (pre-check,
+        validation, recheck): 3 x :data:`OBSERVE_BOUND_S`; plus ``settle_s``. Default options:
+        15 + 48 + 60 + 90 + 15 = 228 s (a transaction takes a few seconds when nothing is stuck).
+        """
+        return (3 * self.lock_timeout_s + 6 * self.capture_timeout_s + 3 * self.device_timeout_s
+                + 3 * OBSERVE_BOUND_S + self.settle_s)  # fmt: skip
+
+
+#: Bound on one observation of the invariants in scope (seconds): the observer runs the checks
+#: in parallel (:data:`substrate.scenario.observer.WORKERS` at a time), each bounded by its own
+#: command timeouts (about 10 s: a ping's count x interval + wait + 5, a TCP probe's timeout + 5),
+#: so a scope of a few hundred checks on a loaded machine ends well within this.
+OBSERVE_BOUND_S = 30.0
+
 
 class Engine:
     """Plans and applies change sets on one lab (thread-safe: every call reads state from disk)."""

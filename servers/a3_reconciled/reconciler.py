@@ -88,6 +88,10 @@ SUPERVISOR_LOG = "supervisor.jsonl"
 SUPERVISOR_FILE = "supervisor.json"
 #: Bound on the wait for a started reconciler to register (seconds).
 START_TIMEOUT_S = 30.0
+#: Bound on one read of a router's FRR configuration by the reconciler (ChangeWatch; seconds).
+FRR_READ_S = 2.0
+#: Slack in :func:`reconcile_bound_s` for writing the reconcile's record and exiting (seconds).
+STOP_MARGIN_S = 10.0
 
 Mode = Literal["revert", "report"]
 
@@ -144,7 +148,7 @@ class ChangeWatch:
         out = []
         try:
             for d in self.lab.state(node).daemons:
-                text, status = self.lab.vty(node, d, "show running-config", timeout_s=2.0)[0]
+                text, status = self.lab.vty(node, d, "show running-config", timeout_s=FRR_READ_S)[0]
                 out.append((d, f"{status}:{text}"))
         except (VtyError, SubstrateError):
             return None
@@ -610,10 +614,26 @@ _CHILDREN: list[subprocess.Popen[bytes]] = []
 _CHILD_LAB: dict[int, str] = {}
 
 
-#: Bound on the wait for a stopped reconciler to finish its in-flight reconcile (seconds): a
-#: reconcile is one A3-T transaction, whose own steps are bounded (lock wait, device commands,
-#: capture, active validation); on this loaded 2-core machine one takes up to about a minute.
-STOP_TIMEOUT_S = 180.0
+def reconcile_bound_s(opts: EngineOptions) -> float:
+    """How long a reconciler running with engine options ``opts`` may take, once asked to stop
+    (SIGTERM), to finish its reconcile in progress and exit (seconds): what a stop waits before a
+    kill (:func:`stop`, and :func:`substrate.controllers.stop_all`, which reads it from the
+    controller's record).
+
+    The process checks for the stop between reconciles only, so the reconcile in progress ends
+    as it would have (what the network carries at evaluation does not depend on when the stop
+    came): at most two transactions (the commit's apply, then the drift repair),
+    :meth:`EngineOptions.transaction_bound_s` each, plus the device reads outside them (the
+    drift scan, ``capture_timeout_s``; the FRR fingerprints and views, :data:`FRR_READ_S` each)
+    and :data:`STOP_MARGIN_S` for the record and the exit. Default options:
+    2 x 228 + 8 + 2 x 2 + 10 = 478 s. A bound, not a wait: a reconcile takes a few seconds when
+    nothing is stuck, and an idle reconciler exits within its 0.5 s wake-up poll."""
+    return 2 * opts.transaction_bound_s() + opts.capture_timeout_s + 2 * FRR_READ_S + STOP_MARGIN_S
+
+#: Bound on the wait for a stopped reconciler to finish its in-flight reconcile (seconds), with
+#: the engine's default options (:func:`reconcile_bound_s`; a reconciler records its own bound,
+#: from the options it runs with, in its controller record).
+STOP_TIMEOUT_S = reconcile_bound_s(EngineOptions())
 
 
 @dataclass
@@ -882,14 +902,27 @@ def _tail(p: Path) -> str:
         return "(no log)"
 
 
+def recover_killed(lab: Lab, options: EngineOptions | None = None) -> tuple[list[str], list[str]]:
+    """Finish or undo the journaled transaction a killed reconciler left on ``lab``
+    (:meth:`Engine.recover_at_start`: completed if its records were committed, else undone);
+    what :func:`substrate.controllers.stop_all` runs (``--recover``) after it had to kill one.
+    Returns ``(what was done, change ids still unfinished)``."""
+    eng = Engine(lab, options or EngineOptions(holder=f"A3-R reconciler recovery (pid {os.getpid()})"))
+    notes = eng.recover_at_start()
+    return notes, [e.txn for e in eng.journal.unfinished()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m servers.a3_reconciled.reconciler LAB --owner PID [--interval S] [--mode revert|report]``."""
+    """``python -m servers.a3_reconciled.reconciler LAB --owner PID [--interval S] [--mode revert|report]``;
+    ``python -m servers.a3_reconciled.reconciler LAB --recover``: :func:`recover_killed` (exit status 1
+    when a transaction is still unfinished)."""
     from substrate.lab import Lab
     from substrate.record import pid_alive, pid_start
 
     ap = argparse.ArgumentParser(prog="a3r-reconciler")
     ap.add_argument("lab")
-    ap.add_argument("--owner", type=int, required=True)
+    ap.add_argument("--owner", type=int)
+    ap.add_argument("--recover", action="store_true", help="finish or undo what a killed reconciler left, then exit")
     ap.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S)
     ap.add_argument("--retry", type=float, default=DEFAULT_RETRY_S)
     ap.add_argument("--mode", choices=["revert", "report"], default="revert")
@@ -899,12 +932,20 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     lab = Lab.attach(a.lab)
-    owner_start = pid_start(a.owner)
-    opts = EngineOptions(holder=f"A3-R reconciler (pid {os.getpid()})")
+    opts = EngineOptions(holder=f"A3-R reconciler{' recovery' if a.recover else ''} (pid {os.getpid()})")
     for kv in a.option:
         k, _, v = kv.partition("=")
         if hasattr(opts, k):
             setattr(opts, k, float(v))
+    if a.recover:
+        notes, left = recover_killed(lab, opts)
+        print("; ".join(notes) or "nothing to recover")
+        if left:
+            print(f"still unfinished: change {', '.join(left)}", file=sys.stderr)
+        return 1 if left else 0
+    if a.owner is None:
+        ap.error("--owner is required (unless --recover)")
+    owner_start = pid_start(a.owner)
     rc = Reconciler(lab, mode=a.mode, devices=set(a.devices.split(",")) if a.devices else None, options=opts)
     stop_ev, wake_ev = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_ev.set())
@@ -921,7 +962,13 @@ def main(argv: list[str] | None = None) -> int:
         other = controllers.info(lab_dir, CONTROLLER)
         log.warning("another A3-R reconciler runs on lab %s (pid %s): this one exits", lab.name, other and other.get("pid"))
         return ALREADY_RUNNING
-    controllers.register(lab_dir, CONTROLLER, a.owner)
+    root = str(Path(__file__).resolve().parents[2])
+    # a stop waits for the reconcile in progress (its bound from these options); a kill past it is
+    # followed by the recovery of the transaction it cut (substrate.controllers.stop_all)
+    controllers.register(lab_dir, CONTROLLER, a.owner, stop_timeout_s=reconcile_bound_s(opts),
+                         recover=[sys.executable, "-m", "servers.a3_reconciled.reconciler", lab.name, "--recover",
+                                  *[f"--option={kv}" for kv in a.option]],
+                         recover_cwd=root, recover_timeout_s=opts.transaction_bound_s())  # fmt: skip
 
     def alive() -> bool:
         return (lab_dir / "lab.json").exists() and pid_alive(a.owner, owner_start)
