@@ -654,7 +654,7 @@ def _verify_frr_routes(lab: Lab, baseline: dict[str, DeviceState], routers: list
         # IS-IS first (a few vty reads): the routing tables are read once it has settled
         unsettled = isis_unsettled(lab, routers)
         if unsettled and time.monotonic() < deadline:
-            time.sleep(0.2)  # poll interval, not a settle delay: the loop exits as soon as state holds
+            time.sleep(0.1)  # poll interval, not a settle delay: the loop exits as soon as state holds
             continue
         routes = dict(zip(routers, lab.map(lambda n: capture_frr_routes(lab, n), routers), strict=True))
         differ = {n: r for n, r in routes.items() if sorted(r) != sorted(baseline[n].frr_routes)}
@@ -674,7 +674,7 @@ def _verify_frr_routes(lab: Lab, baseline: dict[str, DeviceState], routers: list
             continue
         if time.monotonic() >= deadline:
             return differ or {n: [*routes[n], f"?IS-IS not settled: {'; '.join(unsettled)[:300]}"] for n in routers}, restarts
-        time.sleep(0.2)  # poll interval, not a settle delay: the loop exits as soon as state holds
+        time.sleep(0.1)  # poll interval, not a settle delay: the loop exits as soon as state holds
 
 
 def _resync_frr(lab: Lab, baseline: dict[str, DeviceState], states: dict[str, DeviceState],
