@@ -404,7 +404,7 @@ def _canonical_frr(texts: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
     return sorted((h, tuple(sorted(body))) for h, body in merged.items())
 
 
-def _negate(line: str) -> str:
+def frr_negate(line: str) -> str:
     """The FRR command undoing ``line`` (``no X`` for ``X``, ``X`` for ``no X``; a
     ``description`` is undone by ``no description``, which takes no text in FRR 8.4's lib/if.c)."""
     if line.startswith("no "):
@@ -475,7 +475,7 @@ def frr_daemon_delta(have: str, want: str) -> list[str]:
             for child, grand in sub.items():
                 undo((*ctx, line), child, grand)
         else:
-            ops.append((ctx, _negate(line), bool(ctx)))
+            ops.append((ctx, frr_negate(line), bool(ctx)))
 
     def add(ctx: tuple[str, ...], line: str, sub: _Tree) -> None:
         ops.append((ctx, line, True))

@@ -171,3 +171,15 @@ def test_startup_config_edit_is_idempotent_and_keeps_the_rest() -> None:
     assert once.rstrip().endswith("interface eth9\n ip address 10.0.0.1/24\nexit\n!\nend")
     back = edit_startup_config(once, [(h, ln, False) for h, ln, _ in add])
     assert "fd10:0:0:4::1/64" not in back and "10.0.0.1" not in back and "router isis CORE\n net 49.1\nexit" in back
+
+
+def test_frr_lines_negate_as_frr_accepts() -> None:
+    """An absent line is negated the way FRR takes it back: ``no description`` without its text
+    (FRR 8.4 refuses ``no description TEXT``), and a ``no X`` line by ``X``, not ``no no X``
+    (found undoing a journal item of a description)."""
+    from substrate.scenario.apply import frr_lines
+
+    changes = [("interface eth1", "description core link", False), ("interface eth1", "no ipv6 nd suppress-ra", False),
+               ("", "ip forwarding", False), ("router isis CORE", "lsp-gen-interval 1", True)]
+    assert frr_lines(changes) == ["no ip forwarding", "interface eth1", "no description", "ipv6 nd suppress-ra", "exit",
+                                  "router isis CORE", "lsp-gen-interval 1", "exit"]

@@ -199,11 +199,14 @@ def frr_changes(before: list[str], after: list[str]) -> list[tuple[str, str, boo
 
 def frr_lines(changes: list[tuple[str, str, bool]]) -> list[str]:
     """vtysh configuration lines making each ``(head, line, present)`` true (FRR CLI negation
-    ``no <line>`` for an absent one), grouped by stanza; the inverse of :func:`frr_changes`."""
+    for an absent one: :func:`substrate.devstate.frr_negate`, so ``no description`` without its
+    text and ``X`` for a ``no X`` line), grouped by stanza; the inverse of :func:`frr_changes`."""
+    from substrate.devstate import frr_negate
+
     out: list[str] = []
     heads: dict[str, list[str]] = {}
     for head, line, present in changes:
-        heads.setdefault(head, []).append(line if present else f"no {line}")
+        heads.setdefault(head, []).append(line if present else frr_negate(line))
     for head in sorted(heads):
         out += ([head, *heads[head], "exit"] if head else heads[head])
     return out
