@@ -118,15 +118,26 @@ def probe(use_cache: bool = True) -> FeatureReport:
     return report
 
 
-def require() -> FeatureReport:
-    """Probe and raise if a required feature is missing.
+def require(dataplane: str | None = None) -> FeatureReport:
+    """Probe and raise if a lab cannot run here: a required feature other than the kernel's seg6
+    is missing, or no SRv6 data plane can carry the lab (``substrate.dataplane.require``: the
+    seg6 probes are required by the ``kernel`` data plane only).
+
+    Args:
+        dataplane: ``auto``, ``kernel`` or ``ebpf``; None reads ``$ANIBENCH_DATAPLANE``.
 
     Raises:
-        EnvironmentProblem: with the one-line report when something required is missing.
+        EnvironmentProblem: with the one-line report (and the data-plane line) when something
+            required is missing.
     """
+    from substrate.dataplane import KERNEL_SEG6_PROBES, select
+
     report = probe()
-    if report.missing_required:
-        raise EnvironmentProblem(report.line())
+    other = [m for m in report.missing_required if m not in KERNEL_SEG6_PROBES]
+    choice = select(dataplane)
+    if other or choice.dataplane is None:
+        head = f"MISSING (required): {', '.join(other)}; " if other else ""
+        raise EnvironmentProblem(head + choice.line())
     return report
 
 

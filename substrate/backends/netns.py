@@ -160,9 +160,9 @@ class NetnsBackend:
 
     def check_environment(self) -> None:
         check_root_and_tools(need_frr=True)
-        require()
         confine.cgroup_layout()
         confine.node_limits()
+        require()  # last: the kernel probe and the data plane's line name what the machine lacks
 
     # -- deploy --------------------------------------------------------------------------------
 
