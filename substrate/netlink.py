@@ -18,16 +18,15 @@ net/ipv4/devinet.c (inet_fill_link_af), net/ipv6/addrconf.c (inet6_fill_link_af)
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import socket
 import struct
 import threading
 from collections.abc import Iterator
 
+from substrate import nsread
 from substrate.errors import SubstrateError
 
-CLONE_NEWNET = 0x40000000
 RTM_NEWLINK, RTM_GETLINK = 16, 18
 RTM_NEWNEIGHTBL, RTM_GETNEIGHTBL = 64, 66
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -42,7 +41,6 @@ NDTPA_IFINDEX, NDTPA_REFCNT, NDTPA_REACHABLE_TIME = 1, 2, 3
 #: kernel draws at random around the base reachable time (RFC 4861 section 6.3.2).
 _NDTPA_VOLATILE = frozenset({NDTPA_REFCNT, NDTPA_REACHABLE_TIME})
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _lock = threading.Lock()
 
 
@@ -51,24 +49,17 @@ class NetlinkError(SubstrateError):
 
 
 def _socket_in(netns_path: str, family: int = socket.AF_NETLINK, proto: int = socket.NETLINK_ROUTE) -> socket.socket:
-    """A netlink socket (NETLINK_ROUTE unless ``proto`` says) bound to the network namespace at ``netns_path``."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    """A netlink socket (NETLINK_ROUTE unless ``proto`` says) bound to the network namespace at
+    ``netns_path`` (a socket keeps the namespace it was created in; entered by ``nsread.entered``).
+
+    Raises:
+        NetlinkError: the namespace could not be opened or entered.
+    """
     try:
-        target = os.open(netns_path, os.O_RDONLY)
-    except OSError as e:
-        os.close(own)
-        raise NetlinkError(f"cannot open {netns_path}: {e.strerror}") from None
-    try:
-        if _libc.setns(target, CLONE_NEWNET) != 0:
-            raise NetlinkError(f"cannot enter {netns_path}: {os.strerror(ctypes.get_errno())}")
-        try:
+        with nsread.entered(netns_path):
             return socket.socket(family, socket.SOCK_RAW, proto)
-        finally:
-            if _libc.setns(own, CLONE_NEWNET) != 0:  # never go on in a node's namespace
-                os._exit(70)
-    finally:
-        os.close(target)
-        os.close(own)
+    except nsread.NamespaceReadError as e:
+        raise NetlinkError(str(e)) from None
 
 
 def _attrs(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple[int, bytes]]:
