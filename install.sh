@@ -14,10 +14,12 @@ fi
 # nftables/iptables: tenant firewalls, NAT, loss faults; util-linux: unshare/nsenter/setpriv for
 # node isolation; tcpdump, iputils-ping, traceroute, netcat: data-plane probes; python3-venv: .venv;
 # gcc, libyang2-dev: the libyang binding (A2's YANG validation) is built from source;
-# libnetfilter-queue-dev (with libnfnetlink-dev): the NetfilterQueue binding of the latency fault.
+# libnetfilter-queue-dev (with libnfnetlink-dev): the NetfilterQueue binding of the latency fault;
+# clang, llvm, libbpf-dev, bpftool: the eBPF SRv6 data plane (substrate/dataplane/bpf/*.c is built
+# here, for kernels without seg6; bpftool counts what a lab leaves behind).
 PKGS=(frr frr-pythontools iproute2 nftables iptables util-linux procps tcpdump iputils-ping
       traceroute netcat-openbsd python3 python3-venv gcc libc6-dev libyang2-dev
-      libnetfilter-queue-dev libnfnetlink-dev)
+      libnetfilter-queue-dev libnfnetlink-dev clang llvm libbpf-dev bpftool)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
