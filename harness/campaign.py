@@ -34,7 +34,7 @@ DEFAULT_DB = Path("results/anibench.sqlite")
 #: leaves such a field out of its stored form and of its id's digest while it holds that value, so
 #: a campaign started before the field existed keeps its id, its run keys and its stored spec, and
 #: ``--resume`` still finds it.
-_LATER_FIELDS: dict[str, Any] = {"mode": [None], "budget_tokens": None}
+_LATER_FIELDS: dict[str, Any] = {"mode": [None], "budget_tokens": None, "dataplane": "kernel"}
 
 
 class Setting(NamedTuple):
@@ -69,6 +69,9 @@ class CampaignSpec(BaseModel):
                                       description="Tokens per run, enforced by the agent adapter (None: no budget).")
     wall_cap_s: float = Field(gt=0)
     agent_options: dict[str, str] = Field(default_factory=dict)
+    dataplane: Literal["kernel", "ebpf"] = Field(
+        default="kernel", description="The SRv6 data plane of every lab of the campaign (substrate.dataplane): runs "
+                                      "are never paired across data planes.")  # fmt: skip
 
     @model_serializer(mode="wrap")
     def _drop_unused_later_fields(self, handler: Any) -> dict[str, Any]:
@@ -114,7 +117,7 @@ def parse_levels(values: list[str]) -> list[str]:
 def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task: str, variants: int, manifest: str,
               seed: int, density: int, fault_rate: float, budget_steps: int, wall_cap_s: float,
               agent_options: dict[str, str], campaign_id: str | None = None, mode: list[str | None] | None = None,
-              budget_tokens: int | None = None) -> CampaignSpec:
+              budget_tokens: int | None = None, dataplane: str = "kernel") -> CampaignSpec:
     """Validate the options of a campaign and name its controlled factor.
 
     Args:
@@ -122,6 +125,8 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
             ``-norecovery``; :mod:`harness.agents.modes`); only for the ``openai`` agent.
         budget_tokens: tokens per run (prompt + completion), enforced by the agent adapter; not
             for the ``command`` agent, whose tokens the harness cannot see.
+        dataplane: the data plane the labs will run on (``kernel`` or ``ebpf``, as
+            :func:`substrate.dataplane.require` chose it).
 
     Raises:
         AnibenchError: unknown task class, level, ablation, agent or mode; more than one factor
@@ -175,7 +180,8 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
     spec = CampaignSpec(campaign_id="", factor=factor, ani=ani, agent=agent, model=model, mode=mode, task=task,
                         variants=variants, manifest=str(Path(manifest).resolve()), manifest_digest=m.digest(),
                         seed=seed, density=density, fault_rate=fault_rate, budget_steps=budget_steps,
-                        budget_tokens=budget_tokens, wall_cap_s=wall_cap_s, agent_options=agent_options)
+                        budget_tokens=budget_tokens, wall_cap_s=wall_cap_s, agent_options=agent_options,
+                        dataplane=dataplane)
     if campaign_id is None:
         digest = hashlib.sha256(spec.model_dump_json(exclude={"campaign_id"}).encode()).hexdigest()[:8]
         campaign_id = f"{task}-{'-'.join(spec.settings)}-{digest}".replace("/", "_")
@@ -191,7 +197,7 @@ def _failed(spec: CampaignSpec, key: str, setting: str, variant: int, error: str
                      density=spec.density, fault_rate=spec.fault_rate, budget_steps=spec.budget_steps, agent=s.agent,
                      model=s.model, level=s.level, ablations=list(s.ablations), mode=s.mode,
                      budget_tokens=spec.budget_tokens, status=RunStatus.failed, error=error[:2000], started_at=now,
-                     finished_at=now)
+                     finished_at=now, dataplane=spec.dataplane)
 
 
 def run_spec(spec: CampaignSpec, key: str, setting: str, variant: int, results_dir: Path) -> RunSpec:
@@ -268,6 +274,11 @@ def plan_campaign(spec: CampaignSpec, store: CampaignStore, *, resume: bool) -> 
     """
     if spec.campaign_id in store.campaigns() and not resume:
         raise AnibenchError(f"campaign {spec.campaign_id!r} exists in the store: add --resume to continue it")
+    if spec.campaign_id in store.campaigns():
+        ran_on = store.campaign_spec(spec.campaign_id).get("dataplane", "kernel")
+        if ran_on != spec.dataplane:
+            raise AnibenchError(f"campaign {spec.campaign_id!r} ran on the {ran_on} data plane, this one would run on "
+                                f"{spec.dataplane}: runs are never paired across data planes (--dataplane {ran_on})")
     store.create_campaign(spec.campaign_id, spec.model_dump(mode="json"))
     store.recover(spec.campaign_id)
     keys = {(s, v): run_key(spec.campaign_id, s, v) for v in range(spec.variants) for s in spec.settings}
@@ -306,6 +317,12 @@ def run_variant(spec: CampaignSpec, v: int, todo: list[tuple[str, str]], results
         on_stage(f"variant {v}: deploying scenario seed {sc.seed} ({len(sc.topology.nodes)} nodes)")
     order = settings_order(spec, v)
     with deploy_scenario(sc, lab_name) as lab:
+        if lab.record.dataplane != spec.dataplane:
+            for s, k in todo:
+                yield k, None
+                yield k, _failed(spec, k, s, v, f"the lab came up on the {lab.record.dataplane} data plane, the campaign "
+                                                f"runs on {spec.dataplane} (--dataplane {spec.dataplane})")
+            return
         for s, k in todo:
             yield k, None
             try:

@@ -548,7 +548,7 @@ _FACTOR_NAMES = {"ani": "ANI", "agent": "agent", "model": "model", "mode": "mode
 def fixed_factors(spec: dict[str, Any]) -> dict[str, str]:
     """What a campaign held fixed, from its stored spec: each factor other than the controlled one
     that has one value (a model or mode left to the agent is left out), then the budgets, the
-    fault rate, the density and the task class; name -> value as the report shows them."""
+    fault rate, the density, the task class and the SRv6 data plane; name -> value as the report shows them."""
     out: dict[str, str] = {}
     for f, name in _FACTOR_NAMES.items():
         vals = spec.get(f)
@@ -558,6 +558,7 @@ def fixed_factors(spec: dict[str, Any]) -> dict[str, str]:
                       ("density", "density"), ("task", "task")):
         if spec.get(key) is not None:
             out[name] = str(spec[key])
+    out["data plane"] = str(spec.get("dataplane", "kernel"))  # stored specs before it: the kernel's, the only one
     return out
 
 

@@ -49,10 +49,12 @@ __all__ = [
 #: level from the campaign spec, no ablation, no mode, no token budget). Version 3 added the agent's
 #: own failure (``agent_error``, ``agent_exit_status``, ``agent_log``): older records read as runs
 #: whose agent reported no error. Version 4 added ``supervisor_restarts`` (A3-R, A4: restarts of a
-#: dead reconciler during the run): older records read as None (not counted).
-RECORD_VERSION: Literal[4] = 4
+#: dead reconciler during the run): older records read as None (not counted). Version 5 added
+#: ``dataplane`` (the SRv6 data plane of the run's lab): older records read as ``kernel``, the only
+#: one there was.
+RECORD_VERSION: Literal[5] = 5
 #: Version of the database layout, kept in ``PRAGMA user_version``; see :data:`_MIGRATIONS`.
-DB_VERSION = 4
+DB_VERSION = 5
 
 
 class OutcomeLabel(StrEnum):
@@ -157,9 +159,10 @@ class RunRecord(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    schema_version: Literal[1, 2, 3, 4] = RECORD_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5] = RECORD_VERSION
     """Version of this schema (1: before the design fields of version 2; 2: before the agent's error of
-    version 3; 3: before the supervisor restarts of version 4; all read)."""
+    version 3; 3: before the supervisor restarts of version 4; 4: before the data plane of version 5;
+    all read)."""
 
     # --- identity and design --------------------------------------------------------------
     campaign_id: str
@@ -275,6 +278,10 @@ class RunRecord(BaseModel):
     supervisor_restarts: int | None = Field(default=None, ge=0)
     """Times the reconciler died during the run and its supervisor (the A3-R/A4 server) restarted it
     (``a3r/supervisor.jsonl``); None at levels without one, and in records before schema 4."""
+    dataplane: Literal["kernel", "ebpf"] = "kernel"
+    """The SRv6 data plane of the run's lab (``substrate.dataplane``): the kernel's seg6 or the
+    project's eBPF programs. A campaign never pairs runs across data planes. Records before schema 5:
+    ``kernel``, the only one there was."""
     faults: list[dict[str, Any]] = Field(default_factory=list)
     """Faults injected during the run, as recorded by the fault injector."""
     run_position: int | None = Field(default=None, ge=0)
@@ -371,6 +378,8 @@ class RunRow(NamedTuple):
 #: ``drift_events`` and ``supervisor_restarts`` (copies of the record's fields: A3-R and A4 runs'
 #: reconcile attempts, drift events and reconciler restarts; NULL at the other levels), filled for
 #: the runs stored before from their records (``supervisor_restarts`` stays NULL: they lack it).
+#: Version 5 adds ``dataplane`` (a copy of the record's field; ``kernel`` for the runs stored before,
+#: whose records lack it: the only data plane there was).
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         """CREATE TABLE IF NOT EXISTS campaigns (
@@ -398,6 +407,11 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE runs ADD COLUMN supervisor_restarts INTEGER",
         "UPDATE runs SET reconciles = json_extract(record, '$.reconciles'), drift_events = json_extract(record, "
         "'$.drift_events'), supervisor_restarts = json_extract(record, '$.supervisor_restarts') "
+        "WHERE record IS NOT NULL AND json_valid(record)",
+    ),
+    5: (
+        "ALTER TABLE runs ADD COLUMN dataplane TEXT",
+        "UPDATE runs SET dataplane = coalesce(json_extract(record, '$.dataplane'), 'kernel') "
         "WHERE record IS NOT NULL AND json_valid(record)",
     ),
 }
@@ -613,10 +627,10 @@ class CampaignStore:
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE runs SET status = ?, record = ?, agent_error = ?, agent_exit_status = ?, reconciles = ?, "
-                "drift_events = ?, supervisor_restarts = ?, updated_at = ? "
+                "drift_events = ?, supervisor_restarts = ?, dataplane = ?, updated_at = ? "
                 "WHERE run_key = ? AND campaign_id = ? AND status = 'running'",
                 (record.status.value, record.model_dump_json(), record.agent_error, record.agent_exit_status,
-                 record.reconciles, record.drift_events, record.supervisor_restarts, _now(),
+                 record.reconciles, record.drift_events, record.supervisor_restarts, record.dataplane, _now(),
                  record.run_key, record.campaign_id))  # fmt: skip
             if cur.rowcount == 0:
                 raise RunStateError(

@@ -45,6 +45,7 @@ class LabRecord(BaseModel):
     topology: Topology
     nodes: dict[str, NodeState] = Field(default_factory=dict)
     features: str = ""
+    dataplane: str = Field(default="kernel", description="The SRv6 data plane the lab runs on: kernel (seg6) or ebpf (substrate.dataplane).")
     node_limits: dict[str, int] = Field(default_factory=dict, description="Resource limits of each node (confine.NodeLimits).")
     meta: dict[str, Any] = Field(default_factory=dict, description="Free-form data of upper layers (e.g. scenario).")
 

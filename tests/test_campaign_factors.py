@@ -129,3 +129,21 @@ def test_mode_campaign_from_the_command_line(tmp_path) -> None:
         ("mode", "react", "react", 100000), ("mode", "single-turn-norecovery", "single-turn-norecovery", 100000)]
     assert [x.steps for x in sorted(recs, key=lambda x: x.run_position)] == [2, 1]
     assert all(x.agent_stop == "submitted" for x in recs)
+
+
+def test_a_campaign_is_never_resumed_on_another_data_plane(tmp_path) -> None:
+    """Issue 34: the data plane is part of a campaign's spec (absent from kernel ones, so campaigns
+    stored before keep their ids); --resume on the other data plane is refused in one line."""
+    from harness.campaign import plan_campaign
+
+    kernel = make_spec(ani=["A0", "A1"], campaign_id="dp", **KW)
+    assert "dataplane" not in kernel.model_dump(mode="json")
+    ebpf = make_spec(ani=["A0", "A1"], campaign_id="dp", dataplane="ebpf", **KW)
+    assert ebpf.model_dump(mode="json")["dataplane"] == "ebpf"
+    assert make_spec(ani=["A0", "A1"], dataplane="ebpf", **KW).campaign_id != make_spec(ani=["A0", "A1"], **KW).campaign_id
+    with CampaignStore(tmp_path / "s.sqlite") as store:
+        plan_campaign(kernel, store, resume=False)
+        with pytest.raises(AnibenchError, match=r"ran on the kernel data plane, this one would run on ebpf: runs are never "
+                                                 r"paired across data planes \(--dataplane kernel\)"):
+            plan_campaign(ebpf, store, resume=True)
+        plan_campaign(kernel, store, resume=True)  # the same data plane resumes

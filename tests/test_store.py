@@ -18,6 +18,8 @@ import pytest
 from pydantic import ValidationError
 
 from harness.store import (
+    DB_VERSION,
+    RECORD_VERSION,
     CampaignSpecMismatch,
     CampaignStore,
     CompletionMode,
@@ -94,7 +96,7 @@ def test_record_derives_label_and_round_trips() -> None:
                     completion_mode="budget_hit", faults=[{"kind": "link_down", "at_s": 3.5}])
     assert r.outcome_label is OutcomeLabel.destructive_failure
     assert RunRecord.model_validate_json(r.model_dump_json()) == r
-    assert r.schema_version == 4
+    assert r.schema_version == RECORD_VERSION
 
 
 def test_every_field_is_described() -> None:
@@ -260,9 +262,9 @@ def test_a_version_1_store_is_migrated_in_place_and_its_runs_still_read(tmp_path
         assert s.pending_runs("old") == ["old/A0/1"]  # the campaign resumes where it was
         s.mark_running("old/A0/1")
         s.save_result(make_record("old", "A0", 1, level="A0", mode=None))
-        assert [r.schema_version for r in s.runs("old")] == [1, 4]
+        assert [r.schema_version for r in s.runs("old")] == [1, RECORD_VERSION]
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert con.execute("PRAGMA user_version").fetchone()[0] == DB_VERSION
     con.close()
 
 
@@ -289,11 +291,12 @@ def test_a_version_3_store_gets_the_reconcile_columns_filled_from_its_records(tm
     con.commit()
     con.close()
     with CampaignStore(db) as s:
-        assert [(r.schema_version, r.reconciles, r.supervisor_restarts) for r in s.runs("old")] == [(3, 6, None), (4, None, None)]
+        assert [(r.schema_version, r.reconciles, r.supervisor_restarts) for r in s.runs("old")] == [
+            (3, 6, None), (RECORD_VERSION, None, None)]
         s.mark_running("old/A4/1")
         s.save_result(make_record("old", "A4", 1, reconciles=4, drift_events=0, supervisor_restarts=1))
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert con.execute("PRAGMA user_version").fetchone()[0] == DB_VERSION
     got = con.execute("SELECT run_key, reconciles, drift_events, supervisor_restarts FROM runs ORDER BY seq").fetchall()
     con.close()
     assert got == [("old/A4/0", 6, 2, None), ("old/A1/0", None, None, None), ("old/A4/1", 4, 0, 1)], got
@@ -431,3 +434,31 @@ def test_sigkill_at_random_moments(tmp_path: Path) -> None:
     assert all(1 <= r.attempts <= 2 for r in rows)
     assert sum(r.attempts for r in rows) <= 2 * variants + len(thresholds)
     assert len(log_lines(log, "done")) - len(set(log_lines(log, "done"))) == 0
+
+
+def test_a_version_4_store_gets_the_dataplane_column_and_old_runs_read_as_kernel(tmp_path: Path) -> None:
+    """Store version 5 (issue 34) adds ``dataplane``: runs stored before ran on the kernel's seg6,
+    the only data plane there was; a run saved after writes its own."""
+    from harness.store import _MIGRATIONS
+
+    db = tmp_path / "v4.sqlite"
+    con = sqlite3.connect(db)
+    for step in (1, 2, 3, 4):
+        for statement in _MIGRATIONS[step]:
+            con.execute(statement)
+    con.execute("PRAGMA user_version = 4")
+    con.execute("INSERT INTO campaigns VALUES ('old', '{\"factor\":\"ani\"}', '2026-01-01')")
+    v4 = make_record("old", "A0", 0).model_dump(mode="json", exclude={"dataplane"})
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, attempts, record, updated_at) "
+                "VALUES ('old/A0/0', 'old', 'done', 1, ?, 'x')", (json.dumps({**v4, "schema_version": 4}),))
+    con.execute("INSERT INTO runs (run_key, campaign_id, status, updated_at) VALUES ('old/A0/1', 'old', 'pending', 'x')")
+    con.commit()
+    con.close()
+    with CampaignStore(db) as s:
+        assert [(r.schema_version, r.dataplane) for r in s.runs("old")] == [(4, "kernel")]
+        s.mark_running("old/A0/1")
+        s.save_result(make_record("old", "A0", 1, dataplane="ebpf"))
+    con = sqlite3.connect(db)
+    got = con.execute("SELECT run_key, dataplane FROM runs ORDER BY seq").fetchall()
+    con.close()
+    assert got == [("old/A0/0", "kernel"), ("old/A0/1", "ebpf")], got

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.cli.common import err, fail, friendly_errors, out
+from harness.cli.common import DataplaneOption, err, fail, friendly_errors, out, use_dataplane
 
 DEFAULT_MANIFEST = "manifests/srv6-brownfield.yaml"
 #: The scenario the protocol templates are validated on (3x3 grid with every template family's state).
@@ -83,6 +83,7 @@ def campaign(
                                              "host) or HOST:PORT of its head.")] = "auto",
     labs_per_node: Annotated[int | None, typer.Option(min=1, help="With --executor ray: labs (variants) a node runs "
                                                       "at once (default: its CPU count // 2, at least 1).")] = None,
+    dataplane: DataplaneOption = None,
 ) -> None:
     """Run a campaign: one controlled factor (ANI level or ablation, agent, model or agent mode)
     varied, every task variant replayed across its settings on a real SRv6 brownfield; results in SQLite."""
@@ -90,6 +91,7 @@ def campaign(
     from harness.store import CampaignStore
     from substrate.features import check_root_and_tools
 
+    use_dataplane(dataplane)
     if executor not in ("local", "ray"):
         fail(f"unknown executor {executor!r}; available: local, ray", code=2)
     if executor == "local" and (ray_address != "auto" or labs_per_node is not None):
@@ -118,7 +120,7 @@ def campaign(
         ani=levels, agent=_csv(agent), model=_csv(model) if model else [None], task=task, variants=variants,
         manifest=_manifest_path(manifest), seed=seed, density=density, fault_rate=faults, budget_steps=budget_steps,
         wall_cap_s=wall_cap, agent_options=_opts(agent_opt), campaign_id=campaign_id,
-        mode=_csv(mode) if mode else None, budget_tokens=budget_tokens,
+        mode=_csv(mode) if mode else None, budget_tokens=budget_tokens, dataplane=_dataplane(executor),
     )
     from harness.agents.base import make_agent
 
@@ -258,6 +260,19 @@ def task_show(
             out.print(f"  {escape(tc.id)}: {escape(tc.description)}", highlight=False)
 
 
+def _dataplane(executor: str) -> str:
+    """The data plane this campaign's labs run on: this machine's choice (local executor; the
+    Ray executor checks every node, which must choose the same)."""
+    from substrate.dataplane import select
+
+    choice = select()
+    if choice.dataplane is None:
+        if executor == "local":
+            fail(choice.line())
+        return "kernel"
+    return choice.dataplane
+
+
 @task_app.command("validate")
 @friendly_errors
 def task_validate(
@@ -272,10 +287,12 @@ def task_validate(
                                                  f"{TEMPLATE_MANIFEST}).")] = None,
     lab: Annotated[str | None, typer.Option(help="A template: validate on this deployed scenario lab instead of "
                                             "deploying one.")] = None,
+    dataplane: DataplaneOption = None,
 ) -> None:
     """Apply each level's reference solution (the scripted operator) to each variant in a real lab
     and check that every test case passes and no baseline invariant breaks (NetConfArena IV-C).
     TASK_CLASS may be a protocol template (harness task list): its instances share one lab."""
+    use_dataplane(dataplane)
     variants_given = variants
     variants = variants or 3
     import tempfile

@@ -6,7 +6,7 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -90,3 +90,23 @@ def configure_logging(verbose: bool = False) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
     )
+
+
+#: ``--dataplane``, shared by the commands that deploy labs (substrate.dataplane).
+DataplaneOption = Annotated[str | None, typer.Option(
+    "--dataplane", envvar="ANIBENCH_DATAPLANE", show_envvar=True,
+    help="SRv6 data plane of the labs: auto (the kernel's seg6 where it has it, else eBPF), kernel, or ebpf.")]  # fmt: skip
+
+
+def use_dataplane(value: str | None) -> None:
+    """Check ``--dataplane`` and make it the process's choice (``$ANIBENCH_DATAPLANE``, which the
+    labs it deploys and the processes it starts read). Exits with code 2 on an unknown value."""
+    import os
+
+    from substrate.dataplane import ENV, mode_from
+    from substrate.errors import EnvironmentProblem
+
+    try:
+        os.environ[ENV] = mode_from(value)
+    except EnvironmentProblem as e:
+        fail(str(e), code=2)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from harness.cli.common import err, friendly_errors, out
+from harness.cli.common import DataplaneOption, err, friendly_errors, out, use_dataplane
 
 
 @friendly_errors
@@ -23,15 +23,17 @@ def demo(
     density: Annotated[int, typer.Option(min=1, help="State density.")] = 2,
     faults: Annotated[float, typer.Option(min=0, max=1, help="Fault rate lambda (faults per agent step).")] = 0.0,
     db: Annotated[Path, typer.Option(help="Results database.")] = Path("results/demo.sqlite"),
+    dataplane: DataplaneOption = None,
 ) -> None:
     """Run two small campaigns (scripted and noisy agents; A0 vs A3-T by default) and print the reports."""
     from harness.campaign import make_spec, run_campaign, summary_line
-    from harness.cli.campaign import DEFAULT_MANIFEST, _manifest_path
+    from harness.cli.campaign import DEFAULT_MANIFEST, _dataplane, _manifest_path
     from harness.report import build_report
     from harness.report_html import to_html
     from harness.store import CampaignStore
     from substrate.features import check_root_and_tools
 
+    use_dataplane(dataplane)
     check_root_and_tools()
     db.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -41,7 +43,8 @@ def demo(
         for agent in ("scripted", "noisy"):
             spec = make_spec(ani=ani.split(","), agent=[agent], model=[None], task=task, variants=variants,
                              manifest=_manifest_path(DEFAULT_MANIFEST), seed=7, density=density, fault_rate=faults,
-                             budget_steps=40, wall_cap_s=300, agent_options={}, campaign_id=f"demo-{agent}-{stamp}")
+                             budget_steps=40, wall_cap_s=300, agent_options={}, campaign_id=f"demo-{agent}-{stamp}",
+                             dataplane=_dataplane("local"))
             out.rule(f"campaign {spec.campaign_id}: {agent} agent, {' vs '.join(spec.settings)}, {task} x {variants}")
 
             def on_run(_key: str, rec) -> None:  # noqa: ANN001

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harness.cli.common import err, fail, friendly_errors, out
+from harness.cli.common import DataplaneOption, err, fail, friendly_errors, out, use_dataplane
 
 app = typer.Typer(help="Deploy and manage labs (real FRR routers in Linux namespaces).", no_args_is_help=True)
 
@@ -50,11 +50,13 @@ def up(
         float | None, typer.Option(min=1, help="Bound on the wait for convergence, seconds (default 60; 120 when routers "
                                                 "run their own configuration, e.g. an imported Containerlab lab).")
     ] = None,
+    dataplane: DataplaneOption = None,
 ) -> None:
     """Deploy a lab and return once it has converged: IS-IS (every router has every loopback and
     locator), or for routers with their own configuration (a Containerlab lab) every IGP adjacency."""
     from substrate import Lab
 
+    use_dataplane(dataplane)
     if scenario is not None and topology is not None:
         fail("give --topology or --scenario, not both (a scenario brings its own topology)", code=2)
     if scenario is None and topology is None:
