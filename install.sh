@@ -41,4 +41,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,ray]'
+# the eBPF SRv6 data plane (for kernels without seg6): its programs (clang) and the netlink shim of
+# the nodes' ip (gcc), built into /var/lib/anibench/bpf ($ANIBENCH_BPF_BUILD)
+.venv/bin/python -c 'from substrate.dataplane.ebpf import build, front; build.build_all(); front.build_shim()'
 echo "anibench installed: .venv/bin/harness ($(.venv/bin/python --version))"

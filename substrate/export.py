@@ -83,7 +83,7 @@ def default_exec(topo: Topology, name: str) -> list[str]:
             return []
         return [
             "ip link add sr0 type bridge",
-            "ip link set sr0 up",
+            "ip link set sr0 mtu 65535 up",
             f"ip -6 route add {addr.locator(n.node_id)} encap seg6local action End flavors next-csid "
             f"lblen {addr.BLOCK_LEN} nflen {addr.CSID_LEN} count dev sr0 metric 1",
         ]

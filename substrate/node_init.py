@@ -23,6 +23,9 @@ object, see ``NetnsBackend._init_config``). It runs as root of the host and, in 
        /etc/frr           the node's own (NODE_DIR/etc-frr, a size-limited tmpfs), writable
        /etc/hostname      the node's own file, read-only
        /tmp /run /var /root /dev/shm   private tmpfs, each with a size limit
+       /run/anibench      on the eBPF data plane only: the real ip, the netlink shim and the
+                          node's data-plane socket, read-only; /usr/bin/ip is the wrapper
+                          (substrate/dataplane/ebpf/front.py)
        /dev               null, zero, full, random, urandom, tty only
        /proc              the node's PID namespace's proc; masked and read-only entries as
                           container runtimes have them; /proc/sys read-only but for /proc/sys/net
@@ -184,6 +187,13 @@ def build_root(cfg, frr):
             os.chown(d, frr.pw_uid, frr.pw_gid)
     os.chmod("var/tmp", 0o1777)
     os.symlink("/run", "var/run")
+    dp = cfg.get("dataplane")
+    if dp:  # the eBPF SRv6 data plane: the node's ip is the real one with the netlink shim (ebpf/front.py)
+        os.makedirs("run/anibench")
+        bind(dp["files"], "run/anibench", readonly=True)
+        bind(dp["real_ip"], "run/anibench/ip", readonly=True)
+        bind(dp["socket"], "run/anibench/dataplane.sock")
+        bind(os.path.join(dp["files"], "ip-front"), dp["real_ip"].lstrip("/"), readonly=True)
     tmpfs("dev", "64k", flags=MS_NOSUID | MS_NOEXEC)
     for d in ("null", "zero", "full", "random", "urandom", "tty"):
         open("dev/" + d, "w").close()

@@ -92,8 +92,8 @@ def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 -- xdist's hook, c
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
     why = _no_dataplane()
-    if why:
-        n = max(_DESELECTED, default=0)
+    n = max(_DESELECTED, default=0)
+    if why and n:
         terminalreporter.write_line(f"{n} lab tests deselected: {why}", yellow=True)
 
 

@@ -102,8 +102,10 @@ def _init_script() -> str:
     return str(resources.files("substrate").joinpath("node_init.py"))
 
 
-def ip_batch(lines: list[str], netns: str | None = None, timeout_s: float = 30.0) -> ExecResult:
-    """Run iproute2 commands in one ``ip -batch -`` process (optionally ``-n NETNS``).
+def ip_batch(lines: list[str], netns: str | None = None, timeout_s: float = 30.0,
+             env: dict[str, str] | None = None) -> ExecResult:  # fmt: skip
+    """Run iproute2 commands in one ``ip -batch -`` process (optionally ``-n NETNS``; ``env``: the
+    eBPF data plane's, :func:`substrate.dataplane.ebpf.front.host_env`, for a node of such a lab).
 
     ``-force`` keeps going after an error; the result's returncode is non-zero if any line failed
     and stderr says which.
@@ -112,7 +114,17 @@ def ip_batch(lines: list[str], netns: str | None = None, timeout_s: float = 30.0
     if netns:
         argv += ["-n", netns]
     argv += ["-batch", "-"]
-    return run_bounded(argv, timeout_s=timeout_s, input="\n".join(lines) + "\n", node=netns or "")
+    return run_bounded(argv, timeout_s=timeout_s, input="\n".join(lines) + "\n", node=netns or "", env=env)
+
+
+def ip_env(lab: Lab, node: str) -> dict[str, str] | None:
+    """The environment of a host-side ``ip -n`` acting on ``node``: None on the kernel data
+    plane; on the eBPF one, the node's netlink shim and socket (one path with the node's own ip)."""
+    if lab.record.dataplane != "ebpf":
+        return None
+    from substrate.dataplane.ebpf import front
+
+    return front.host_env(lab.dir, node)
 
 
 def kill_netns_processes(namespaces: list[str]) -> int:
@@ -169,8 +181,12 @@ class NetnsBackend:
     def deploy(self, lab: Lab, frr_extra: dict[str, list[str]], say: Callable[[str], None]) -> None:
         from substrate.features import probe
 
+        from substrate.dataplane import select
+
         rec, topo = lab.record, lab.topology
-        rec.features = probe().line()
+        choice = select()
+        rec.features = f"{probe().line()}; {choice.line()}"
+        rec.dataplane = choice.dataplane or "kernel"
         limits = confine.node_limits()
         rec.node_limits = limits.model_dump()
         timings: dict[str, float] = {}
@@ -196,6 +212,11 @@ class NetnsBackend:
         lab._save()
         timings["prepare"] = time.monotonic() - t
 
+        if rec.dataplane == "ebpf":
+            t = time.monotonic()
+            say("starting the eBPF SRv6 data plane")
+            self._start_dataplane(lab)
+            timings["dataplane"] = time.monotonic() - t
         say(f"starting {len(topo.nodes)} nodes")
         t = time.monotonic()
         self._start_inits(lab, limits)
@@ -226,7 +247,8 @@ class NetnsBackend:
         r = ip_batch(lines)
         if not r.ok:
             raise BringUpError(f"cannot create links: {r.stderr.strip()[:300]}")
-        results = lab.map(lambda n: ip_batch(self._node_lines(lab, n), netns=rec.nodes[n].netns), lab.node_names())
+        results = lab.map(lambda n: ip_batch(self._node_lines(lab, n), netns=rec.nodes[n].netns, env=ip_env(lab, n)),
+                          lab.node_names())  # fmt: skip
         for res in results:
             if not res.ok:
                 raise BringUpError(f"{res.node}: link setup failed: {res.stderr.strip()[:300]}")
@@ -251,7 +273,9 @@ class NetnsBackend:
             loc = addr.locator(node.node_id)
             lines += [
                 "link add sr0 type bridge",
-                "link set sr0 up",
+                # SID routes use sr0: on the eBPF data plane they are forwarding routes, whose
+                # device MTU ip6_forward checks before the behaviour runs (both planes alike)
+                "link set sr0 mtu 65535 up",
                 f"route add {loc} encap seg6local action End flavors next-csid lblen {addr.BLOCK_LEN} "
                 f"nflen {addr.CSID_LEN} count dev sr0 metric 1",
             ]
@@ -262,15 +286,44 @@ class NetnsBackend:
                     lines.append(f"route add ::/0 via {gw} dev {ifname}")
         return lines
 
+    def _start_dataplane(self, lab: Lab) -> None:
+        """Start the lab's eBPF data-plane service (its sockets must exist before the nodes bind
+        them) and write the files every node's ``ip`` front uses (substrate.dataplane.ebpf)."""
+        from substrate.dataplane.ebpf import front
+
+        front.prepare_lab(lab.dir)
+        # setsid --fork: the service is no child of this process (which may exit long before the lab)
+        argv = [_tool("setsid"), "--fork", sys.executable, "-m", "substrate.dataplane.ebpf.service", str(lab.dir),
+                *[f"{n}=/run/netns/{s.netns}" for n, s in lab.record.nodes.items()]]  # fmt: skip
+        log = lab.dir / "dataplane" / "service.log"
+        with open(log, "ab") as err:
+            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                 cwd=str(Path(__file__).resolve().parents[2]))  # fmt: skip
+        p.wait()  # setsid returns at once
+        assert p.stdout is not None
+        ready, _, _ = select.select([p.stdout], [], [], INIT_READY_TIMEOUT_S)
+        line = p.stdout.readline() if ready else b""
+        p.stdout.close()
+        if line.strip() != b"ready":
+            from substrate.controllers import stop_all
+
+            stop_all(lab.dir, recover=False)
+            raise BringUpError(f"the eBPF data-plane service did not start: {log.read_text(errors='replace').strip()[-500:] or 'no answer'}")
+
     def _init_config(self, lab: Lab, st: NodeState, limits: confine.NodeLimits) -> str:
         """The JSON argument of a node's init (see ``node_init.py``)."""
         nd = lab.dir / "nodes" / st.name
+        dp = None
+        if lab.record.dataplane == "ebpf":
+            from substrate.dataplane.ebpf import front
+
+            dp = front.node_config(lab.dir, st.name)
         return json.dumps({
             "node_dir": str(nd), "hostname": st.name, "role": st.role.value,
             "etc": str(lab.dir / ETC_DIR), "etc_frr": str(nd / "etc-frr"), "etc_frr_size": f"{limits.etc_frr}m",
             "tmpfs": limits.tmpfs(), "cgroup_procs": [confine.procs_file(d) for d in st.cgroups],
             "proc_masked": confine.PROC_MASKED, "proc_readonly": confine.PROC_READONLY,
-            "sys_masked": confine.sys_masked(),
+            "sys_masked": confine.sys_masked(), "dataplane": dp,
         })  # fmt: skip
 
     def _start_inits(self, lab: Lab, limits: confine.NodeLimits) -> None:

@@ -1,0 +1,494 @@
+"""The eBPF data plane's per-lab service: the host side of every node's SRv6 netlink conversation.
+
+One service per lab, started with the lab (``python -m substrate.dataplane.ebpf.service LAB``,
+registered as a lab controller: it exits when its owner or the lab directory goes, and ``harness
+lab cleanup`` stops one a crash left). It listens on one Unix socket per node
+(``<lab dir>/dataplane/<node>.sock``, SOCK_SEQPACKET, bind-mounted into that node only as
+``/run/anibench/dataplane.sock``), so a request on a node's socket can only ever touch that node.
+
+Nodes hold no CAP_BPF (BPF is not namespaced: a node that could call bpf(2) could open every
+other node's maps by id). Their ``ip`` is the real iproute2 with ``nlshim.so`` preloaded, which
+hands this service the SRv6 part of its netlink conversation (see nlshim.c for the wire format):
+
+- ``S`` (sent): an RTM_NEWROUTE/RTM_DELROUTE with ``encap seg6|seg6local``: the request is checked
+  as the kernel's seg6 would check it (:mod:`.seg6`), the route's programs are loaded (one instance
+  per route, parameters in its .rodata, :mod:`.loader`), and the same route is sent to the kernel in
+  the node's namespace with ``encap bpf`` in its place, named after its SRv6 parameters; the
+  kernel's answer goes back to ``ip`` as its own (errno, extack). The kernel keeps the route: its
+  longest-prefix, metric, replace, flush and device-deletion semantics are the kernel's own, and
+  the programs go with the route. A generic-netlink request of the ``SEG6`` family (``ip sr
+  tunsrc``, ``ip sr hmac``) is answered here: the family id, the tunnel source (kept in the node's
+  ``tunsrc`` map, read by every encapsulating program of the node).
+- ``R`` (received): a kernel datagram holding routes of ours is returned with those routes shown
+  as the kernel's seg6/seg6local would show them (counters read from the route's program).
+
+The listening sockets and the per-node maps are made by a supervisor process and inherited by the
+worker that serves them; when the worker dies the supervisor starts another on the same sockets
+(forwarding never stops: the programs stay attached to their routes), bounded in rate, and logs it
+to ``<lab dir>/dataplane/supervisor.jsonl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from substrate.dataplane.ebpf import seg6
+from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr, attrs
+
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+RTM_NEWROUTE, RTM_DELROUTE = 24, 25
+NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 1, 2, 4
+NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200
+NLMSGERR_ATTR_MSG = 1
+RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
+SOL_NETLINK, NETLINK_EXT_ACK = 270, 11
+NETLINK_GENERIC = 16
+GENL_ID_CTRL, CTRL_CMD_NEWFAMILY, CTRL_CMD_GETFAMILY = 16, 1, 3
+CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_ATTR_VERSION, CTRL_ATTR_HDRSIZE, CTRL_ATTR_MAXATTR = 1, 2, 3, 4, 5
+SEG6_CMD_SETHMAC, SEG6_CMD_DUMPHMAC, SEG6_CMD_SET_TUNSRC, SEG6_CMD_GET_TUNSRC = 1, 2, 3, 4
+SEG6_ATTR_DST = 1
+#: The generic netlink family id handed out for "SEG6" (the kernel allocates ids from 0x13 up;
+#: this one is far above what a node's kernel hands out, and only ever used on the asking socket).
+SEG6_FAMILY_ID = 0x3F0
+HDR = struct.Struct("=IHHII")
+RTMSG = struct.Struct("=BBBBBBBBI")
+#: Directory of the per-node sockets, in the lab directory.
+SOCKET_DIR = "dataplane"
+#: Where a node sees its socket.
+NODE_SOCKET = "/run/anibench/dataplane.sock"
+#: Restarts of a dead worker allowed per minute before the supervisor gives up.
+MAX_RESTARTS_PER_MIN = 10
+
+
+def socket_path(lab_dir: Path, node: str) -> Path:
+    """The host path of ``node``'s socket."""
+    return lab_dir / SOCKET_DIR / f"{node}.sock"
+
+
+def _msgs(buf: bytes) -> list[tuple[int, int, int, int, int, bytes]]:
+    """Netlink messages of a datagram: (len, type, flags, seq, pid, whole message bytes)."""
+    out, off = [], 0
+    while off + 16 <= len(buf):
+        ln, typ, flags, seq, pid = HDR.unpack_from(buf, off)
+        if ln < 16 or off + ln > len(buf):
+            break
+        out.append((ln, typ, flags, seq, pid, buf[off:off + ln]))
+        off += (ln + 3) & ~3
+    return out
+
+
+def _message(typ: int, flags: int, seq: int, pid: int, payload: bytes) -> bytes:
+    raw = HDR.pack(16 + len(payload), typ, flags, seq, pid) + payload
+    return raw + b"\0" * (-len(raw) % 4)
+
+
+def _error_reply(request: bytes, port: int, err: int, extack: str = "") -> bytes:
+    """An NLMSG_ERROR answering ``request`` as the kernel's netlink_ack does for a socket with
+    NETLINK_EXT_ACK and without NETLINK_CAP_ACK: the request's header (its whole message on an
+    error), then the extack message TLV."""
+    _ln, _typ, _flags, seq, _pid = HDR.unpack_from(request)
+    flags = NLM_F_ACK_TLVS if extack else 0
+    body = struct.pack("=i", -err) + (request if err else request[:16])
+    if extack:
+        body += attr(NLMSGERR_ATTR_MSG, extack.encode() + b"\0")
+    return _message(NLMSG_ERROR, flags, seq, port, body)
+
+
+#: Names of the data plane's own devices in a node (the GSO helper bridge, the decapsulation
+#: helpers): never shown to the node's ip, never changed through it.
+HIDDEN_PREFIXES: tuple[bytes, ...] = (b"sr6gso", b"sr6d")
+#: Tables at or above this id are the data plane's own (the DX helpers' next-hop tables).
+HIDDEN_TABLE_BASE = 0x7E000000
+RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR = 16, 17, 19, 20, 21
+RTM_NEWNEIGH, RTM_DELNEIGH, RTM_NEWRULE, RTM_DELRULE, RTM_NEWNETCONF = 28, 29, 32, 33, 80
+RTA_OIF, RTA_TABLE, FRA_IIFNAME, FRA_TABLE, IFLA_IFNAME = 4, 15, 3, 15, 3
+
+
+def hidden_message(typ: int, msg: bytes, hidden: set[int]) -> bool:
+    """Whether a kernel message is about the data plane's own helpers: a link, address, neighbour
+    or netconf entry of a hidden ifindex or name, a route through one or in a hidden table, a
+    rule on one's input (``iif``)."""
+    if typ in (RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK) and len(msg) >= 32:
+        if struct.unpack_from("=i", msg, 20)[0] in hidden:
+            return True
+        name = dict(attrs(msg[32:])).get(IFLA_IFNAME, b"")
+        return name.startswith(HIDDEN_PREFIXES)
+    if typ in (RTM_NEWADDR, RTM_DELADDR, RTM_NEWNEIGH, RTM_DELNEIGH) and len(msg) >= 24:
+        return struct.unpack_from("=i", msg, 20)[0] in hidden
+    if typ in (RTM_NEWROUTE, RTM_DELROUTE) and len(msg) >= 28:
+        a = dict((t, p) for t, p in attrs(msg[28:]))
+        oif = a.get(RTA_OIF)
+        table = a.get(RTA_TABLE)
+        return (oif is not None and struct.unpack_from("=i", oif)[0] in hidden) or (
+            table is not None and struct.unpack_from("=I", table)[0] >= HIDDEN_TABLE_BASE)
+    if typ in (RTM_NEWRULE, RTM_DELRULE) and len(msg) >= 28:
+        a = dict(attrs(msg[28:]))
+        table = a.get(FRA_TABLE)
+        return a.get(FRA_IIFNAME, b"").startswith(HIDDEN_PREFIXES) or (
+            table is not None and struct.unpack_from("=I", table)[0] >= HIDDEN_TABLE_BASE)
+    if typ == RTM_NEWNETCONF and len(msg) >= 20:
+        idx = dict(attrs(msg[20:])).get(1)
+        return idx is not None and struct.unpack_from("=i", idx)[0] in hidden
+    return False
+
+
+def _route_parts(msg: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:
+    """(nlmsghdr + rtmsg, [(attr type with flags, payload)]) of a route message."""
+    head = msg[:16 + RTMSG.size]
+    out, off = [], len(head)
+    while off + 4 <= len(msg):
+        ln, typ = struct.unpack_from("=HH", msg, off)
+        if ln < 4 or off + ln > len(msg):
+            break
+        out.append((typ, msg[off + 4:off + ln]))
+        off += (ln + 3) & ~3
+    return head, out
+
+
+def _route_message(head: bytes, parts: list[tuple[int, bytes]], *, flags: int | None = None, seq: int | None = None,
+                   pid: int | None = None) -> bytes:  # fmt: skip
+    body = head[16:] + b"".join(attr(t, p) for t, p in parts)
+    _ln, typ, f, s, p = HDR.unpack_from(head)
+    return _message(typ, f if flags is None else flags, s if seq is None else seq, p if pid is None else pid, body)
+
+
+@dataclass
+class Node:
+    """One node the service serves.
+
+    Attributes:
+        name: the node's name. netns: path of its network namespace (``/run/netns/...``).
+        listener: its listening socket. maps: its shared maps (the ``tunsrc`` map).
+    """
+
+    name: str
+    netns: str
+    listener: socket.socket
+    maps: object
+    nl: socket.socket | None = None
+    seq: int = 0
+    #: ifindexes of the data plane's own helper devices in the node (hidden from its ip).
+    hidden: set[int] = field(default_factory=set)
+
+    def netlink(self) -> socket.socket:
+        """A NETLINK_ROUTE socket in the node's namespace (made once)."""
+        if self.nl is None:
+            from substrate import nsread
+
+            with nsread.entered(self.netns):
+                s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+            s.bind((0, 0))
+            self.nl = s
+        return self.nl
+
+    def talk(self, msg: bytes) -> tuple[int, list[tuple[int, bytes]]]:
+        """Send one request to the node's kernel with NLM_F_ACK; (errno, extack TLVs) of its answer."""
+        s = self.netlink()
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        _ln, typ, flags, _seq, _pid = HDR.unpack_from(msg)
+        s.send(HDR.pack(len(msg), typ, flags | NLM_F_ACK, self.seq, 0) + msg[16:])
+        while True:
+            data = s.recv(1 << 16)
+            for _l, t, f, sq, _p, m in _msgs(data):
+                if t == NLMSG_ERROR and sq == self.seq:
+                    (err,) = struct.unpack_from("=i", m, 16)
+                    tlvs: list[tuple[int, bytes]] = []
+                    if f & NLM_F_ACK_TLVS:
+                        inner_len = HDR.unpack_from(m, 20)[0] if not f & NLM_F_CAPPED else 16
+                        start = 20 + ((inner_len + 3) & ~3)
+                        tlvs = [(tt, pp) for tt, pp in attrs(m[start:]) if tt == NLMSGERR_ATTR_MSG]
+                    return -err, tlvs
+
+
+class Service:
+    """Answers the nodes' requests (one worker process, single-threaded).
+
+    Args:
+        nodes: node name -> :class:`Node`.
+        load: the program loader (``substrate.dataplane.ebpf.programs.install_programs``-shaped:
+            (behaviour, route family, node) -> (prog fds by hook, prog id, headroom, closer)).
+        counters: prog id -> (packets, bytes, errors) of a counting route.
+    """
+
+    def __init__(self, nodes: dict[str, Node], load: Callable, counters: Callable[[int], tuple[int, int, int]]):
+        self.nodes = nodes
+        self.load = load
+        self.counters = counters
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def handle(self, node: Node, data: bytes) -> bytes:
+        """One request datagram from ``node``'s shim -> the answer datagram."""
+        if len(data) < 8:
+            return struct.pack("=I", 0)
+        op, proto, port = chr(data[0]), data[1], struct.unpack_from("=I", data, 4)[0]
+        payload = data[8:]
+        if op == "R":
+            try:
+                out = [self.rewrite(payload, node)]
+            except Exception:  # noqa: BLE001 -- a bug here must not cost the node its ip: show it raw
+                traceback.print_exc()
+                out = [payload]
+        else:
+            out = []
+            for m in _msgs(payload):
+                try:
+                    answer = self.genl(node, m, port) if proto == NETLINK_GENERIC else self.route(node, m, port)
+                    if answer is not None:
+                        out.append(answer)
+                except Exception as e:  # noqa: BLE001 -- answered as an error of the request, logged
+                    traceback.print_exc()
+                    out.append(_error_reply(m[5], port, errno.EIO, f"internal error of the eBPF SRv6 data plane: {e}"))
+        return struct.pack("=I", len(out)) + b"".join(struct.pack("=I", len(d)) + d for d in out)
+
+    def route(self, node: Node, m: tuple, port: int) -> bytes | None:
+        """An RTM_NEWROUTE/RTM_DELROUTE carrying ``encap seg6|seg6local``: done with ``encap bpf``
+        (any other message of the datagram goes to the kernel as it is). Answered as the kernel
+        answers: an error always, a success only when the request asked for an ack (iproute2's
+        flush sends its deletes without, and takes any answer for a failure)."""
+        _ln, typ, flags, _seq, _pid, msg = m
+        head, parts = _route_parts(msg)
+        family = head[16]
+        etype = next((struct.unpack_from("=H", p)[0] for t, p in parts if t & 0x3FFF == RTA_ENCAP_TYPE), None)
+        encap = next((p for t, p in parts if t & 0x3FFF == RTA_ENCAP), b"")
+        rest = [(t, p) for t, p in parts if t & 0x3FFF not in (RTA_ENCAP_TYPE, RTA_ENCAP)]
+        ack = bool(flags & NLM_F_ACK)
+        if hidden_message(typ, msg, node.hidden):  # the data plane's own helpers: not there for the node
+            missing = errno.ENODEV if typ in (RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR) else errno.ENOENT
+            return _error_reply(msg, port, missing)
+        if typ not in (RTM_NEWROUTE, RTM_DELROUTE) or etype not in (seg6.LWTUNNEL_ENCAP_SEG6, seg6.LWTUNNEL_ENCAP_SEG6_LOCAL):
+            err, tlvs = node.talk(msg)
+            return self._answer(msg, port, err, tlvs, ack)
+        if typ == RTM_DELROUTE:
+            err, tlvs = node.talk(_route_message(head, rest))
+            return self._answer(msg, port, err, tlvs, ack)
+        try:
+            b = Seg6Encap.from_encap(encap, family) if etype == seg6.LWTUNNEL_ENCAP_SEG6 else Seg6Local.from_encap(encap)
+            fds, prog_id, headroom, close = self.load(b, family, node)
+        except Seg6Error as e:
+            return _error_reply(msg, port, e.errno, e.extack)
+        try:
+            name = seg6.encode_name(b, prog_id).encode() + b"\0"
+            nested = b"".join(
+                attr(hook | seg6.NLA_F_NESTED, attr(seg6.LWT_BPF_PROG_FD, struct.pack("=I", fd)) + attr(seg6.LWT_BPF_PROG_NAME, name))
+                for hook, fd in sorted(fds.items()))  # fmt: skip
+            if headroom:
+                nested += attr(seg6.LWT_BPF_XMIT_HEADROOM, struct.pack("=I", headroom))
+            rest += [(RTA_ENCAP_TYPE, struct.pack("=H", seg6.LWTUNNEL_ENCAP_BPF)), (RTA_ENCAP, nested)]
+            err, tlvs = node.talk(_route_message(head, rest))
+            return self._answer(msg, port, err, tlvs, ack)
+        except Seg6Error as e:
+            return _error_reply(msg, port, e.errno, e.extack)
+        finally:
+            close()
+
+    @staticmethod
+    def _answer(request: bytes, port: int, err: int, tlvs: list[tuple[int, bytes]], ack: bool = True) -> bytes | None:
+        if not err and not ack:
+            return None
+        text = tlvs[0][1].rstrip(b"\0").decode(errors="replace") if tlvs else ""
+        if "bpf" in text.lower() or "lwt" in text.lower():  # the kernel's words about our encap, not the agent's
+            text = ""
+        return _error_reply(request, port, err, text)
+
+    def rewrite(self, datagram: bytes, node: Node | None = None) -> bytes:
+        """A kernel datagram with our routes shown as the kernel's seg6/seg6local shows them, and
+        the data plane's own helper devices, their addresses, routes, rules and neighbours left
+        out (:func:`hidden_message`)."""
+        out = b""
+        for _ln, typ, flags, seq, pid, msg in _msgs(datagram):
+            if node is not None and hidden_message(typ, msg, node.hidden):
+                if not flags & NLM_F_MULTI:  # the answer to a get: "no such thing", as for a device that is not there
+                    out += _message(NLMSG_ERROR, 0, seq, pid, struct.pack("=i", -errno.ENODEV) + msg[:16])
+                continue
+            if typ in (RTM_NEWROUTE, RTM_DELROUTE):
+                msg = self._show(msg)
+            out += msg + b"\0" * (-len(msg) % 4)
+        return out
+
+    def _show(self, msg: bytes) -> bytes:
+        head, parts = _route_parts(msg)
+        etype = next((struct.unpack_from("=H", p)[0] for t, p in parts if t & 0x3FFF == RTA_ENCAP_TYPE), None)
+        if etype != seg6.LWTUNNEL_ENCAP_BPF:
+            return msg
+        encap = next((p for t, p in parts if t & 0x3FFF == RTA_ENCAP), b"")
+        decoded = None
+        for _hook, prog in attrs(encap):
+            name = dict(attrs(prog)).get(seg6.LWT_BPF_PROG_NAME) if len(prog) >= 4 else None
+            if name:
+                decoded = seg6.decode_name(name.rstrip(b"\0").decode(errors="replace"))
+                if decoded:
+                    break
+        if decoded is None:
+            return msg
+        b, prog_id = decoded
+        if isinstance(b, Seg6Local):
+            counts = None
+            if b.counters:
+                with contextlib.suppress(Exception):  # a route deleted meanwhile shows zeros
+                    counts = self.counters(prog_id)
+            new = b.encap_attrs(counts)
+        else:
+            new = b.encap_attrs()
+        new_parts = []
+        done = False
+        for t, p in parts:
+            if t & 0x3FFF in (RTA_ENCAP_TYPE, RTA_ENCAP):
+                if not done:
+                    new_parts += list(attrs(new))  # RTA_ENCAP unflagged, as lwtunnel_fill_encap nests it
+                    done = True
+                continue
+            new_parts.append((t, p))
+        return _route_message(head, new_parts)
+
+    def genl(self, node: Node, m: tuple, port: int) -> bytes:
+        """The ``SEG6`` generic netlink family (net/ipv6/seg6.c), answered here."""
+        _ln, typ, flags, seq, _pid, msg = m
+        cmd = msg[16] if len(msg) > 16 else 0
+        body = dict(attrs(msg[20:]))
+        if typ == GENL_ID_CTRL and cmd == CTRL_CMD_GETFAMILY:
+            payload = bytes([CTRL_CMD_NEWFAMILY, 2, 0, 0]) + attr(CTRL_ATTR_FAMILY_NAME, b"SEG6\0") + attr(
+                CTRL_ATTR_FAMILY_ID, struct.pack("=H", SEG6_FAMILY_ID)) + attr(CTRL_ATTR_VERSION, struct.pack("=I", 1)) + attr(
+                CTRL_ATTR_HDRSIZE, struct.pack("=I", 0)) + attr(CTRL_ATTR_MAXATTR, struct.pack("=I", 7))  # fmt: skip
+            return _message(GENL_ID_CTRL, 0, seq, port, payload)
+        if typ != SEG6_FAMILY_ID:
+            return _error_reply(msg, port, errno.EOPNOTSUPP)
+        if cmd == SEG6_CMD_SET_TUNSRC:
+            dst = body.get(SEG6_ATTR_DST)
+            if dst is None or len(dst) < 16:
+                return _error_reply(msg, port, errno.EINVAL)
+            import ipaddress
+
+            node.maps.set_tunsrc(str(ipaddress.IPv6Address(dst[:16])))
+            return _error_reply(msg, port, 0)
+        if cmd == SEG6_CMD_GET_TUNSRC:
+            import ipaddress
+
+            addr = ipaddress.IPv6Address(node.maps.tunsrc()).packed
+            return _message(SEG6_FAMILY_ID, 0, seq, port, bytes([SEG6_CMD_GET_TUNSRC, 1, 0, 0]) + attr(SEG6_ATTR_DST, addr))
+        if cmd == SEG6_CMD_DUMPHMAC:
+            return _message(NLMSG_DONE, NLM_F_MULTI, seq, port, struct.pack("=i", 0))
+        if cmd == SEG6_CMD_SETHMAC:
+            return _error_reply(msg, port, errno.EOPNOTSUPP, "the eBPF SRv6 data plane does not do SRH HMAC")
+        return _error_reply(msg, port, errno.EOPNOTSUPP)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def serve(self, stop: Callable[[], bool]) -> None:
+        """Serve until ``stop()`` is true (checked every second)."""
+        sel = selectors.DefaultSelector()
+        for node in self.nodes.values():
+            node.listener.setblocking(False)
+            sel.register(node.listener, selectors.EVENT_READ, ("listen", node))
+        while not stop():
+            for key, _ev in sel.select(timeout=1.0):
+                kind, node = key.data
+                if kind == "listen":
+                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                        conn, _ = node.listener.accept()
+                        conn.setblocking(True)
+                        conn.settimeout(30)
+                        sel.register(conn, selectors.EVENT_READ, ("conn", node))
+                    continue
+                conn = key.fileobj
+                try:
+                    data = conn.recv(1 << 20)
+                    if data:
+                        conn.send(self.handle(node, data))
+                        continue
+                except OSError:
+                    pass
+                sel.unregister(conn)
+                conn.close()
+
+
+# -- process --------------------------------------------------------------------------------------
+
+
+def _log(lab_dir: Path, **event: object) -> None:
+    with contextlib.suppress(OSError), open(lab_dir / SOCKET_DIR / "supervisor.jsonl", "a") as f:
+        f.write(json.dumps({"t": time.time(), **event}) + "\n")
+
+
+def listen(lab_dir: Path, nodes: list[str]) -> dict[str, socket.socket]:
+    """Listening SOCK_SEQPACKET sockets, one per node, mode 0600 (root of the host, and the node's
+    root through its bind mount, which maps to the host's root)."""
+    d = lab_dir / SOCKET_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for n in nodes:
+        p = socket_path(lab_dir, n)
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.bind(str(p))
+        os.chmod(p, 0o600)
+        s.listen(16)
+        out[n] = s
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``python -m substrate.dataplane.ebpf.service LAB_DIR NODE=NETNS_PATH...``: supervise a
+    worker serving the nodes; prints ``ready`` once every socket listens. Lives as long as the
+    lab directory (a lab controller of its own: ``harness lab cleanup`` and the lab's destroy stop
+    it); SIGTERM stops it and its worker."""
+    from substrate import controllers
+    from substrate.dataplane.ebpf import loader, programs
+
+    lab_dir = Path(argv[0])
+    pairs = dict(a.split("=", 1) for a in argv[1:])
+    listeners = listen(lab_dir, list(pairs))
+    maps = {n: loader.NodeMaps() for n in pairs}
+    controllers.register(lab_dir, "dataplane", os.getpid())
+    print("ready", flush=True)
+    state = {"stopping": False, "child": 0}
+
+    def _term(*_a: object) -> None:
+        state["stopping"] = True
+        if state["child"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(state["child"], signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, _term)
+    restarts: list[float] = []
+    while not state["stopping"] and lab_dir.exists():
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            nodes = {n: Node(n, pairs[n], listeners[n], maps[n]) for n in pairs}
+            svc = Service(nodes, programs.install_programs, programs.read_counters)
+            svc.serve(lambda: not lab_dir.exists())
+            os._exit(0)
+        state["child"] = pid
+        status = 0
+        with contextlib.suppress(ChildProcessError):
+            _p, status = os.waitpid(pid, 0)
+        state["child"] = 0
+        if state["stopping"] or not lab_dir.exists():
+            break
+        now = time.monotonic()
+        restarts = [t for t in restarts if now - t < 60] + [now]
+        _log(lab_dir, event="worker died", status=status, restarts=len(restarts))
+        if len(restarts) > MAX_RESTARTS_PER_MIN:
+            _log(lab_dir, event="gave up", reason=f"more than {MAX_RESTARTS_PER_MIN} restarts in a minute")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
