@@ -1,0 +1,399 @@
+"""SRv6 decapsulating endpoints (End.DT6/DT4/DT46, End.DX4/DX6) in eBPF: per-node host set-up.
+
+The kernel's seg6local decapsulates in the SID route's input handler and hands the inner packet
+to the normal forwarding path. Without seg6local no single BPF hook can do that (LWT programs
+cannot remove bytes at the front; tc programs are not selected by a route), so each behaviour
+is two programs of ``bpf/decap.c`` plus a helper device:
+
+1. the SID stays a real kernel route, ``SID encap bpf xmit <srv6_decap_sid instance> dev DEV``,
+   installed by iproute2 through :func:`loader.install_routes`. Its ``.rodata`` (behaviour,
+   helper ifindex) is set per route. The program validates the packet (SRH Segments Left
+   must be 0; inner header of the behaviour's family), counts it, and redirects it, still
+   encapsulated, into the INGRESS of a helper device (``bpf_redirect(ifindex, BPF_F_INGRESS)``).
+2. the helper device is an L3 ``tun`` device (no MAC header, so the redirect from LWT xmit is
+   accepted: net/core/filter.c ``__bpf_redirect_no_mac``), one per DT table (shared by DT6,
+   DT4 and DT46 SIDs of that table) and one per DX next hop. Its clsact ingress runs
+   ``srv6_decap_strip``, which removes the outer IPv6 header and its extension headers
+   (``bpf_skb_adjust_room`` with ``BPF_F_ADJ_ROOM_DECAP_L3_*``) and sets ``skb->protocol``.
+3. the inner packet then enters ``ip_rcv``/``ipv6_rcv`` on the helper: PREROUTING, the routing
+   decision, ``ip_forward``/``ip6_forward`` (TTL / hop limit decremented once), FORWARD,
+   POSTROUTING, all with the real kernel code. Policy rules pick the table:
+
+   - DT (``table N`` / ``vrftable N``): ``iif HELPER lookup N`` then ``iif HELPER unreachable``
+     (IPv4 and IPv6), so a miss in table N never falls through to main (the kernel's
+     seg6local answers a miss with its null entry: ICMP unreachable);
+   - DX (``nh4 A`` / ``nh6 A``): ``iif HELPER lookup T`` then ``unreachable``, where the private
+     table T holds ``default via A dev D`` (or ``via G`` when main reaches A through gateway G;
+     ``unreachable default`` while A has no route), resolved in the main table when installed,
+     as the kernel resolves nh4/nh6 in main per packet. This is a snapshot: after a change of
+     the route to A, :meth:`DecapNode.resync` must re-resolve (a link deletion flushes T's
+     route; until resync the SID's packets hit ``unreachable``).
+
+Everything this module creates in a node (helper devices ``sr6d*`` with their clsact qdisc,
+their rules at :data:`RULE_PREF` or 0, the private tables from :data:`DX_TABLE_BASE`, and with
+``tables_before_local`` the ``lookup local`` rule moved to 1) must be hidden from the agent's
+``ip``/``tc`` output by the node's ip front. Nothing is pinned after a call returns.
+
+Requirements on the node: IPv6 forwarding on (the outer packet is forwarded to the SID route);
+the SID route's device MTU at least the largest SRv6 packet (ip6_forward checks it: a bridge
+``sr0`` takes ``mtu 65535``); ``net.ipv4.conf.all.rp_filter=0`` (the helper has no IPv4 address,
+so any reverse-path filtering drops the inner IPv4 packet -- DX4 setups with the kernel's
+seg6local disable rp_filter as well).
+
+Differences from the kernel that remain (pinned by tests/test_ebpf_decap.py where testable):
+the outer packet is routed through ``ip6_forward`` before the LWT xmit hook runs (outer hop
+limit 1 gets ICMPv6 Time Exceeded; FORWARD/POSTROUTING see the outer packet; the SID route's
+device MTU applies); the inner packet's input interface is the helper, not the receiving
+interface; without ``tables_before_local`` the local table is consulted before table N;
+PREROUTING always sees the inner packet (the kernel: DX4/DX6 only with
+``net.netfilter.nf_hooks_lwtunnel=1``, DT4/DT46 on the VRF device); ``count`` cannot see what
+happens after the redirect (the kernel counts a DX4 whose nh4 has no route, or a DT4 miss, as
+an error; here they are packets, dropped by the ``unreachable`` rule).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import struct
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from substrate.dataplane.ebpf import loader
+from substrate.errors import SubstrateError
+
+#: Behaviour codes of bpf/decap.c.
+BEHAVIOURS: dict[str, int] = {"End.DT6": 1, "End.DT4": 2, "End.DT46": 3, "End.DX4": 4, "End.DX6": 5}
+#: Preference of the helper rules (``lookup`` at RULE_PREF, ``unreachable`` at RULE_PREF + 1).
+RULE_PREF = 100
+#: First private table of the DX helpers (one table per DX next hop).
+DX_TABLE_BASE = 0x7E000000
+#: Name prefix of the helper devices (``sr6dtN`` for table N, ``sr6dxHHHHHHHH`` per DX next hop).
+HELPER_PREFIX = "sr6d"
+#: The C functions.
+SID_PROG = "srv6_decap_sid"
+STRIP_PROG = "srv6_decap_strip"
+
+
+def rodata(behaviour: str, ifindex: int) -> bytes:
+    """The ``.rodata`` image of ``srv6_decap_sid`` (``cfg_behaviour``, ``cfg_ifindex``)."""
+    return struct.pack("<II", BEHAVIOURS[behaviour], ifindex)
+
+
+class DecapError(SubstrateError):
+    """A decap SID or its helper could not be set up (bad arguments, iproute2/tc refused)."""
+
+
+@dataclass(frozen=True)
+class DecapSid:
+    """One decapsulating SID route, as the seg6local route it stands for.
+
+    Attributes:
+        sid: the SID prefix (``fc00:0:3:e000::/128``).
+        behaviour: ``End.DT6``, ``End.DT4``, ``End.DT46``, ``End.DX4`` or ``End.DX6``.
+        table: DT6 ``table N`` / DT4, DT46 ``vrftable N`` (and DT6 ``vrftable N``).
+        nh: DX4 ``nh4`` / DX6 ``nh6``.
+        dev: the route's device (``sr0``).
+        route_table: the table the SID route goes into (None = main).
+        metric: the route's metric (None = default).
+    """
+
+    sid: str
+    behaviour: str
+    table: int | None = None
+    nh: str | None = None
+    dev: str = "sr0"
+    route_table: int | None = None
+    metric: int | None = None
+
+    def check(self) -> None:
+        """Raises DecapError when the parameters do not fit the behaviour."""
+        if self.behaviour not in BEHAVIOURS:
+            raise DecapError(f"unknown decap behaviour {self.behaviour!r}")
+        if self.behaviour.startswith("End.DT"):
+            if not self.table or self.nh:
+                raise DecapError(f"{self.behaviour} needs a table and no next hop")
+        else:
+            want = 4 if self.behaviour == "End.DX4" else 6
+            if self.nh is None or ipaddress.ip_address(self.nh).version != want or self.table:
+                raise DecapError(f"{self.behaviour} needs an IPv{want} next hop and no table")
+        ipaddress.IPv6Network(self.sid, strict=False)
+
+    def basename(self) -> str:
+        """Pin basename, shown by ``ip route`` as the LWT program name. bpffs refuses names
+        with a dot (EPERM, kernel/bpf/inode.c), so dots become dashes."""
+        arg = f"table_{self.table}" if self.table else f"nh_{self.nh}"
+        return f"{self.behaviour}_{arg}_count".replace("/", "_").replace(".", "-")
+
+
+@dataclass
+class _Helper:
+    name: str
+    ifindex: int
+    table: int
+    families: tuple[str, ...] = ("-4", "-6")
+    nh: str | None = None
+    strip_prog_id: int = 0
+
+
+@dataclass
+class InstalledSid:
+    """A SID route in place: ``prog_id`` for :meth:`DecapNode.counters`."""
+
+    sid: DecapSid
+    helper: str
+    prog_id: int
+    line: str
+
+
+@dataclass
+class DecapNode:
+    """The decap set-up of one node (network namespace ``netns``), driven from the host.
+
+    Attributes:
+        netns: the namespace name (``ip netns`` list).
+        rule_pref: preference of the helper rules (``lookup`` at rule_pref, ``unreachable`` at
+            rule_pref + 1).
+        tables_before_local: put the helper rules BEFORE the ``lookup local`` rule, as the
+            kernel's End.DT* looks up table N only: the helper rules go to preference 0 and the
+            node's ``lookup local`` rule moves from 0 to 1 (both families, once per node;
+            :meth:`teardown` moves it back). Off (the default): rule 0 ``lookup local`` sees
+            the inner packet first, so an inner packet addressed to any local address of the
+            node is delivered locally even if table N has no route for it.
+        dx_table_base: first private DX table id.
+    """
+
+    netns: str
+    rule_pref: int = RULE_PREF
+    tables_before_local: bool = False
+    dx_table_base: int = DX_TABLE_BASE
+    helpers: dict[str, _Helper] = field(default_factory=dict)
+    installed: list[InstalledSid] = field(default_factory=list)
+    _local_moved: set[str] = field(default_factory=set)
+
+    # ---------------------------------------------------------------- commands
+
+    def _run(self, argv: Sequence[str], *, input: str | None = None) -> str:
+        res = subprocess.run(list(argv), input=input, capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise DecapError(f"{' '.join(argv[:6])}... failed: {res.stderr.strip() or res.stdout.strip()}")
+        return res.stdout
+
+    def _ip_batch(self, lines: Iterable[str], family: str | None = None) -> None:
+        text = "\n".join(lines) + "\n"
+        self._run(["ip", *([family] if family else []), "-n", self.netns, "-batch", "-"], input=text)
+
+    def _sysctl(self, settings: dict[str, str]) -> None:
+        self._run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w",
+                   *(f"{k}={v}" for k, v in settings.items())])
+
+    def _ifindex(self, name: str) -> int:
+        out = self._run(["ip", "-n", self.netns, "-j", "link", "show", "dev", name])
+        return int(json.loads(out)[0]["ifindex"])
+
+    # ---------------------------------------------------------------- helpers
+
+    def _helper_key(self, s: DecapSid) -> str:
+        return f"t{s.table}" if s.table else f"x{ipaddress.ip_address(s.nh)}"
+
+    def helper_name(self, s: DecapSid) -> tuple[str, int]:
+        """(device name, table) of ``s``'s helper. Deterministic, so a host process that lost
+        its state finds the helpers again: ``sr6dt<N>`` / table N for DT; ``sr6dx<8 hex of
+        sha256(nh)>`` / table ``dx_table_base + <first 6 hex>`` for DX."""
+        if s.table:
+            return f"{HELPER_PREFIX}t{s.table}", s.table
+        import hashlib
+
+        digest = hashlib.sha256(ipaddress.ip_address(s.nh).packed).hexdigest()
+        return f"{HELPER_PREFIX}x{digest[:8]}", self.dx_table_base + int(digest[:6], 16)
+
+    def _ensure_helper(self, s: DecapSid) -> _Helper:
+        key = self._helper_key(s)
+        if key in self.helpers:
+            return self.helpers[key]
+        name, table = self.helper_name(s)
+        if s.table:
+            fams: tuple[str, ...] = ("-4", "-6")
+        else:
+            fams = ("-4",) if s.behaviour == "End.DX4" else ("-6",)
+        if len(name) > 15:
+            raise DecapError(f"helper name {name!r} too long (table id too large)")
+        try:
+            ifindex = self._ifindex(name)  # adopted from an earlier run
+        except DecapError:
+            self._ip_batch([f"tuntap add dev {name} mode tun",
+                            f"link set dev {name} addrgenmode none mtu 65535 up"])
+            ifindex = self._ifindex(name)
+        h = _Helper(name=name, ifindex=ifindex, table=table, families=fams, nh=s.nh)
+        self._sysctl({f"net.ipv4.conf.{name}.rp_filter": "0",
+                      f"net.ipv4.conf.{name}.forwarding": "1",
+                      f"net.ipv6.conf.{name}.forwarding": "1",
+                      f"net.ipv6.conf.{name}.disable_ipv6": "0"})
+        for fam in fams:
+            if self.tables_before_local:
+                self._move_local_rule(fam, 0, 1)
+            for k, action in ((0, f"lookup {table}"), (1, "unreachable")):
+                res = subprocess.run(["ip", fam, "-n", self.netns, "rule", "add", "pref", str(self._pref(k)),
+                                      "iif", name, *action.split()], capture_output=True, text=True, check=False)
+                if res.returncode != 0 and "File exists" not in res.stderr:
+                    raise DecapError(f"ip rule add iif {name} {action}: {res.stderr.strip()}")
+        if s.nh:
+            self._set_dx_route(h)
+        self._attach_strip(h)
+        self.helpers[key] = h
+        return h
+
+    def _pref(self, k: int) -> int:
+        return 0 if self.tables_before_local else self.rule_pref + k
+
+    def _move_local_rule(self, fam: str, old: int, new: int) -> None:
+        """Move ``lookup local`` from preference ``old`` to ``new`` (add first, then delete, so
+        local delivery never lapses); a no-op when it is not at ``old``."""
+        if (fam in self._local_moved) == (new == 1):
+            return
+        rules = json.loads(self._run(["ip", fam, "-n", self.netns, "-j", "rule", "show"]) or "[]")
+        if not any(r.get("priority") == old and r.get("table") == "local" and r.get("src") == "all"
+                   and len(r) <= 3 for r in rules):
+            return
+        self._run(["ip", fam, "-n", self.netns, "rule", "add", "pref", str(new), "lookup", "local"])
+        self._run(["ip", fam, "-n", self.netns, "rule", "del", "pref", str(old), "lookup", "local"])
+        if new == 1:
+            self._local_moved.add(fam)
+        else:
+            self._local_moved.discard(fam)
+
+    def _set_dx_route(self, h: _Helper) -> None:
+        """Point the private table of a DX helper at the next hop as the main table resolves it
+        now (the kernel: ip_route_input / ip6_route_input_lookup of nh4/nh6, main table): a
+        connected nh gives ``default via NH dev D``, a nh behind a gateway G gives ``default via
+        G dev D`` (the kernel sends to G then too), no route gives ``unreachable default``."""
+        fam = "-4" if ipaddress.ip_address(h.nh).version == 4 else "-6"
+        res = subprocess.run(["ip", fam, "-n", self.netns, "-j", "route", "get", h.nh],
+                             capture_output=True, text=True, check=False)
+        route = None
+        if res.returncode == 0:
+            got = (json.loads(res.stdout or "[]") or [{}])[0]
+            if got.get("dev") and got.get("dev") != "lo" and got.get("type", "unicast") == "unicast":
+                route = ["default", "via", got.get("gateway", h.nh), "dev", got["dev"]]
+        if route is not None:
+            res = subprocess.run(["ip", fam, "-n", self.netns, "route", "replace", *route, "table", str(h.table)],
+                                 capture_output=True, text=True, check=False)
+            if res.returncode == 0:
+                return
+        self._run(["ip", fam, "-n", self.netns, "route", "replace", "unreachable", "default", "table", str(h.table)])
+
+    def _attach_strip(self, h: _Helper) -> None:
+        spec = loader.ProgramSpec(obj="decap", hooks={"xmit": STRIP_PROG})  # key only names the pin
+        obj = loader.load(spec)
+        base = loader.pins_dir() if hasattr(loader, "pins_dir") else loader.bpffs_root()
+        pin_dir = base / f"decap-{os.getpid()}-{self.netns}-{h.name}"
+        try:
+            pin_dir.mkdir(exist_ok=True)
+            pin = pin_dir / "strip"
+            with loader._lock:
+                rc = loader._libbpf().bpf_obj_pin(obj.fds["xmit"], str(pin).encode())
+            if rc:
+                raise loader.BpfError(f"pin {pin}", loader._err(rc))
+            self._run(["tc", "-n", self.netns, "qdisc", "replace", "dev", h.name, "clsact"])
+            self._run(["tc", "-n", self.netns, "filter", "replace", "dev", h.name, "ingress", "pref", "1",
+                       "handle", "1", "bpf", "da", "object-pinned", str(pin)])
+            h.strip_prog_id = obj.ids["xmit"]
+        finally:
+            obj.close()
+            for p in pin_dir.glob("*"):
+                p.unlink()
+            pin_dir.rmdir() if pin_dir.exists() else None
+
+    # ---------------------------------------------------------------- SIDs
+
+    def program(self, s: DecapSid, basename: str | None = None) -> loader.ProgramSpec:
+        """The ProgramSpec of ``s``'s SID route (hook ``xmit``), creating its helper device,
+        rules and (DX) private table first if needed. This is the entry point for whoever
+        translates ``encap seg6local action End.D*`` requests: put the spec in a
+        :class:`loader.RouteSpec` (``route add SID {encap} dev DEV ...``).
+
+        Raises:
+            DecapError: bad parameters, or the helper could not be set up.
+        """
+        s.check()
+        h = self._ensure_helper(s)
+        return loader.ProgramSpec(obj="decap", hooks={"xmit": SID_PROG}, rodata=rodata(s.behaviour, h.ifindex),
+                                  basename=basename or s.basename())
+
+    def install(self, sids: Sequence[DecapSid]) -> list[InstalledSid]:
+        """Create the helpers the SIDs need, then add the SID routes in one ``ip -batch``.
+
+        Raises:
+            DecapError: bad parameters or a helper could not be set up.
+            loader.RouteInstallError: iproute2 refused a route (earlier lines are installed).
+            loader.BpfError: load failure.
+        """
+        specs, helpers = [], []
+        for s in sids:
+            prog = self.program(s)
+            h = self.helpers[self._helper_key(s)]
+            cmd = f"route add {s.sid} {{encap}} dev {s.dev}"
+            if s.route_table:
+                cmd += f" table {s.route_table}"
+            if s.metric is not None:
+                cmd += f" metric {s.metric}"
+            specs.append(loader.RouteSpec(cmd, prog))
+            helpers.append(h)
+        done = loader.install_routes(self.netns, specs)
+        out = [InstalledSid(s, h.name, r.prog_ids["xmit"], r.line) for s, h, r in zip(sids, helpers, done)]
+        self.installed.extend(out)
+        return out
+
+    def counters(self, inst: InstalledSid) -> loader.Counters:
+        """The SID's ``count`` counters (packets, bytes, errors)."""
+        return loader.read_counters(inst.prog_id)
+
+    def strip_stats(self) -> dict[str, tuple[int, int]]:
+        """Per helper device: (packets stripped, packets dropped) by its ``srv6_decap_strip``."""
+        import ctypes
+
+        out = {}
+        for h in self.helpers.values():
+            fd = loader._map_fd_of_prog(h.strip_prog_id, "stats")
+            try:
+                with loader._lock:
+                    lib = loader._libbpf()
+                    ncpu = lib.libbpf_num_possible_cpus()
+                    vals = []
+                    for k in (0, 1):
+                        buf = ctypes.create_string_buffer(8 * ncpu)
+                        key = ctypes.c_uint32(k)
+                        if lib.bpf_map_lookup_elem(fd, ctypes.byref(key), buf):
+                            raise loader.BpfError("bpf_map_lookup_elem(stats)")
+                        vals.append(sum(int.from_bytes(buf.raw[8 * c: 8 * c + 8], "little") for c in range(ncpu)))
+            finally:
+                os.close(fd)
+            out[h.name] = (vals[0], vals[1])
+        return out
+
+    def resync(self) -> None:
+        """Re-resolve every DX next hop in the main table (after link or route changes)."""
+        for h in self.helpers.values():
+            if h.nh:
+                self._set_dx_route(h)
+
+    def teardown(self) -> None:
+        """Remove the helpers, their rules and private tables (SID routes are the caller's:
+        they go with their device or ``ip route del``). Best effort, never raises."""
+        for h in list(self.helpers.values()):
+            for fam in h.families:
+                for pref in (self._pref(0), self._pref(1)):
+                    subprocess.run(["ip", "-n", self.netns, fam, "rule", "del", "pref", str(pref), "iif", h.name],
+                                   capture_output=True, check=False)
+                if h.nh:
+                    subprocess.run(["ip", "-n", self.netns, fam, "route", "flush", "table", str(h.table)],
+                                   capture_output=True, check=False)
+            subprocess.run(["ip", "-n", self.netns, "link", "del", "dev", h.name], capture_output=True, check=False)
+        self.helpers.clear()
+        for fam in sorted(self._local_moved):
+            try:
+                self._move_local_rule(fam, 1, 0)
+            except DecapError:
+                pass
