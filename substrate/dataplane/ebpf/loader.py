@@ -779,12 +779,16 @@ def encap_headroom(segments: Sequence[str]) -> int:
 
 def encap_program(segments: Sequence[str], *, mode: str = "encap", family: int = 6, src: str | None = None,
                   hop_limit_v4: int = 64, tunsrc_fd: int | None = None,
-                  basename: str = "anibench-encap") -> ProgramSpec:
+                  basename: str = "anibench-encap", xmit_only: bool = False) -> ProgramSpec:
     """The ProgramSpec of an H.Encaps(.Red) route (hooks ``in`` and ``xmit``, the kernel's
     headroom). ``tunsrc_fd``: the node's :class:`NodeMaps` ``tunsrc_fd`` (None: a private,
-    always-unset map). Raises ValueError like :func:`encap_rodata`."""
+    always-unset map). ``xmit_only``: hook ``xmit`` alone, so that a forwarded packet is
+    encapsulated after its inner forward, netfilter's FORWARD and POSTROUTING (conntrack's
+    confirmation, SNAT) seeing the inner packet first, as the kernel's seg6_input does with
+    ``net.netfilter.nf_hooks_lwtunnel = 1`` (its inner hop limit restored by the program). Raises
+    ValueError like :func:`encap_rodata`."""
     return ProgramSpec(
-        obj="encap", hooks={"in": "encap_in", "xmit": "encap_xmit"},
+        obj="encap", hooks={"xmit": "encap_xmit"} if xmit_only else {"in": "encap_in", "xmit": "encap_xmit"},
         rodata=encap_rodata(segments, mode=mode, family=family, src=src, hop_limit_v4=hop_limit_v4),
         maps={"tunsrc": tunsrc_fd} if tunsrc_fd is not None else {},
         basename=basename, headroom=encap_headroom(segments),

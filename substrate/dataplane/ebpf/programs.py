@@ -4,13 +4,19 @@
 for the route's ``encap bpf`` hooks (LWT_BPF_IN 1, LWT_BPF_XMIT 3), each configured through its
 .rodata (:mod:`.loader`):
 
-- H.Encaps / H.Encaps.Red (``encap seg6 mode encap|encap.red``): ``encap.c``, hooks ``in``
-  (forwarded packets, encapsulated at route input as the kernel's seg6_input) and ``xmit``
-  (locally originated ones, as seg6_output); the node's ``tunsrc`` map shared;
+- H.Encaps / H.Encaps.Red (``encap seg6 mode encap|encap.red``): ``encap.c``, hook ``xmit``
+  alone: a forwarded packet is encapsulated after its inner forward, so that netfilter's
+  POSTROUTING sees the inner packet (conntrack confirms it, SNAT applies) as with the kernel's
+  seg6_input under ``net.netfilter.nf_hooks_lwtunnel = 1``, which every lab router sets; the
+  program restores the inner hop limit and puts the decrement on the outer. The node's
+  ``tunsrc`` map is shared;
 - End, End with NEXT-C-SID (``encap seg6local action End [flavors next-csid ...]``): ``end.c``,
   hook ``xmit``;
-- the decapsulating behaviours (End.DT6/DT4/DT46, End.DX4/DX6) and End.X/End.T: refused with one
-  line until their programs carry labs (issue 34), never accepted and silently not forwarded.
+- End.DT6/DT4/DT46 (``table``/``vrftable N``), End.DX4/DX6: ``decap.c``, hook ``xmit`` on the SID
+  route, redirecting into a helper device whose tc program strips the outer headers, so the inner
+  packet takes the kernel's own forwarding path in table N or to the next hop (:mod:`.decap`);
+- End.X, End.T, End.B6, End.B6.Encaps: refused with one line until their programs exist (issue
+  34), never accepted and silently not forwarded.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ def install_programs(b: Seg6Encap | Seg6Local, family: int, node: object) -> tup
         _prepare_encap(node)
         spec = loader.encap_program(
             b.segments, mode=seg6.MODE_NAMES[b.mode], family=4 if family == AF_INET else 6,
-            tunsrc_fd=node.maps.tunsrc_fd,  # type: ignore[attr-defined]
+            tunsrc_fd=node.maps.tunsrc_fd, xmit_only=True,  # type: ignore[attr-defined]
         )  # fmt: skip
     elif b.action == seg6.END:
         flv = b.flavors()
@@ -49,6 +55,8 @@ def install_programs(b: Seg6Encap | Seg6Local, family: int, node: object) -> tup
         else:
             _ops, lb, nf = flv
             spec = loader.end_program(next_csid=True, lblen=lb, nflen=nf)
+    elif b.action in DECAP_ACTIONS:
+        spec = _decap_program(b, node)
     else:
         raise Seg6Error(errno.EOPNOTSUPP, f"the eBPF SRv6 data plane does not forward seg6local action "
                                           f"{seg6.ACTION_NAMES.get(b.action, b.action)} yet")  # fmt: skip
@@ -59,6 +67,42 @@ def install_programs(b: Seg6Encap | Seg6Local, family: int, node: object) -> tup
     hooks = {"in": seg6.LWT_BPF_IN, "out": seg6.LWT_BPF_OUT, "xmit": seg6.LWT_BPF_XMIT}
     fds = {hooks[h]: fd for h, fd in obj.fds.items()}
     return fds, min(obj.ids.values()), spec.headroom, obj.close
+
+
+#: The decapsulating behaviours (bpf/decap.c with a helper device per table or next hop, :mod:`.decap`).
+DECAP_ACTIONS = frozenset({seg6.END_DT6, seg6.END_DT4, seg6.END_DT46, seg6.END_DX4, seg6.END_DX6})
+#: Preference of the decapsulation helpers' rules (``iif HELPER lookup N`` at 1, ``unreachable`` at
+#: 2): right after ``lookup local`` (0), before any rule of the node's own, as the kernel's End.DT*
+#: looks table N up directly.
+DECAP_RULE_PREF = 1
+
+
+def _decap_program(b: Seg6Local, node: object) -> loader.ProgramSpec:
+    """The program of a decapsulating SID (End.DT6/DT4/DT46 ``table``/``vrftable N``, End.DX4 ``nh4``,
+    End.DX6 ``nh6``), its helper device, rules and (DX) private table made first when missing; the
+    helper's ifindex joins the node's hidden ones."""
+    import ipaddress
+    import os
+
+    from substrate.dataplane.ebpf import decap
+
+    dn = getattr(node, "decap", None)
+    if dn is None:
+        dn = decap.DecapNode(os.path.basename(node.netns), rule_pref=DECAP_RULE_PREF)  # type: ignore[attr-defined]
+        node.decap = dn  # type: ignore[attr-defined]
+    table = b.u32(seg6.SEG6_LOCAL_TABLE) or b.u32(seg6.SEG6_LOCAL_VRFTABLE)
+    nh = None
+    if b.action == seg6.END_DX4:
+        nh = str(ipaddress.IPv4Address(b.params[seg6.SEG6_LOCAL_NH4][:4]))
+    elif b.action == seg6.END_DX6:
+        nh = str(ipaddress.IPv6Address(b.params[seg6.SEG6_LOCAL_NH6][:16]))
+    sid = decap.DecapSid(sid="::/128", behaviour=seg6.ACTION_NAMES[b.action], table=None if nh else table, nh=nh)
+    try:
+        spec = dn.program(sid)
+    except (decap.DecapError, loader.BpfError) as e:
+        raise Seg6Error(errno.ENOMEM, f"the eBPF SRv6 data plane could not set up {sid.behaviour}: {str(e).splitlines()[0]}") from None
+    node.hidden.update(h.ifindex for h in dn.helpers.values())  # type: ignore[attr-defined]
+    return spec
 
 
 def _prepare_encap(node: object) -> None:

@@ -63,7 +63,7 @@ ACTION_ATTRS: dict[int, tuple[frozenset[int], frozenset[int]]] = {
 }
 #: Behaviours the eBPF data plane forwards (the others are refused in one line, never accepted
 #: and silently not forwarded).
-EBPF_ACTIONS = frozenset({END, END_X, END_T, END_DX4, END_DX6, END_DT6, END_DT4, END_DT46})
+EBPF_ACTIONS = frozenset({END, END_DX4, END_DX6, END_DT6, END_DT4, END_DT46})
 NLA_F_NESTED = 1 << 15
 NAME_PREFIX = "anibench:"
 
@@ -205,8 +205,9 @@ class Seg6Local:
         counters = got.pop(SEG6_LOCAL_COUNTERS, None) is not None
         if action not in ACTION_NAMES:
             raise Seg6Error(errno.EINVAL)
-        if action not in ACTION_ATTRS or action not in EBPF_ACTIONS:
-            raise Seg6Error(errno.EOPNOTSUPP, f"the eBPF SRv6 data plane does not forward seg6local action {ACTION_NAMES[action]}")
+        unsupported = Seg6Error(errno.EOPNOTSUPP, f"the eBPF SRv6 data plane does not forward seg6local action {ACTION_NAMES[action]}")
+        if action not in ACTION_ATTRS:
+            raise unsupported
         required, optional = ACTION_ATTRS[action]
         present = set(got)
         if not required <= present or present - required - optional:
@@ -223,6 +224,8 @@ class Seg6Local:
             params[SEG6_LOCAL_FLAVORS] = _check_flavors(params[SEG6_LOCAL_FLAVORS])
         if SEG6_LOCAL_SRH in params and not _srh_ok(params[SEG6_LOCAL_SRH]):
             raise Seg6Error(errno.EINVAL)
+        if action not in EBPF_ACTIONS:  # checked as the kernel would first: a malformed request is EINVAL
+            raise unsupported
         return cls(action, params, counters)
 
     def u32(self, typ: int) -> int | None:

@@ -182,6 +182,21 @@ class Node:
     seq: int = 0
     #: ifindexes of the data plane's own helper devices in the node (hidden from its ip).
     hidden: set[int] = field(default_factory=set)
+    hidden_known: bool = False
+
+    def find_hidden(self) -> None:
+        """Learn the ifindexes of the data plane's helper devices already in the node (a worker
+        started after another one died finds those its predecessor made)."""
+        if self.hidden_known:
+            return
+        import subprocess
+
+        r = subprocess.run(["ip", "-n", os.path.basename(self.netns), "-j", "link", "show"], capture_output=True, text=True,
+                           check=False)  # fmt: skip
+        with contextlib.suppress(ValueError):
+            self.hidden.update(int(i["ifindex"]) for i in json.loads(r.stdout or "[]")
+                               if i.get("ifname", "").encode().startswith(HIDDEN_PREFIXES))  # fmt: skip
+        self.hidden_known = True
 
     def netlink(self) -> socket.socket:
         """A NETLINK_ROUTE socket in the node's namespace (made once)."""
@@ -236,6 +251,7 @@ class Service:
         if len(data) < 8:
             return struct.pack("=I", 0)
         op, proto, port = chr(data[0]), data[1], struct.unpack_from("=I", data, 4)[0]
+        node.find_hidden()
         payload = data[8:]
         if op == "R":
             try:

@@ -146,12 +146,50 @@ static __always_inline int build_hdr(struct __sk_buff *skb, __u8 *hdr)
 	return 0;
 }
 
-static __always_inline int do_encap(struct __sk_buff *skb, __u8 *hdr)
+/* A forwarded packet reaches the xmit hook after ip_forward/ip6_forward took one off its TTL /
+ * hop limit; the kernel's seg6_input encapsulates before that forward and leaves the inner one as
+ * received: put it back (fixing the IPv4 header checksum). 0, or -1 (drop). */
+static __always_inline int restore_inner_hop_limit(struct __sk_buff *skb)
+{
+	if (CFG.family == 6) {
+		__u8 hl;
+
+		if (bpf_skb_load_bytes(skb, 7, &hl, 1) < 0 || hl == 255)
+			return -1;
+		hl += 1;
+		if (bpf_skb_store_bytes(skb, 7, &hl, 1, 0) < 0)
+			return -1;
+	} else {
+		__u8 tp[2];
+		__u16 old, new;
+
+		if (bpf_skb_load_bytes(skb, 8, tp, 2) < 0 || tp[0] == 255)
+			return -1;
+		old = bpf_htons(((__u16)tp[0] << 8) | tp[1]);
+		tp[0] += 1;
+		new = bpf_htons(((__u16)tp[0] << 8) | tp[1]);
+		if (bpf_l3_csum_replace(skb, 10, old, new, 2) < 0)
+			return -1;
+		if (bpf_skb_store_bytes(skb, 8, tp, 1, 0) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Encapsulate on the input hook (at_xmit 0: before the inner forward, as seg6_input) or on the
+ * xmit hook (at_xmit 1: a forwarded packet comes after its inner forward, whose hop-limit
+ * decrement is undone and put on the outer instead; a local one as seg6_output). */
+static __always_inline int do_encap(struct __sk_buff *skb, __u8 *hdr, int at_xmit)
 {
 	__u32 pkt_len = skb->len;
+	int forwarded = at_xmit && skb->ingress_ifindex != 0;
 
+	if (forwarded && restore_inner_hop_limit(skb) < 0)
+		goto drop;
 	if (build_hdr(skb, hdr) < 0)
 		goto drop;
+	if (forwarded && hdr[7] > 0)
+		hdr[7] -= 1;  /* the outer leaves as the kernel's ip6_forward of the outer would leave it */
 	if (bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_IP, hdr, CFG.len) != 0)
 		goto drop;
 	SRV6_COUNT(1, pkt_len);
@@ -170,31 +208,8 @@ static __always_inline int do_encap_gso(struct __sk_buff *skb, __u8 *hdr, int if
 
 	if (len < 40 || len > ENCAP_HDR_MAX)
 		goto drop;
-	if (skb->ingress_ifindex) {
-		/* forwarded: undo the hop limit / TTL decrement of the inner forward */
-		if (CFG.family == 6) {
-			__u8 hl;
-
-			if (bpf_skb_load_bytes(skb, 7, &hl, 1) < 0 || hl == 255)
-				goto drop;
-			hl += 1;
-			if (bpf_skb_store_bytes(skb, 7, &hl, 1, 0) < 0)
-				goto drop;
-		} else {
-			__u8 tp[2];
-			__u16 old, new;
-
-			if (bpf_skb_load_bytes(skb, 8, tp, 2) < 0 || tp[0] == 255)
-				goto drop;
-			old = bpf_htons(((__u16)tp[0] << 8) | tp[1]);
-			tp[0] += 1;
-			new = bpf_htons(((__u16)tp[0] << 8) | tp[1]);
-			if (bpf_l3_csum_replace(skb, 10, old, new, 2) < 0)
-				goto drop;
-			if (bpf_skb_store_bytes(skb, 8, tp, 1, 0) < 0)
-				goto drop;
-		}
-	}
+	if (skb->ingress_ifindex && restore_inner_hop_limit(skb) < 0)
+		goto drop;
 	if (build_hdr(skb, hdr) < 0)
 		goto drop;
 	if (!skb->ingress_ifindex && hdr[7] < 255)
@@ -221,7 +236,7 @@ int encap_in(struct __sk_buff *skb)
 
 	if (skb->gso_size && node_gso_ifindex())
 		return BPF_OK;  /* encapsulated by encap_xmit after the inner forward */
-	return do_encap(skb, (__u8 *)hdr);
+	return do_encap(skb, (__u8 *)hdr, 0);
 }
 
 SEC("lwt_xmit")
@@ -235,7 +250,7 @@ int encap_xmit(struct __sk_buff *skb)
 		if (ifindex)
 			return do_encap_gso(skb, (__u8 *)hdr, ifindex);
 	}
-	return do_encap(skb, (__u8 *)hdr);
+	return do_encap(skb, (__u8 *)hdr, 1);
 }
 
 char LICENSE[] SEC("license") = "Apache-2.0";
