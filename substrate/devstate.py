@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from substrate.dataplane import own_device
 from substrate.errors import SubstrateError
 from substrate.routes import route_key
 from substrate.topology import Role
@@ -1193,8 +1194,9 @@ def parse_capture(node: str, text: str, with_frr: bool, *, router: bool = True) 
             _learn_readonly(sec["ro"])
         values = _sysctls(sec["sysctl"])
         state.sysctls = {k: v for k, v in values.items() if not _per_interface(k)}
-        state.iface_sysctls = {k: v for k, v in values.items() if _per_interface(k)}
-        state.qdiscs = sorted(_qdisc_args(q) for q in _json(sec.get("tc", "")))
+        # the eBPF data plane's own devices are not the node's configuration (substrate.dataplane)
+        state.iface_sysctls = {k: v for k, v in values.items() if _per_interface(k) and not own_device(_sysctl_iface(k) or "")}
+        state.qdiscs = sorted(_qdisc_args(q) for q in _json(sec.get("tc", "")) if not own_device(str(q.get("dev", ""))))
         if with_frr:
             frr_text = sec.get("frr", "")
             state.frr_config = normalize_frr(frr_text) if "frr version" in frr_text else None
@@ -1251,7 +1253,9 @@ def capture_with_prelude(lab: Lab, node: str, *, frr: bool | str = True, sysctls
     text = r.stdout + host_sections(lab, node) + (f"{_SEP}xfrm\n{_XFRM_DEFAULT}\n" if no_ipsec else "")
     state = parse_capture(node, text, with_frr=full, router=router)
     try:
-        state.link_settings, state.neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
+        link_settings, neigh_settings = netlink.settings(f"/run/netns/{lab.state(node).netns}")
+        state.link_settings = {k: v for k, v in link_settings.items() if not own_device(k.split("/")[-1])}
+        state.neigh_settings = {k: v for k, v in neigh_settings.items() if not own_device(k.split("/")[-1])}
     except netlink.NetlinkError as e:
         raise SnapshotError(f"{node}: {e}") from None
     if router and frr:

@@ -75,32 +75,35 @@ def _attrs(buf: bytes, start: int = 0, end: int | None = None) -> Iterator[tuple
 
 
 def _dump(netns_path: str, msg_type: int, body: bytes, want: int, *, proto: int = socket.NETLINK_ROUTE,
-          dump: bool = True) -> list[bytes]:
+          dump: bool = True, sock: socket.socket | None = None) -> list[bytes]:
     """The messages of type ``want`` answering one request (each: header stripped): a dump
-    (until ``NLMSG_DONE``), or with ``dump`` false a plain get (its one answer)."""
-    with _lock:  # setns and socket creation are quick; one thread at a time keeps them simple
-        sock = _socket_in(netns_path, socket.AF_NETLINK, proto)
-    with sock:
-        sock.settimeout(10)
-        flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else 0)
-        sock.send(struct.pack("IHHII", 16 + len(body), msg_type, flags, 1, 0) + body)
-        out: list[bytes] = []
-        while True:
-            buf = sock.recv(1 << 20)
-            off = 0
-            while off + 16 <= len(buf):
-                length, mtype, _flags, _seq, _pid = struct.unpack_from("IHHII", buf, off)
-                if mtype == NLMSG_DONE:
+    (until ``NLMSG_DONE``), or with ``dump`` false a plain get (its one answer). ``sock``: a
+    socket of the namespace to reuse (kept open), else one is made for the request."""
+    if sock is None:
+        with _lock:  # setns and socket creation are quick; one thread at a time keeps them simple
+            own = _socket_in(netns_path, socket.AF_NETLINK, proto)
+        with own:
+            return _dump(netns_path, msg_type, body, want, proto=proto, dump=dump, sock=own)
+    sock.settimeout(10)
+    flags = NLM_F_REQUEST | (NLM_F_DUMP if dump else 0)
+    sock.send(struct.pack("IHHII", 16 + len(body), msg_type, flags, 1, 0) + body)
+    out: list[bytes] = []
+    while True:
+        buf = sock.recv(1 << 20)
+        off = 0
+        while off + 16 <= len(buf):
+            length, mtype, _flags, _seq, _pid = struct.unpack_from("IHHII", buf, off)
+            if mtype == NLMSG_DONE:
+                return out
+            if mtype == NLMSG_ERROR:
+                (err,) = struct.unpack_from("i", buf, off + 16)
+                if err:
+                    raise NetlinkError(f"request {msg_type} failed: {os.strerror(-err)}")
+            elif mtype == want:
+                out.append(buf[off + 16 : off + length])
+                if not dump:
                     return out
-                if mtype == NLMSG_ERROR:
-                    (err,) = struct.unpack_from("i", buf, off + 16)
-                    if err:
-                        raise NetlinkError(f"request {msg_type} failed: {os.strerror(-err)}")
-                elif mtype == want:
-                    out.append(buf[off + 16 : off + length])
-                    if not dump:
-                        return out
-                off += (length + 3) & ~3
+            off += (length + 3) & ~3
 
 
 #: NETLINK_XFRM and its messages (linux/xfrm.h): SA and SP counts, default policies.
@@ -150,7 +153,17 @@ def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
     body = struct.pack("BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0) + struct.pack("HHI", 8, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)
     links: dict[str, str] = {}
     names: dict[int, str] = {}
-    for msg in _dump(netns_path, RTM_GETLINK, body, RTM_NEWLINK):
+    # one socket for both dumps: the link dump's reads raise what the kernel allocates per dump
+    # message (max_recvmsg_len, net/netlink/af_netlink.c) to 32 KiB. Kernel 6.18's neighbour-table
+    # dump (neightbl_dump_info) resumes the second table skipping as many entries as the first one
+    # had when the first table's entries fill a message exactly: on a fresh socket (page-sized
+    # first message) a node with 14 or 15 devices lost every ndisc_cache device entry.
+    with _lock:
+        sock = _socket_in(netns_path, socket.AF_NETLINK, socket.NETLINK_ROUTE)
+    with sock:
+        link_msgs = _dump(netns_path, RTM_GETLINK, body, RTM_NEWLINK, sock=sock)
+        tbl_msgs = _dump(netns_path, RTM_GETNEIGHTBL, struct.pack("Bxxx", socket.AF_UNSPEC), RTM_NEWNEIGHTBL, sock=sock)
+    for msg in link_msgs:
         (index,) = struct.unpack_from("i", msg, 4)
         name, parts = "", []
         for atype, payload in _attrs(msg, 16):
@@ -169,7 +182,7 @@ def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
             names[index] = name
             links[name] = ";".join(sorted(parts))
     neigh: dict[str, str] = {}
-    for msg in _dump(netns_path, RTM_GETNEIGHTBL, struct.pack("Bxxx", socket.AF_UNSPEC), RTM_NEWNEIGHTBL):
+    for msg in tbl_msgs:
         table, dev, params = "", "-", []
         for atype, payload in _attrs(msg, 4):  # after struct ndtmsg (family, padding)
             if atype == NDTA_NAME:

@@ -31,6 +31,17 @@ MODES: tuple[str, ...] = ("auto", *DATAPLANES)
 #: Environment variable read when no ``--dataplane`` is given.
 ENV = "ANIBENCH_DATAPLANE"
 
+#: Name prefixes of the eBPF data plane's own devices in a node (its GSO helper bridge, its
+#: decapsulation helpers): not part of the node's configuration -- the node's ``ip`` does not show
+#: them and the device-state capture leaves them out (with their qdiscs and sysctls).
+OWN_DEVICE_PREFIXES: tuple[str, ...] = ("sr6gso", "sr6d")
+
+
+def own_device(name: str) -> bool:
+    """Whether ``name`` is one of the data plane's own devices (:data:`OWN_DEVICE_PREFIXES`)."""
+    return name.startswith(OWN_DEVICE_PREFIXES)
+
+
 #: The feature probes (``substrate.features``) the kernel data plane needs.
 KERNEL_SEG6_PROBES: tuple[str, ...] = (
     "seg6-encap", "seg6local-end-next-csid", "seg6local-end-dt6", "seg6local-end-dx4",

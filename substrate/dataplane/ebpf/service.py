@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from substrate.dataplane import OWN_DEVICE_PREFIXES
 from substrate.dataplane.ebpf import seg6
 from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr, attrs
 
@@ -109,7 +110,7 @@ def _error_reply(request: bytes, port: int, err: int, extack: str = "") -> bytes
 
 #: Names of the data plane's own devices in a node (the GSO helper bridge, the decapsulation
 #: helpers): never shown to the node's ip, never changed through it.
-HIDDEN_PREFIXES: tuple[bytes, ...] = (b"sr6gso", b"sr6d")
+HIDDEN_PREFIXES: tuple[bytes, ...] = tuple(p.encode() for p in OWN_DEVICE_PREFIXES)
 #: Tables at or above this id are the data plane's own (the DX helpers' next-hop tables).
 HIDDEN_TABLE_BASE = 0x7E000000
 RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR = 16, 17, 19, 20, 21
