@@ -185,3 +185,27 @@ def test_the_data_planes_own_helper_devices_are_not_the_nodes(ebpf_lab) -> None:
     assert "state UP" in subprocess.run(["ip", "-n", lab.state("r3").netns, "link", "show", "sr6gso"], capture_output=True,
                                         text=True).stdout or "UNKNOWN" in raw  # fmt: skip
     assert _ip(lab, "r3", "-6", "route", "del", "fd7c::/64").ok
+
+
+def test_an_end_dx6_next_hop_is_followed_when_the_main_table_changes(ebpf_lab) -> None:
+    """End.DX6 resolves nh6 in the main table per packet in the kernel; here the helper's private
+    table follows the main table (service.DX_REFRESH_S): a SID whose next hop had no route when it
+    was added forwards once one exists."""
+    lab = ebpf_lab
+    ns = lab.state("r3").netns
+    assert _ip(lab, "r3", "-6", "route", "add", "fd7d::/64", "encap", "seg6local", "action", "End.DX6", "nh6",
+               "fd7e::2", "dev", "sr0").ok  # fmt: skip
+
+    def private() -> str:
+        rules = subprocess.run(["ip", "-n", ns, "-6", "rule", "show"], capture_output=True, text=True).stdout
+        tables = {int(t) for t in __import__("re").findall(r"iif sr6dx\w+ lookup (\d+)", rules)}
+        return "".join(subprocess.run(["ip", "-n", ns, "-6", "route", "show", "table", str(t)], capture_output=True,
+                                      text=True).stdout for t in tables)  # fmt: skip
+
+    assert "unreachable default" in private()
+    assert _ip(lab, "r3", "-6", "route", "add", "fd7e::/64", "dev", "eth1").ok  # fd7e::2 now routed via eth1
+    deadline = time.monotonic() + 10
+    while "default via fd7e::2 dev eth1" not in private() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "default via fd7e::2 dev eth1" in private(), private()
+    assert _ip(lab, "r3", "-6", "route", "del", "fd7d::/64").ok and _ip(lab, "r3", "-6", "route", "del", "fd7e::/64").ok

@@ -58,7 +58,7 @@ import json
 import os
 import struct
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from substrate.dataplane.ebpf import loader
@@ -136,6 +136,8 @@ class _Helper:
     families: tuple[str, ...] = ("-4", "-6")
     nh: str | None = None
     strip_prog_id: int = 0
+    #: The main table's (device, gateway) for ``nh`` when the private table was last written.
+    resolved: tuple[str, str] | None = None
 
 
 @dataclass
@@ -378,6 +380,24 @@ class DecapNode:
         for h in self.helpers.values():
             if h.nh:
                 self._set_dx_route(h)
+
+    def refresh(self, resolve: Callable[[str], tuple[str, str] | None]) -> int:
+        """Re-point each DX helper's private table whose next hop resolves differently now (the
+        kernel resolves nh4/nh6 per packet; this follows within one call). ``resolve(nh)`` is the
+        main table's (device, gateway) for ``nh`` -- a netlink ``RTM_GETROUTE``, no process -- or
+        None when nothing routes it. Only a change costs an ``ip route replace``. Returns how many
+        tables changed."""
+        changed = 0
+        for h in self.helpers.values():
+            if not h.nh:
+                continue
+            now = resolve(h.nh)
+            if now == h.resolved:
+                continue
+            h.resolved = now
+            self._set_dx_route(h)
+            changed += 1
+        return changed
 
     def teardown(self) -> None:
         """Remove the helpers, their rules and private tables (SID routes are the caller's:

@@ -70,6 +70,8 @@ RTMSG = struct.Struct("=BBBBBBBBI")
 SOCKET_DIR = "dataplane"
 #: Where a node sees its socket.
 NODE_SOCKET = "/run/anibench/dataplane.sock"
+#: Bound on how late an End.DX4/DX6 next-hop table follows a change of the main table (seconds).
+DX_REFRESH_S = 0.5
 #: Restarts of a dead worker allowed per minute before the supervisor gives up.
 MAX_RESTARTS_PER_MIN = 10
 
@@ -211,6 +213,29 @@ class Node:
             self.nl = s
         return self.nl
 
+    def route_get(self, addr: str) -> tuple[str, str] | None:
+        """The main table's (output ifindex, gateway) for ``addr`` in the node (an RTM_GETROUTE
+        answered by the kernel, as ``ip route get``), or None when nothing routes it."""
+        import ipaddress
+
+        ip = ipaddress.ip_address(addr)
+        fam = socket.AF_INET if ip.version == 4 else socket.AF_INET6
+        body = RTMSG.pack(fam, 32 if ip.version == 4 else 128, 0, 0, 0, 0, 0, 0, 0) + attr(1, ip.packed)  # RTA_DST
+        s = self.netlink()
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        s.send(HDR.pack(16 + len(body), 26, NLM_F_REQUEST, self.seq, 0) + body)  # RTM_GETROUTE
+        while True:
+            for _l, t, _f, sq, _p, m in _msgs(s.recv(1 << 16)):
+                if sq != self.seq:
+                    continue
+                if t != RTM_NEWROUTE or m[16 + 7] != 1:  # an error, or not RTN_UNICAST
+                    return None
+                a = dict(attrs(m[16 + RTMSG.size:]))
+                oif, gw = a.get(RTA_OIF), a.get(5)  # RTA_GATEWAY
+                if oif is None:
+                    return None
+                return str(struct.unpack("=i", oif)[0]), str(ipaddress.ip_address(gw)) if gw else ""
+
     def talk(self, msg: bytes) -> tuple[int, list[tuple[int, bytes]]]:
         """Send one request to the node's kernel with NLM_F_ACK; (errno, extack TLVs) of its answer."""
         s = self.netlink()
@@ -244,6 +269,7 @@ class Service:
         self.nodes = nodes
         self.load = load
         self.counters = counters
+        self._refreshed = 0.0
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -403,6 +429,23 @@ class Service:
             return _error_reply(msg, port, errno.EOPNOTSUPP, "the eBPF SRv6 data plane does not do SRH HMAC")
         return _error_reply(msg, port, errno.EOPNOTSUPP)
 
+    def refresh_next_hops(self) -> None:
+        """End.DX4/DX6: re-point every node's next-hop tables that resolve differently now (at
+        most every :data:`DX_REFRESH_S`; the kernel resolves nh4/nh6 per packet, this follows
+        within that bound). A failure is logged, never fatal."""
+        now = time.monotonic()
+        if now - self._refreshed < DX_REFRESH_S:
+            return
+        self._refreshed = now
+        for node in self.nodes.values():
+            dn = getattr(node, "decap", None)
+            if dn is None:
+                continue
+            try:
+                dn.refresh(node.route_get)
+            except Exception:  # noqa: BLE001 -- logged; the next round tries again
+                traceback.print_exc()
+
     # -- the loop ----------------------------------------------------------------------------
 
     def serve(self, stop: Callable[[], bool]) -> None:
@@ -412,7 +455,9 @@ class Service:
             node.listener.setblocking(False)
             sel.register(node.listener, selectors.EVENT_READ, ("listen", node))
         while not stop():
-            for key, _ev in sel.select(timeout=1.0):
+            events = sel.select(timeout=DX_REFRESH_S)
+            self.refresh_next_hops()
+            for key, _ev in events:
                 kind, node = key.data
                 if kind == "listen":
                     with contextlib.suppress(BlockingIOError, InterruptedError):
