@@ -10,6 +10,7 @@ and repaired, and nothing is left after the lab.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -120,12 +121,17 @@ def test_errors_and_exit_status_are_iproute2s(ebpf_lab) -> None:
     assert r.returncode == 2 and "the eBPF SRv6 data plane does not forward seg6 mode l2encap" in r.stderr
 
 
-def test_tunnel_source_is_kept_per_node(ebpf_lab) -> None:
+def test_tunnel_source_is_kept_per_node_and_set_only_with_host_privileges(ebpf_lab) -> None:
+    """``ip sr tunsrc set`` wants CAP_NET_ADMIN in the initial user namespace (GENL_ADMIN_PERM):
+    an agent's confined shell is refused as on the kernel's seg6; the harness (host user
+    namespace) sets it (adversarial finding F12)."""
     lab = ebpf_lab
-    assert _ip(lab, "r1", "sr", "tunsrc", "set", "fd00::1").ok
+    r = _ip(lab, "r1", "sr", "tunsrc", "set", "fd00::9")
+    assert (r.returncode, r.stderr.strip()) == (1, "RTNETLINK answers: Operation not permitted"), r
+    assert _ip(lab, "r1", "sr", "tunsrc", "set", "fd00::1", confined=False).ok
     assert _ip(lab, "r1", "sr", "tunsrc", "show").stdout.strip() == "tunsrc addr fd00::1"
     assert _ip(lab, "r2", "sr", "tunsrc", "show").stdout.strip() == "tunsrc addr ::"
-    assert _ip(lab, "r1", "sr", "tunsrc", "set", "::").ok
+    assert _ip(lab, "r1", "sr", "tunsrc", "set", "::", confined=False).ok
 
 
 def test_a_confined_shell_gets_eperm_from_bpf_and_sees_only_its_own_socket(ebpf_lab) -> None:
@@ -209,3 +215,73 @@ def test_an_end_dx6_next_hop_is_followed_when_the_main_table_changes(ebpf_lab) -
         time.sleep(0.1)
     assert "default via fd7e::2 dev eth1" in private(), private()
     assert _ip(lab, "r3", "-6", "route", "del", "fd7d::/64").ok and _ip(lab, "r3", "-6", "route", "del", "fd7e::/64").ok
+
+
+ESCAPE = r'''
+import socket, struct, sys
+idx = int(sys.argv[1])
+ifi = struct.pack("=BxHiII", 0, 0, idx, 0, 0)
+attr = struct.pack("=HHI", 8, 19, 1)  # IFLA_NET_NS_PID = the host's PID 1
+msg = struct.pack("=IHHII", 16 + len(ifi) + len(attr), 16, 1 | 4, 7, 0) + ifi + attr  # RTM_NEWLINK, REQUEST|ACK
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect("/run/anibench/dataplane.sock")
+s.send(b"S\0\0\0" + struct.pack("=I", 0) + msg)
+print(struct.unpack_from("=I", s.recv(65536))[0])
+'''
+
+
+def test_a_node_cannot_have_the_service_write_what_it_may_not_write_itself(ebpf_lab) -> None:
+    """Adversarial finding F1: a raw request on the node's socket asking to move one of its veths
+    into the host's namespace is not the data plane's: the service answers "pass" (the node's
+    own ip would send it, with the node's privileges) and nothing moves."""
+    lab = ebpf_lab
+    assert _ip(lab, "r1", "link", "add", "escA", "type", "veth", "peer", "name", "escB").ok
+    try:
+        idx = json.loads(_ip(lab, "r1", "-j", "link", "show", "escB").stdout)[0]["ifindex"]
+        r = lab.exec("r1", ["python3", "-c", ESCAPE, str(idx)], confined=True)
+        assert r.ok and r.stdout.strip() == str(0xFFFFFFFF), (r.stdout, r.stderr)
+        assert "escB" in _ip(lab, "r1", "link", "show").stdout
+        assert "escB" not in subprocess.run(["ip", "link", "show"], capture_output=True, text=True).stdout
+    finally:
+        _ip(lab, "r1", "link", "del", "escA")
+
+
+def test_the_helpers_rules_and_devices_cannot_be_changed_from_the_node(ebpf_lab) -> None:
+    """Adversarial findings F3, F4: ``ip rule del pref 1`` (the decapsulation helpers' rules) is
+    answered as for a rule that is not there, and the helpers' devices take no address."""
+    lab = ebpf_lab
+    assert _ip(lab, "r2", "-6", "route", "add", "fd80::/64", "encap", "seg6local", "action", "End.DT6", "table", "120",
+               "dev", "sr0").ok  # fmt: skip
+    assert _ip(lab, "r2", "-6", "route", "add", "fd81::/64", "encap", "seg6", "mode", "encap", "segs", "fcbb:bb00:1::",
+               "dev", "sr0").ok  # fmt: skip
+    try:
+        raw = lambda: subprocess.run(["ip", "-n", lab.state("r2").netns, "-6", "rule", "show"], capture_output=True,  # noqa: E731
+                                     text=True).stdout  # fmt: skip
+        assert "iif sr6dt120 lookup 120" in raw()
+        for pref in ("1", "2"):
+            r = _ip(lab, "r2", "-6", "rule", "del", "pref", pref)
+            assert r.returncode == 2 and "No such file or directory" in r.stderr, r
+        assert "iif sr6dt120 lookup 120" in raw() and "iif sr6dt120 unreachable" in raw()
+        for dev in ("sr6dt120", "sr6gso"):
+            r = _ip(lab, "r2", "-6", "addr", "add", "fd82::1/64", "dev", dev)
+            assert r.returncode != 0, r
+    finally:
+        _ip(lab, "r2", "-6", "route", "del", "fd80::/64")
+        _ip(lab, "r2", "-6", "route", "del", "fd81::/64")
+
+
+def test_identical_srv6_routes_compare_equal_as_the_kernels_do(ebpf_lab) -> None:
+    """Adversarial finding F5: an encapsulating route is named by its parameters, so appending its
+    twin is "File exists" as on the kernel's seg6, and an IPv4 delete naming other segments
+    deletes nothing."""
+    lab = ebpf_lab
+    add = ["route", "append", "fd83::/64", "encap", "seg6", "mode", "encap", "segs", "fcbb:bb00:3::", "dev", "sr0"]
+    assert _ip(lab, "r1", "-6", *add).ok
+    r = _ip(lab, "r1", "-6", *add)
+    assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: File exists"), r
+    assert _ip(lab, "r1", "-6", "route", "del", "fd83::/64").ok
+    v4 = ["10.83.0.0/24", "encap", "seg6", "mode", "encap", "segs"]
+    assert _ip(lab, "r1", "-4", "route", "add", *v4, "fcbb:bb00:3::", "dev", "sr0").ok
+    r = _ip(lab, "r1", "-4", "route", "del", *v4, "fcbb:bb00:2::", "dev", "sr0")
+    assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: No such process"), r
+    assert _ip(lab, "r1", "-4", "route", "del", *v4, "fcbb:bb00:3::", "dev", "sr0").ok

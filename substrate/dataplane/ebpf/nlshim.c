@@ -243,8 +243,7 @@ static int relevant(const struct nlfd *f, const unsigned char *buf, size_t n, ch
 			return 1;
 		/* where the data plane has helper devices, changes and dumps of devices, addresses,
 		 * routes, rules and neighbours go by the service, which keeps the helpers out of them */
-		if (about_devices(h->nlmsg_type) && (dir == 'R' || h->nlmsg_type != RTM_NEWROUTE) &&
-		    !(h->nlmsg_flags & NLM_F_DUMP && dir == 'S') && have_helpers())
+		if (about_devices(h->nlmsg_type) && (dir == 'R' || h->nlmsg_type != RTM_NEWROUTE) && have_helpers())
 			return 1;
 	}
 	return 0;
@@ -253,7 +252,9 @@ static int relevant(const struct nlfd *f, const unsigned char *buf, size_t n, ch
 /* -- the service --------------------------------------------------------------------------- */
 
 /* Ask the service; on success queue its answer datagrams on f (for 'S') or return the one
- * rewritten datagram in *out (for 'R'). Returns 0, or -1 with errno set. */
+ * rewritten datagram in *out (for 'R'). Returns 0; 1 when the service answers "pass" (count
+ * 0xFFFFFFFF: the request is not the data plane's, the caller sends it to the kernel itself, with
+ * the node's own privileges); or -1 with errno set. */
 static int ask(int fd, struct nlfd *f, char op, const unsigned char *buf, size_t n, unsigned char **out, size_t *outlen)
 {
 	const char *path = getenv("ANIBENCH_DP_SOCKET");
@@ -291,6 +292,11 @@ static int ask(int fd, struct nlfd *f, char op, const unsigned char *buf, size_t
 	}
 	uint32_t count;
 	memcpy(&count, ans, 4);
+	if (count == 0xFFFFFFFFu) {
+		free(ans);
+		real_close(s);
+		return 1;
+	}
 	size_t off = 4;
 	for (uint32_t i = 0; i < count; i++) {
 		uint32_t l;
@@ -377,14 +383,28 @@ static ssize_t send_common(int fd, const struct msghdr *msg, int flags)
 	}
 	ssize_t ret;
 	if (relevant(f, buf, n, 'S')) {
-		if (ask(fd, f, 'S', buf, n, NULL, NULL) == 0) {
-			ret = (ssize_t)n;
-		} else {
-			int e = errno;
-			fprintf(stderr, "ip: the SRv6 data-plane service of this node does not answer (%s); "
-					"SRv6 routes and the tunnel source cannot be changed now\n", strerror(e));
-			errno = ECONNREFUSED;
-			ret = -1;
+		/* message by message (iproute2's flush sends many deletes in one datagram): the
+		 * service's, and the others sent here as datagrams of their own */
+		int len = (int)n;
+		ret = (ssize_t)n;
+		for (struct nlmsghdr *h = (void *)buf; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+			size_t one = NLMSG_ALIGN(h->nlmsg_len) <= (size_t)len ? NLMSG_ALIGN(h->nlmsg_len) : h->nlmsg_len;
+			int asked = relevant(f, (void *)h, one, 'S') ? ask(fd, f, 'S', (void *)h, one, NULL, NULL) : 1;
+			if (asked == 1) {
+				struct iovec iov = {h, one};
+				struct msghdr m = {.msg_name = msg->msg_name, .msg_namelen = msg->msg_namelen, .msg_iov = &iov, .msg_iovlen = 1};
+				if (real_sendmsg(fd, &m, flags) < 0) {
+					ret = -1;
+					break;
+				}
+			} else if (asked < 0) {
+				int e = errno;
+				fprintf(stderr, "ip: the SRv6 data-plane service of this node does not answer (%s); "
+						"SRv6 routes and the tunnel source cannot be changed now\n", strerror(e));
+				errno = ECONNREFUSED;
+				ret = -1;
+				break;
+			}
 		}
 	} else {
 		ret = real_sendmsg(fd, msg, flags);

@@ -66,6 +66,18 @@ SEG6_ATTR_DST = 1
 SEG6_FAMILY_ID = 0x3F0
 HDR = struct.Struct("=IHHII")
 RTMSG = struct.Struct("=BBBBBBBBI")
+#: The answer that tells the shim to send the request itself (count field of the answer).
+PASS_COUNT = 0xFFFFFFFF
+PASS = b"PASS"
+AF_INET = 2
+RTA_MULTIPATH, RTA_CACHEINFO = 9, 12
+#: Attributes an SRv6 route request may carry besides its encapsulation (linux/rtnetlink.h: RTA_DST,
+#: RTA_SRC, RTA_IIF, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_METRICS, RTA_FLOW,
+#: RTA_TABLE, RTA_MARK, RTA_VIA, RTA_PREF, RTA_EXPIRES): all about the route in the node's own
+#: namespace. The service rebuilds the route from these only.
+ROUTE_ATTRS = frozenset({1, 2, 3, 4, 5, 6, 7, 8, 11, 15, 16, 18, 20, 23})
+#: Concurrent connections one node may hold on its socket (its ip processes); more are closed at once.
+MAX_CONNECTIONS_PER_NODE = 32
 #: Directory of the per-node sockets, in the lab directory.
 SOCKET_DIR = "dataplane"
 #: Where a node sees its socket.
@@ -148,6 +160,29 @@ def hidden_message(typ: int, msg: bytes, hidden: set[int]) -> bool:
     return False
 
 
+def hidden_rule_delete(typ: int, msg: bytes) -> bool:
+    """A rule deletion that would take a rule of the data plane's decapsulation helpers: one
+    naming their preference (1 or 2, :data:`programs.DECAP_RULE_PREF`) without naming an input
+    device of the node's own. (Others are left to the kernel; a helper rule lost anyway is put
+    back by the service within its refresh bound.)"""
+    if typ != RTM_DELRULE or len(msg) < 28:
+        return False
+    a = dict(attrs(msg[28:]))
+    prio = a.get(6)  # FRA_PRIORITY
+    iif = a.get(FRA_IIFNAME, b"").rstrip(b"\0")
+    return (prio is not None and struct.unpack_from("=I", prio)[0] in (1, 2) and (not iif or iif.startswith(HIDDEN_PREFIXES))) or (
+        bool(iif) and iif.startswith(HIDDEN_PREFIXES))
+
+
+def _host_userns(pid: int) -> bool:
+    """Whether process ``pid`` is in this process's user namespace (the host's): a node's
+    confined commands run in the node's own."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/user") == os.readlink("/proc/self/ns/user")
+    except OSError:
+        return False
+
+
 def _route_parts(msg: bytes) -> tuple[bytes, list[tuple[int, bytes]]]:
     """(nlmsghdr + rtmsg, [(attr type with flags, payload)]) of a route message."""
     head = msg[:16 + RTMSG.size]
@@ -186,6 +221,25 @@ class Node:
     #: ifindexes of the data plane's own helper devices in the node (hidden from its ip).
     hidden: set[int] = field(default_factory=set)
     hidden_known: bool = False
+    #: Program ids of the node's SRv6 routes (counters are read for these only).
+    progs: set[int] = field(default_factory=set)
+    progs_read: float = 0.0
+
+    def owns(self, prog_id: int) -> bool:
+        """Whether ``prog_id`` runs on one of this node's routes (learnt from the node's own routes
+        after a restart of the worker, at most once a second)."""
+        if prog_id in self.progs:
+            return True
+        if time.monotonic() - self.progs_read > 1.0:
+            import re
+            import subprocess
+
+            self.progs_read = time.monotonic()
+            ns = os.path.basename(self.netns)
+            out = subprocess.run(["ip", "-n", ns, "-6", "route", "show", "table", "all"], capture_output=True,
+                                 text=True, check=False).stdout  # fmt: skip
+            self.progs |= {int(x) for x in re.findall(r"anibench:(\d+):", out)}
+        return prog_id in self.progs
 
     def find_hidden(self) -> None:
         """Learn the ifindexes of the data plane's helper devices already in the node (a worker
@@ -273,8 +327,9 @@ class Service:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def handle(self, node: Node, data: bytes) -> bytes:
-        """One request datagram from ``node``'s shim -> the answer datagram."""
+    def handle(self, node: Node, data: bytes, peer: int = 0) -> bytes:
+        """One request datagram from ``node``'s shim -> the answer datagram (``peer``: the
+        asking process's host pid, from SO_PEERCRED)."""
         if len(data) < 8:
             return struct.pack("=I", 0)
         op, proto, port = chr(data[0]), data[1], struct.unpack_from("=I", data, 4)[0]
@@ -290,7 +345,11 @@ class Service:
             out = []
             for m in _msgs(payload):
                 try:
-                    answer = self.genl(node, m, port) if proto == NETLINK_GENERIC else self.route(node, m, port)
+                    answer = self.genl(node, m, port, peer) if proto == NETLINK_GENERIC else self.route(node, m, port)
+                    if answer is PASS:  # the shim sends one message a datagram
+                        if len(_msgs(payload)) == 1:
+                            return struct.pack("=I", PASS_COUNT)
+                        answer = _error_reply(m[5], port, errno.EINVAL)
                     if answer is not None:
                         out.append(answer)
                 except Exception as e:  # noqa: BLE001 -- answered as an error of the request, logged
@@ -299,24 +358,38 @@ class Service:
         return struct.pack("=I", len(out)) + b"".join(struct.pack("=I", len(d)) + d for d in out)
 
     def route(self, node: Node, m: tuple, port: int) -> bytes | None:
-        """An RTM_NEWROUTE/RTM_DELROUTE carrying ``encap seg6|seg6local``: done with ``encap bpf``
-        (any other message of the datagram goes to the kernel as it is). Answered as the kernel
-        answers: an error always, a success only when the request asked for an ack (iproute2's
-        flush sends its deletes without, and takes any answer for a failure)."""
+        """An RTM_NEWROUTE/RTM_DELROUTE carrying ``encap seg6|seg6local``: done with ``encap bpf``,
+        the route rebuilt from the attributes a route may carry (:data:`ROUTE_ATTRS`; anything else
+        is refused). A change of the data plane's own helpers is refused as the kernel refuses a
+        device or rule that is not there. Every other message is :data:`PASS`: the node's ``ip``
+        sends it itself, with the node's own privileges -- this host process never writes for a
+        node what the node could not write itself (a veth moved to another namespace, say).
+        Answered as the kernel answers: an error always, a success only when the request asked for
+        an ack (iproute2's flush sends its deletes without, and takes any answer for a failure)."""
         _ln, typ, flags, _seq, _pid, msg = m
+        if hidden_message(typ, msg, node.hidden) or hidden_rule_delete(typ, msg):  # the data plane's own helpers
+            missing = errno.ENODEV if typ in (RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR) else errno.ENOENT
+            return _error_reply(msg, port, missing)
+        if typ not in (RTM_NEWROUTE, RTM_DELROUTE) or len(msg) < 16 + RTMSG.size:
+            return PASS
         head, parts = _route_parts(msg)
         family = head[16]
         etype = next((struct.unpack_from("=H", p)[0] for t, p in parts if t & 0x3FFF == RTA_ENCAP_TYPE), None)
+        if etype not in (seg6.LWTUNNEL_ENCAP_SEG6, seg6.LWTUNNEL_ENCAP_SEG6_LOCAL):
+            return PASS
         encap = next((p for t, p in parts if t & 0x3FFF == RTA_ENCAP), b"")
         rest = [(t, p) for t, p in parts if t & 0x3FFF not in (RTA_ENCAP_TYPE, RTA_ENCAP)]
         ack = bool(flags & NLM_F_ACK)
-        if hidden_message(typ, msg, node.hidden):  # the data plane's own helpers: not there for the node
-            missing = errno.ENODEV if typ in (RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR) else errno.ENOENT
-            return _error_reply(msg, port, missing)
-        if typ not in (RTM_NEWROUTE, RTM_DELROUTE) or etype not in (seg6.LWTUNNEL_ENCAP_SEG6, seg6.LWTUNNEL_ENCAP_SEG6_LOCAL):
-            err, tlvs = node.talk(msg)
-            return self._answer(msg, port, err, tlvs, ack)
-        if typ == RTM_DELROUTE:
+        # what a dump shows and a request need not carry (RTA_CACHEINFO: iproute2's flush and
+        # restore send dumped routes back) is left out; a delete keeps its key attributes only
+        rest = [(t, p) for t, p in rest if t & 0x3FFF != RTA_CACHEINFO and (typ == RTM_NEWROUTE or t & 0x3FFF in ROUTE_ATTRS)]
+        odd = sorted({t & 0x3FFF for t, _p in rest} - ROUTE_ATTRS)
+        if odd:
+            text = ("the eBPF SRv6 data plane does not take multipath SRv6 routes" if RTA_MULTIPATH in odd
+                    else f"the eBPF SRv6 data plane does not take route attribute(s) {odd} with an SRv6 encapsulation")  # fmt: skip
+            return _error_reply(msg, port, errno.EOPNOTSUPP, text)
+        if typ == RTM_DELROUTE and family != AF_INET:
+            # an IPv6 route is deleted by its key (ip6_route_del compares no encapsulation)
             err, tlvs = node.talk(_route_message(head, rest))
             return self._answer(msg, port, err, tlvs, ack)
         try:
@@ -325,7 +398,11 @@ class Service:
         except Seg6Error as e:
             return _error_reply(msg, port, e.errno, e.extack)
         try:
-            name = seg6.encode_name(b, prog_id).encode() + b"\0"
+            # a route that counts names its program (for its counters); others are named by their
+            # parameters alone, so that identical routes compare equal as the kernel's seg6 ones
+            # do (bpf_lwt_prog_cmp compares names): append/prepend of a twin is EEXIST, an IPv4
+            # delete with an encapsulation matches only the route that has it
+            name = seg6.encode_name(b, prog_id if isinstance(b, Seg6Local) and b.counters else 0).encode() + b"\0"
             nested = b"".join(
                 attr(hook | seg6.NLA_F_NESTED, attr(seg6.LWT_BPF_PROG_FD, struct.pack("=I", fd)) + attr(seg6.LWT_BPF_PROG_NAME, name))
                 for hook, fd in sorted(fds.items()))  # fmt: skip
@@ -333,6 +410,8 @@ class Service:
                 nested += attr(seg6.LWT_BPF_XMIT_HEADROOM, struct.pack("=I", headroom))
             rest += [(RTA_ENCAP_TYPE, struct.pack("=H", seg6.LWTUNNEL_ENCAP_BPF)), (RTA_ENCAP, nested)]
             err, tlvs = node.talk(_route_message(head, rest))
+            if not err and typ == RTM_NEWROUTE:
+                node.progs.add(prog_id)
             return self._answer(msg, port, err, tlvs, ack)
         except Seg6Error as e:
             return _error_reply(msg, port, e.errno, e.extack)
@@ -359,11 +438,11 @@ class Service:
                     out += _message(NLMSG_ERROR, 0, seq, pid, struct.pack("=i", -errno.ENODEV) + msg[:16])
                 continue
             if typ in (RTM_NEWROUTE, RTM_DELROUTE):
-                msg = self._show(msg)
+                msg = self._show(msg, node)
             out += msg + b"\0" * (-len(msg) % 4)
         return out
 
-    def _show(self, msg: bytes) -> bytes:
+    def _show(self, msg: bytes, node: Node | None = None) -> bytes:
         head, parts = _route_parts(msg)
         etype = next((struct.unpack_from("=H", p)[0] for t, p in parts if t & 0x3FFF == RTA_ENCAP_TYPE), None)
         if etype != seg6.LWTUNNEL_ENCAP_BPF:
@@ -381,7 +460,7 @@ class Service:
         b, prog_id = decoded
         if isinstance(b, Seg6Local):
             counts = None
-            if b.counters:
+            if b.counters and node is not None and node.owns(prog_id):  # never another node's program
                 with contextlib.suppress(Exception):  # a route deleted meanwhile shows zeros
                     counts = self.counters(prog_id)
             new = b.encap_attrs(counts)
@@ -398,8 +477,11 @@ class Service:
             new_parts.append((t, p))
         return _route_message(head, new_parts)
 
-    def genl(self, node: Node, m: tuple, port: int) -> bytes:
-        """The ``SEG6`` generic netlink family (net/ipv6/seg6.c), answered here."""
+    def genl(self, node: Node, m: tuple, port: int, peer: int = 0) -> bytes:
+        """The ``SEG6`` generic netlink family (net/ipv6/seg6.c), answered here. Setting the
+        tunnel source or an HMAC key wants CAP_NET_ADMIN in the initial user namespace
+        (GENL_ADMIN_PERM): a process in a node's own user namespace (``peer``, an agent's confined
+        shell) is answered EPERM, as the kernel answers it."""
         _ln, typ, flags, seq, _pid, msg = m
         cmd = msg[16] if len(msg) > 16 else 0
         body = dict(attrs(msg[20:]))
@@ -410,6 +492,8 @@ class Service:
             return _message(GENL_ID_CTRL, 0, seq, port, payload)
         if typ != SEG6_FAMILY_ID:
             return _error_reply(msg, port, errno.EOPNOTSUPP)
+        if cmd in (SEG6_CMD_SET_TUNSRC, SEG6_CMD_SETHMAC) and not _host_userns(peer):
+            return _error_reply(msg, port, errno.EPERM)
         if cmd == SEG6_CMD_SET_TUNSRC:
             dst = body.get(SEG6_ATTR_DST)
             if dst is None or len(dst) < 16:
@@ -451,6 +535,7 @@ class Service:
     def serve(self, stop: Callable[[], bool]) -> None:
         """Serve until ``stop()`` is true (checked every second)."""
         sel = selectors.DefaultSelector()
+        open_conns: dict[str, int] = {}
         for node in self.nodes.values():
             node.listener.setblocking(False)
             sel.register(node.listener, selectors.EVENT_READ, ("listen", node))
@@ -460,22 +545,28 @@ class Service:
             for key, _ev in events:
                 kind, node = key.data
                 if kind == "listen":
-                    with contextlib.suppress(BlockingIOError, InterruptedError):
+                    with contextlib.suppress(BlockingIOError, InterruptedError, OSError):
                         conn, _ = node.listener.accept()
+                        if open_conns.get(node.name, 0) >= MAX_CONNECTIONS_PER_NODE:
+                            conn.close()  # one node cannot take every descriptor of the lab's service
+                            continue
                         conn.setblocking(True)
                         conn.settimeout(30)
+                        open_conns[node.name] = open_conns.get(node.name, 0) + 1
                         sel.register(conn, selectors.EVENT_READ, ("conn", node))
                     continue
                 conn = key.fileobj
                 try:
                     data = conn.recv(1 << 20)
                     if data:
-                        conn.send(self.handle(node, data))
+                        pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+                        conn.send(self.handle(node, data, pid))
                         continue
                 except OSError:
                     pass
                 sel.unregister(conn)
                 conn.close()
+                open_conns[node.name] -= 1
 
 
 # -- process --------------------------------------------------------------------------------------
@@ -512,8 +603,12 @@ def main(argv: list[str]) -> int:
     from substrate import controllers
     from substrate.dataplane.ebpf import loader, programs
 
+    import resource
+
     lab_dir = Path(argv[0])
     pairs = dict(a.split("=", 1) for a in argv[1:])
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # nodes x MAX_CONNECTIONS_PER_NODE, with room
     listeners = listen(lab_dir, list(pairs))
     maps = {n: loader.NodeMaps() for n in pairs}
     controllers.register(lab_dir, "dataplane", os.getpid())
@@ -546,9 +641,11 @@ def main(argv: list[str]) -> int:
         now = time.monotonic()
         restarts = [t for t in restarts if now - t < 60] + [now]
         _log(lab_dir, event="worker died", status=status, restarts=len(restarts))
-        if len(restarts) > MAX_RESTARTS_PER_MIN:
-            _log(lab_dir, event="gave up", reason=f"more than {MAX_RESTARTS_PER_MIN} restarts in a minute")
-            return 1
+        if len(restarts) > MAX_RESTARTS_PER_MIN:  # a worker that keeps dying: restarts are spaced, never given up
+            _log(lab_dir, event="restarts limited", reason=f"more than {MAX_RESTARTS_PER_MIN} restarts in a minute")
+            deadline = restarts[0] + 60
+            while time.monotonic() < deadline and not state["stopping"] and lab_dir.exists():
+                time.sleep(0.5)  # the rate limit's own wait, not a settle delay
     return 0
 
 
