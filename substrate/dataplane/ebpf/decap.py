@@ -381,6 +381,23 @@ class DecapNode:
             if h.nh:
                 self._set_dx_route(h)
 
+    def repair_rules(self, present: set[tuple[int, int, str]]) -> int:
+        """Put back the helpers' rules missing from ``present`` ((family 2 or 10, preference,
+        input device) of every rule the node has): a rule deletion the node's ip could not
+        refuse (``ip rule del table N`` matches a helper's rule first) must not let a
+        decapsulated packet fall through to the main table. Returns how many were put back."""
+        put = 0
+        for h in self.helpers.values():
+            for fam in h.families:
+                af = 2 if fam == "-4" else 10
+                for k, action in ((0, f"lookup {h.table}"), (1, "unreachable")):
+                    if (af, self._pref(k), h.name) in present:
+                        continue
+                    subprocess.run(["ip", fam, "-n", self.netns, "rule", "add", "pref", str(self._pref(k)), "iif", h.name,
+                                    *action.split()], capture_output=True, text=True, check=False)  # fmt: skip
+                    put += 1
+        return put
+
     def refresh(self, resolve: Callable[[str], tuple[str, str] | None]) -> int:
         """Re-point each DX helper's private table whose next hop resolves differently now (the
         kernel resolves nh4/nh6 per packet; this follows within one call). ``resolve(nh)`` is the

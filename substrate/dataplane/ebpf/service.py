@@ -290,6 +290,23 @@ class Node:
                     return None
                 return str(struct.unpack("=i", oif)[0]), str(ipaddress.ip_address(gw)) if gw else ""
 
+    def rules(self) -> set[tuple[int, int, str]]:
+        """(family, preference, input device) of every policy rule of the node (an RTM_GETRULE
+        dump, no process)."""
+        s = self.netlink()
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        s.send(HDR.pack(16 + 12, 34, NLM_F_REQUEST | 0x300, self.seq, 0) + bytes(12))  # RTM_GETRULE dump
+        out: set[tuple[int, int, str]] = set()
+        while True:
+            for _l, t, _f, sq, _p, m in _msgs(s.recv(1 << 20)):
+                if sq != self.seq:
+                    continue
+                if t in (NLMSG_DONE, NLMSG_ERROR):
+                    return out
+                a = dict(attrs(m[16 + 12:]))
+                prio = struct.unpack_from("=I", a[6])[0] if 6 in a else 0
+                out.add((m[16], prio, a.get(FRA_IIFNAME, b"").rstrip(b"\0").decode(errors="replace")))
+
     def talk(self, msg: bytes) -> tuple[int, list[tuple[int, bytes]]]:
         """Send one request to the node's kernel with NLM_F_ACK; (errno, extack TLVs) of its answer."""
         s = self.netlink()
@@ -516,7 +533,8 @@ class Service:
     def refresh_next_hops(self) -> None:
         """End.DX4/DX6: re-point every node's next-hop tables that resolve differently now (at
         most every :data:`DX_REFRESH_S`; the kernel resolves nh4/nh6 per packet, this follows
-        within that bound). A failure is logged, never fatal."""
+        within that bound); and put back any rule of the decapsulation helpers a deletion took.
+        A failure is logged, never fatal."""
         now = time.monotonic()
         if now - self._refreshed < DX_REFRESH_S:
             return
@@ -527,6 +545,8 @@ class Service:
                 continue
             try:
                 dn.refresh(node.route_get)
+                if dn.helpers:
+                    dn.repair_rules(node.rules())
             except Exception:  # noqa: BLE001 -- logged; the next round tries again
                 traceback.print_exc()
 
