@@ -292,3 +292,40 @@ def test_identical_srv6_routes_compare_equal_as_the_kernels_do(ebpf_lab) -> None
     r = _ip(lab, "r1", "-4", "route", "del", *v4, "fcbb:bb00:2::", "dev", "sr0")
     assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: No such process"), r
     assert _ip(lab, "r1", "-4", "route", "del", *v4, "fcbb:bb00:3::", "dev", "sr0").ok
+
+
+BAD_SRH = r'''
+import socket, struct, sys
+src, dst, seg = sys.argv[1], sys.argv[2], sys.argv[3]
+a = lambda x: socket.inet_pton(socket.AF_INET6, x)
+def srh(hdrlen, tail=b""):
+    return bytes([59, hdrlen, 4, 1, 1, 0, 0, 0]) + a(seg) + a(dst) + tail
+for body in (srh(254), srh(5, b"\xff" * 8)):   # runs past the packet; 8 bytes that are no TLV
+    s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, 43)   # the kernel writes the IPv6 header
+    s.sendto(body, (dst, 0))
+print("sent")
+'''
+
+
+def test_end_drops_an_srh_the_kernel_drops(ebpf_lab) -> None:
+    """Adversarial finding F7: an SRH longer than the packet, or whose bytes after the segment
+    list are no TLVs, is dropped at End and counted as an error (seg6_get_srh's pull,
+    seg6_validate_srh's TLV walk)."""
+    lab = ebpf_lab
+    sid = "fcbb:bb00:2:e0e0::"
+    assert _ip(lab, "r2", "-6", "route", "add", f"{sid}/64", "encap", "seg6local", "action", "End", "count", "dev", "sr0").ok
+    try:
+        def errors() -> int:
+            (route,) = json.loads(_ip(lab, "r2", "-6", "-s", "-j", "route", "show", f"{sid}/64").stdout)
+            return route["stats64"]["errors"]
+
+        before = errors()
+        src = json.loads(_ip(lab, "r1", "-6", "-j", "addr", "show", "dev", "lo", "scope", "global").stdout)[0]["addr_info"][0]["local"]
+        r = lab.exec("r1", ["python3", "-c", BAD_SRH, src, sid, "fd00::3"], confined=True)
+        assert r.ok, r.stderr
+        deadline = time.monotonic() + 10
+        while errors() < before + 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert errors() == before + 2
+    finally:
+        _ip(lab, "r2", "-6", "route", "del", f"{sid}/64")

@@ -111,10 +111,7 @@ def _srh_ok(srh: bytes) -> bool:
     if first > hdrlen // 2 - 1:
         return False
     off = 8 + (first + 1) * 16
-    while off < len(srh):  # TLVs (RFC 8754 section 2.1): Pad1 is one byte, others type+len+value
-        if srh[off] == 0:
-            off += 1
-            continue
+    while off < len(srh):  # TLVs: the kernel takes each as type, length, value (no Pad1 case)
         if off + 2 > len(srh):
             return False
         off += 2 + srh[off + 1]

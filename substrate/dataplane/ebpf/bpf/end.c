@@ -36,6 +36,7 @@ const volatile struct end_cfg CFG = {};
 SRV6_COUNTERS();
 
 #define DA_OFF 24
+#define MAX_TLVS 16
 
 static __always_inline int end_srh(struct __sk_buff *skb)
 {
@@ -70,6 +71,24 @@ static __always_inline int end_srh(struct __sk_buff *skb)
 			return -1;
 		if (le > hdrlen / 2 - 1 || sl > le + 1 || hdrlen / 2 == 0)
 			return -1;
+		/* the whole SRH is in the packet, and its TLVs fill it exactly, as seg6_get_srh and
+		 * seg6_validate_srh (net/ipv6/seg6.c) require: each TLV is type, length, value (at most
+		 * MAX_TLVS of them here; an SRH with more is dropped) */
+		{
+			__u32 end = off + ((__u32)hdrlen + 1) * 8;
+			__u32 t = off + 8 + ((__u32)le + 1) * 16;
+			__u8 last, tl[2];
+
+			if (bpf_skb_load_bytes(skb, end - 1, &last, 1) < 0)
+				return -1;
+			for (i = 0; i < MAX_TLVS && t < end; i++) {
+				if (t + 2 > end || bpf_skb_load_bytes(skb, t, tl, 2) < 0)
+					return -1;
+				t += 2 + (__u32)tl[1];
+			}
+			if (t != end)
+				return -1;
+		}
 		sl -= 1;
 		if (bpf_skb_load_bytes(skb, off + 8 + (__u32)sl * 16, &seg, 16) < 0)
 			return -1;
