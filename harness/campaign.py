@@ -114,10 +114,22 @@ def parse_levels(values: list[str]) -> list[str]:
     return [str(s) for s in parse_ani_settings(values)]
 
 
+def _local_dataplane() -> str:
+    """The data plane a lab deployed by this process runs on (``kernel`` where none can be told:
+    not root, or none usable)."""
+    from substrate.dataplane import select
+    from substrate.errors import SubstrateError
+
+    try:
+        return select().dataplane or "kernel"
+    except SubstrateError:
+        return "kernel"
+
+
 def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task: str, variants: int, manifest: str,
               seed: int, density: int, fault_rate: float, budget_steps: int, wall_cap_s: float,
               agent_options: dict[str, str], campaign_id: str | None = None, mode: list[str | None] | None = None,
-              budget_tokens: int | None = None, dataplane: str = "kernel") -> CampaignSpec:
+              budget_tokens: int | None = None, dataplane: str | None = None) -> CampaignSpec:
     """Validate the options of a campaign and name its controlled factor.
 
     Args:
@@ -125,8 +137,8 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
             ``-norecovery``; :mod:`harness.agents.modes`); only for the ``openai`` agent.
         budget_tokens: tokens per run (prompt + completion), enforced by the agent adapter; not
             for the ``command`` agent, whose tokens the harness cannot see.
-        dataplane: the data plane the labs will run on (``kernel`` or ``ebpf``, as
-            :func:`substrate.dataplane.require` chose it).
+        dataplane: the data plane the labs will run on (``kernel`` or ``ebpf``); None: the one
+            :func:`substrate.dataplane.select` chooses here (``kernel`` where it cannot tell).
 
     Raises:
         AnibenchError: unknown task class, level, ablation, agent or mode; more than one factor
@@ -181,7 +193,7 @@ def make_spec(*, ani: list[str], agent: list[str], model: list[str | None], task
                         variants=variants, manifest=str(Path(manifest).resolve()), manifest_digest=m.digest(),
                         seed=seed, density=density, fault_rate=fault_rate, budget_steps=budget_steps,
                         budget_tokens=budget_tokens, wall_cap_s=wall_cap_s, agent_options=agent_options,
-                        dataplane=dataplane)
+                        dataplane=dataplane or _local_dataplane())
     if campaign_id is None:
         digest = hashlib.sha256(spec.model_dump_json(exclude={"campaign_id"}).encode()).hexdigest()[:8]
         campaign_id = f"{task}-{'-'.join(spec.settings)}-{digest}".replace("/", "_")

@@ -139,6 +139,9 @@ def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
                 except SubstrateError:
                     pass
             report.processes += stop_all_controllers(d, recover=False)  # the lab is gone: nothing to recover
+            from substrate.dataplane.ebpf.service import stop as stop_dataplane
+
+            report.processes += stop_dataplane(d)  # a lab whose record could not be read: its data-plane service
             unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)

@@ -55,10 +55,16 @@ def ebpf_lab() -> Iterator:
     try:
         if select().dataplane != "ebpf":
             pytest.skip(select().line())
+        from substrate.dataplane.ebpf.service import running
+
         with Lab.create(Topology.from_spec("line:3"), unique_name("t-ebpf")) as lab:
             yield lab
             ours = _lab_prog_ids(lab)
             assert ours, "no program found on the lab's SRv6 routes"
+            service = running(lab.dir)
+        from substrate.record import pid_alive
+
+        assert service is not None and not pid_alive(service), "the data-plane service outlived its lab"
         # the kernel frees a namespace's routes, and so their programs, in its cleanup work
         # after the last reference goes: poll, bounded
         deadline = time.monotonic() + 30
@@ -153,11 +159,11 @@ def test_a_confined_shell_gets_eperm_from_bpf_and_sees_only_its_own_socket(ebpf_
 
 def test_the_service_dying_is_said_and_repaired_and_forwarding_state_stays(ebpf_lab) -> None:
     lab = ebpf_lab
-    from substrate import controllers
+    from substrate.dataplane.ebpf.service import running
 
-    info = controllers.info(lab.dir, "dataplane")
-    assert info is not None
-    workers = subprocess.run(["pgrep", "-P", str(info["pid"])], capture_output=True, text=True).stdout.split()
+    supervisor = running(lab.dir)
+    assert supervisor is not None
+    workers = subprocess.run(["pgrep", "-P", str(supervisor)], capture_output=True, text=True).stdout.split()
     assert workers
     os.kill(int(workers[0]), signal.SIGKILL)
     deadline = time.monotonic() + 20

@@ -243,6 +243,8 @@ def test_srv6_tunnel_source_and_hmac_keys_are_captured_and_restored(line3) -> No
     in a node has (issue 17): read inside the node, every capture failed (``ip sr`` printed half
     a JSON document). They are read and written from the host, in the node's namespace."""
     lab = line3
+    if lab.record.dataplane == "ebpf":
+        pytest.skip("the eBPF data plane does no SRH HMAC (README: The SRv6 data plane); its tunnel source: test_dataplane_ebpf")
     base = capture(lab, "r2")
     assert base.tunsrc == "" and base.hmac == []
     ns = lab.state("r2").netns

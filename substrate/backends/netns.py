@@ -305,9 +305,9 @@ class NetnsBackend:
         line = p.stdout.readline() if ready else b""
         p.stdout.close()
         if line.strip() != b"ready":
-            from substrate.controllers import stop_all
+            from substrate.dataplane.ebpf.service import stop as stop_dataplane
 
-            stop_all(lab.dir, recover=False)
+            stop_dataplane(lab.dir)
             raise BringUpError(f"the eBPF data-plane service did not start: {log.read_text(errors='replace').strip()[-500:] or 'no answer'}")
 
     def _init_config(self, lab: Lab, st: NodeState, limits: confine.NodeLimits) -> str:
@@ -436,6 +436,10 @@ class NetnsBackend:
 
     def destroy(self, lab: Lab) -> None:
         rec = lab.record
+        if rec.dataplane == "ebpf":
+            from substrate.dataplane.ebpf.service import stop as stop_dataplane
+
+            stop_dataplane(lab.dir)
         for st in rec.nodes.values():
             if st.init_pid and pid_alive(st.init_pid, st.init_start):
                 try:

@@ -1,8 +1,8 @@
 """The eBPF data plane's per-lab service: the host side of every node's SRv6 netlink conversation.
 
-One service per lab, started with the lab (``python -m substrate.dataplane.ebpf.service LAB``,
-registered as a lab controller: it exits when its owner or the lab directory goes, and ``harness
-lab cleanup`` stops one a crash left). It listens on one Unix socket per node
+One service per lab, started with the lab (``python -m substrate.dataplane.ebpf.service LAB``)
+and part of it: the lab's destroy (and so ``harness lab cleanup``) stops it (:func:`stop`), and it
+exits by itself when the lab directory goes. It listens on one Unix socket per node
 (``<lab dir>/dataplane/<node>.sock``, SOCK_SEQPACKET, bind-mounted into that node only as
 ``/run/anibench/dataplane.sock``), so a request on a node's socket can only ever touch that node.
 
@@ -597,6 +597,36 @@ def _log(lab_dir: Path, **event: object) -> None:
         f.write(json.dumps({"t": time.time(), **event}) + "\n")
 
 
+def running(lab_dir: Path) -> int | None:
+    """The pid of the lab's data-plane service (its supervisor) if it runs, else None."""
+    from substrate.record import pid_alive
+
+    try:
+        info = json.loads((lab_dir / SOCKET_DIR / "service.json").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(info.get("pid", 0))
+    return pid if pid and pid_alive(pid, int(info.get("start", 0))) else None
+
+
+def stop(lab_dir: Path, timeout_s: float = 5.0) -> bool:
+    """Stop the lab's data-plane service (SIGTERM to its supervisor, which ends its worker; SIGKILL
+    after ``timeout_s``); whether one ran. Part of the lab's destroy: forwarding needs no service,
+    only SRv6 changes do, and the lab is going."""
+    pid = running(lab_dir)
+    if pid is None:
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while running(lab_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.02)  # poll: the supervisor exits as soon as its worker has
+    if running(lab_dir) is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return True
+
+
 def listen(lab_dir: Path, nodes: list[str]) -> dict[str, socket.socket]:
     """Listening SOCK_SEQPACKET sockets, one per node, mode 0600 (root of the host, and the node's
     root through its bind mount, which maps to the host's root)."""
@@ -620,8 +650,8 @@ def main(argv: list[str]) -> int:
     worker serving the nodes; prints ``ready`` once every socket listens. Lives as long as the
     lab directory (a lab controller of its own: ``harness lab cleanup`` and the lab's destroy stop
     it); SIGTERM stops it and its worker."""
-    from substrate import controllers
     from substrate.dataplane.ebpf import loader, programs
+    from substrate.record import pid_start
 
     import resource
 
@@ -631,7 +661,10 @@ def main(argv: list[str]) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # nodes x MAX_CONNECTIONS_PER_NODE, with room
     listeners = listen(lab_dir, list(pairs))
     maps = {n: loader.NodeMaps() for n in pairs}
-    controllers.register(lab_dir, "dataplane", os.getpid())
+    record = lab_dir / SOCKET_DIR / "service.json"  # read by stop() (the lab's destroy, harness lab cleanup)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": os.getpid(), "start": pid_start(os.getpid())}))
+    tmp.replace(record)
     print("ready", flush=True)
     state = {"stopping": False, "child": 0}
 
