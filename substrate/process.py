@@ -7,12 +7,14 @@ node's PID namespace; killing only ``nsenter`` would leave the command running).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 #: Default cap on captured bytes per stream (stdout, stderr).
@@ -211,3 +213,20 @@ def _partial_utf8_tail(buf: bytes | bytearray) -> int:
         need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4 if b & 0xF8 == 0xF0 else 1
         return back if back < need else 0
     return 0
+
+
+def terminate(pid: int, timeout_s: float = 5.0, alive: Callable[[int], bool] | None = None) -> None:
+    """End process ``pid``: SIGTERM, a wait (polled, at most ``timeout_s``) for it to go, then
+    SIGKILL if it has not. ``alive``: how to tell it still runs (default: not gone and not a
+    zombie, :func:`substrate.record.pid_alive`)."""
+    from substrate.record import pid_alive
+
+    alive = alive or pid_alive
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)  # poll: it exits as soon as it has cleaned up
+    if alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

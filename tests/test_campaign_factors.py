@@ -136,11 +136,12 @@ def test_a_campaign_is_never_resumed_on_another_data_plane(tmp_path) -> None:
     stored before keep their ids); --resume on the other data plane is refused in one line."""
     from harness.campaign import plan_campaign
 
-    kernel = make_spec(ani=["A0", "A1"], campaign_id="dp", **KW)
+    kernel = make_spec(ani=["A0", "A1"], campaign_id="dp", dataplane="kernel", **KW)
     assert "dataplane" not in kernel.model_dump(mode="json")
     ebpf = make_spec(ani=["A0", "A1"], campaign_id="dp", dataplane="ebpf", **KW)
     assert ebpf.model_dump(mode="json")["dataplane"] == "ebpf"
-    assert make_spec(ani=["A0", "A1"], dataplane="ebpf", **KW).campaign_id != make_spec(ani=["A0", "A1"], **KW).campaign_id
+    assert make_spec(ani=["A0", "A1"], dataplane="ebpf", **KW).campaign_id != make_spec(ani=["A0", "A1"], dataplane="kernel",
+                                                                                      **KW).campaign_id  # fmt: skip
     with CampaignStore(tmp_path / "s.sqlite") as store:
         plan_campaign(kernel, store, resume=False)
         with pytest.raises(AnibenchError, match=r"ran on the kernel data plane, this one would run on ebpf: runs are never "

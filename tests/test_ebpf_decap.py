@@ -203,7 +203,7 @@ class Capture:
 class Lab:
     def __init__(self) -> None:
         tag = f"dcap{os.getpid() % 100000}"
-        self.ns = {n: f"anibench-{tag}-{n}" for n in ("h1", "r1", "h3")}
+        self.ns = {n: f"ebpfd-{tag}-{n}" for n in ("h1", "r1", "h3")}  # not anibench-*: lab cleanup removes those
         self.node: decap.DecapNode | None = None
         self.sids: dict[str, decap.InstalledSid] = {}
 

@@ -70,7 +70,7 @@ def _sysctl(lab: Lab, node: str, **kv: str) -> None:
 @contextlib.contextmanager
 def build_lab(core_mtu: int = 1500) -> Iterator[Lab]:
     """The h1 - r1 - r2 - r3 - h3 lab, every namespace removed on exit whatever happened."""
-    lab = Lab(f"anibench-ebpft{uuid.uuid4().hex[:5]}")
+    lab = Lab(f"ebpft{uuid.uuid4().hex[:5]}")  # not anibench-*: harness lab cleanup (other tests) removes those
     try:
         for n in lab.nodes:
             sh("ip", "netns", "add", lab.ns(n))

@@ -19,7 +19,7 @@ def test_every_devices_neighbour_parameters_are_read_however_many_devices() -> N
     fill the dump's first message exactly: read on a fresh socket (page-sized first message), a
     node with 14 or 15 devices lost every ``ndisc_cache`` device entry, and a reset later found
     them "only here" (seen on the eBPF data plane, whose helper devices brought a PE to 15)."""
-    ns = f"anibench-t-nl-{uuid.uuid4().hex[:6]}"
+    ns = f"nlt-{uuid.uuid4().hex[:6]}"  # not anibench-*: harness lab cleanup (other tests) removes those
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -121,17 +119,12 @@ def stop_server(lab: Any, *, timeout_s: float = 5.0) -> bool:
     """Stop the lab's NETCONF server if it runs (SIGTERM, then SIGKILL). Returns whether one ran."""
     from substrate.lab import pid_alive
 
+    from substrate.process import terminate
+
     pid = server_pid(lab)
     if pid is None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if pid_alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    terminate(pid, timeout_s, alive=pid_alive)
     return True
 
 

@@ -18,6 +18,7 @@ object, exit code 1 when a compilation failed).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 import os
 import subprocess
 import sys
@@ -70,25 +71,35 @@ def build(name: str, *, force: bool = False) -> Path:
     src = SRC_DIR / f"{name}.c"
     if not src.is_file():
         raise FileNotFoundError(f"no BPF source {src}")
+    return compile_once(f"{name}.o", _digest(src), lambda tmp: [CLANG, *_cflags(), "-c", str(src), "-o", tmp],
+                        f"eBPF programs ({src.name})", force=force)  # fmt: skip
+
+
+def compile_once(name: str, digest: str, command: Callable[[str], list[str]], what: str, *, force: bool = False) -> Path:
+    """``<build dir>/name``, (re)built by ``command(temporary output path)`` only when ``digest``
+    (of everything that goes into it) differs from the one stamped beside it (``name.sha256``).
+    Written to a temporary name and renamed, so a concurrent reader never sees half a file.
+
+    Raises:
+        EnvironmentProblem: the compiler is missing, or it failed (its diagnostics in the message).
+    """
     out_dir = build_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
-    obj = out_dir / f"{name}.o"
-    stamp = out_dir / f"{name}.o.sha256"
-    digest = _digest(src)
-    if not force and obj.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return obj
-    tmp = out_dir / f".{name}.o.{os.getpid()}"
-    cmd = [CLANG, *_cflags(), "-c", str(src), "-o", str(tmp)]
+    out, stamp = out_dir / name, out_dir / f"{name}.sha256"
+    if not force and out.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        return out
+    tmp = out_dir / f".{name}.{os.getpid()}"
+    cmd = command(str(tmp))
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     except FileNotFoundError as e:
-        raise EnvironmentProblem(f"cannot compile eBPF programs: {CLANG} not found (install clang)") from e
+        raise EnvironmentProblem(f"cannot build {what}: {cmd[0]} not found (install it: ./install.sh)") from e
     if res.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise EnvironmentProblem(f"clang failed on {src.name}:\n{res.stderr.strip()}")
-    os.replace(tmp, obj)
+        raise EnvironmentProblem(f"{cmd[0]} failed on {what}:\n{res.stderr.strip()}")
+    os.replace(tmp, out)
     stamp.write_text(digest + "\n")
-    return obj
+    return out
 
 
 def build_all(*, force: bool = False) -> dict[str, Path]:

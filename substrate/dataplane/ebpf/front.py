@@ -21,11 +21,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from substrate.dataplane.ebpf import build
-from substrate.errors import EnvironmentProblem
 
 SHIM_SRC = Path(__file__).resolve().parent / "nlshim.c"
 #: Where a node sees the files.
@@ -44,25 +42,9 @@ def build_shim() -> Path:
     Raises:
         EnvironmentProblem: gcc missing or the compilation failed.
     """
-    out_dir = build.build_dir()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / "nlshim.so"
-    stamp = out_dir / "nlshim.so.sha256"
     digest = hashlib.sha256(SHIM_SRC.read_bytes()).hexdigest()
-    if out.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
-        return out
-    tmp = out_dir / f".nlshim.so.{os.getpid()}"
-    cmd = ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SRC), "-ldl"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    except FileNotFoundError as e:
-        raise EnvironmentProblem("cannot build the eBPF data plane's netlink shim: gcc not found (install gcc)") from e
-    if r.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise EnvironmentProblem(f"gcc failed on nlshim.c:\n{r.stderr.strip()}")
-    os.replace(tmp, out)
-    stamp.write_text(digest + "\n")
-    return out
+    return build.compile_once("nlshim.so", digest, lambda tmp: ["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", tmp,
+                                                                 str(SHIM_SRC), "-ldl"], "the netlink shim (nlshim.c)")  # fmt: skip
 
 
 def prepare_lab(lab_dir: Path) -> Path:

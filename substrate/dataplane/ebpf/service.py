@@ -613,17 +613,12 @@ def stop(lab_dir: Path, timeout_s: float = 5.0) -> bool:
     """Stop the lab's data-plane service (SIGTERM to its supervisor, which ends its worker; SIGKILL
     after ``timeout_s``); whether one ran. Part of the lab's destroy: forwarding needs no service,
     only SRv6 changes do, and the lab is going."""
+    from substrate.process import terminate
+
     pid = running(lab_dir)
     if pid is None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while running(lab_dir) is not None and time.monotonic() < deadline:
-        time.sleep(0.02)  # poll: the supervisor exits as soon as its worker has
-    if running(lab_dir) is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    terminate(pid, timeout_s)  # the supervisor ends its worker first
     return True
 
 
