@@ -93,10 +93,9 @@ def kernel_status() -> tuple[bool, str]:
     return True, "the kernel has seg6"
 
 
-#: Whether ``auto`` may choose the eBPF data plane. False while it does not yet carry every lab
-#: (issue 34: the decapsulating behaviours are being built); ``--dataplane ebpf`` runs it anyway,
-#: saying it is experimental.
-EBPF_CARRIES_LABS = False
+#: Whether ``auto`` may choose the eBPF data plane: since it carries every lab and the whole lab
+#: suite passes on it (issue 34). False would leave it to ``--dataplane ebpf``, said experimental.
+EBPF_CARRIES_LABS = True
 
 
 def ebpf_status(explicit: bool = False) -> tuple[bool, str]:
@@ -117,7 +116,7 @@ def ebpf_status(explicit: bool = False) -> tuple[bool, str]:
         if not explicit:
             return False, "the eBPF data plane does not carry every lab yet (issue 34); --dataplane ebpf runs it, experimental"
         return True, "experimental: not every SRv6 behaviour is forwarded yet (issue 34)"
-    return True, "the kernel lacks seg6; eBPF programs built"
+    return True, "eBPF programs built"
 
 
 def select(value: str | None = None) -> Choice:
