@@ -93,9 +93,10 @@ def kernel_status() -> tuple[bool, str]:
     return True, "the kernel has seg6"
 
 
-#: Whether ``auto`` may choose the eBPF data plane: since it carries every lab and the whole lab
-#: suite passes on it (issue 34). False would leave it to ``--dataplane ebpf``, said experimental.
-EBPF_CARRIES_LABS = True
+#: Whether ``auto`` may choose the eBPF data plane. False until the whole lab suite passes on it
+#: (issue 34: in a full run two reset tests of the shared brownfield still fail on it, see the
+#: README); ``--dataplane ebpf`` runs it meanwhile, said experimental.
+EBPF_CARRIES_LABS = False
 
 
 def ebpf_status(explicit: bool = False) -> tuple[bool, str]:
