@@ -174,17 +174,24 @@ class Capture:
         self.sock.close()
 
 
-def send_udp(lab: Lab, node: str, dst: str, payload: bytes, *, hops: int = 50, tclass: int = 0x28) -> None:
+def send_udp(lab: Lab, node: str, dst: str, payload: bytes, *, hops: int = 50, tclass: int | None = 0x28,
+             gso_segment: int | None = None) -> None:
+    """One UDP datagram from ``node`` (hop limit/TTL ``hops``, traffic class ``tclass`` unless
+    None; ``gso_segment``: sent as one GSO skb of segments of that size, UDP_SEGMENT)."""
     fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
 
     def mk() -> socket.socket:
         s = socket.socket(fam, socket.SOCK_DGRAM)
+        if gso_segment:
+            s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, gso_segment)
         if fam == socket.AF_INET6:
             s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, hops)
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+            if tclass is not None:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
         else:
             s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, hops)
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tclass)
+            if tclass is not None:
+                s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tclass)
         return s
 
     s = _in_ns(lab, node, mk)
@@ -547,22 +554,7 @@ UDP_SEGMENT = 103  # SOL_UDP option: the socket hands GSO skbs (gso_type SKB_GSO
 def send_udp_gso(lab: Lab, node: str, dst: str, payload: bytes, *, seg: int = 1000, hops: int = 50) -> None:
     """One sendto() of ``payload`` that leaves the host as ONE GSO skb of len(payload)/seg
     segments (veth keeps it whole across namespaces)."""
-    fam = socket.AF_INET6 if ":" in dst else socket.AF_INET
-
-    def mk() -> socket.socket:
-        s = socket.socket(fam, socket.SOCK_DGRAM)
-        s.setsockopt(socket.IPPROTO_UDP, UDP_SEGMENT, seg)
-        if fam == socket.AF_INET6:
-            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, hops)
-        else:
-            s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, hops)
-        return s
-
-    s = _in_ns(lab, node, mk)
-    try:
-        s.sendto(payload, (dst, 9999))
-    finally:
-        s.close()
+    send_udp(lab, node, dst, payload, hops=hops, tclass=None, gso_segment=seg)
 
 
 def _ipv4_csum_ok(h: bytes) -> bool:
