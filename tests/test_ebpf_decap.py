@@ -724,3 +724,47 @@ def test_dx_next_hop_resolved_later(lab: Lab) -> None:
         subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", "fc00:0:1:d77::/128"], capture_output=True)
         subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", f"{nh}/128"], capture_output=True)
         node.teardown()
+
+
+@pytest.mark.parametrize("family", [4, 6])
+def test_dx_next_hop_losing_its_route_drops_at_once(lab: Lab, family: int) -> None:
+    """The kernel resolves nh4/nh6 for every packet: once the next hop's route is gone, the very
+    next packet is dropped. The private table still points at the old next hop (no ``resync``
+    here, and the service's refresh runs only every DX_REFRESH_S), so the strip program's own
+    per-packet lookup must drop it (the reset suite's flushed-routes case on the eBPF plane)."""
+    nh, via, sid = (("10.77.0.1", "10.0.3.2", "fc00:0:1:d78::") if family == 4
+                    else ("2001:db8:77::2", H3, "fc00:0:1:d79::"))
+    fam = f"-{family}"
+    lab.ip("r1", fam, "route", "add", f"{nh}/{32 if family == 4 else 128}", "via", via, "dev", "r1-eth1")
+    node = decap.DecapNode(lab.ns["r1"])
+    (inst,) = node.install([decap.DecapSid(sid + "/128", f"End.DX{family}", nh=nh)])
+    (h,) = node.helpers.values()
+
+    def inner(m: bytes) -> bytes:
+        return udp4("10.11.0.1", "10.99.0.9", m) if family == 4 else udp6("2001:db8:11::1", "2001:db8:99::9", m)
+
+    try:
+        m = mark()
+        cap = Capture(lab.ns["h3"], "h3-eth0", m)
+        try:
+            lab.send(srv6(sid, inner(m)))
+            assert len(cap.until(1)) == 1, "not delivered while the next hop is routed"
+        finally:
+            cap.close()
+        lab.ip("r1", fam, "route", "del", f"{nh}/{32 if family == 4 else 128}")
+        assert f"default via {via}" in lab.ip("r1", fam, "route", "show", "table", str(h.table)), \
+            "the private table was re-pointed: this test would not show the per-packet check"
+        dropped = node.strip_stats()[h.name][1]
+        m = mark()
+        cap = Capture(lab.ns["h3"], "h3-eth0", m)
+        try:
+            lab.send(srv6(sid, inner(m)))
+            wait_for(lambda: node.strip_stats()[h.name][1] == dropped + 1, "the strip program dropped it")
+            assert cap.until(1, timeout=0.3) == [], "forwarded to a next hop that has no route"
+        finally:
+            cap.close()
+    finally:
+        subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", sid + "/128"], capture_output=True)
+        subprocess.run(["ip", "-n", lab.ns["r1"], fam, "route", "del", f"{nh}/{32 if family == 4 else 128}"],
+                       capture_output=True)
+        node.teardown()

@@ -77,9 +77,14 @@ SID_PROG = "srv6_decap_sid"
 STRIP_PROG = "srv6_decap_strip"
 
 
-def rodata(behaviour: str, ifindex: int) -> bytes:
-    """The ``.rodata`` image of ``srv6_decap_sid`` (``cfg_behaviour``, ``cfg_ifindex``)."""
-    return struct.pack("<II", BEHAVIOURS[behaviour], ifindex)
+def rodata(behaviour: str, ifindex: int, nh: str | None = None) -> bytes:
+    """The ``.rodata`` image of bpf/decap.c (``cfg_behaviour``, ``cfg_ifindex``, ``cfg_nh_family``,
+    ``cfg_nh``: 4 + 4 + 4 + 16 bytes). ``nh`` (a DX helper's strip program only): the next hop
+    whose route the program checks per packet (decap.c ``dx_unroutable``)."""
+    if nh is None:
+        return struct.pack("<III", BEHAVIOURS[behaviour], ifindex, 0) + bytes(16)
+    addr = ipaddress.ip_address(nh)
+    return struct.pack("<III", BEHAVIOURS[behaviour], ifindex, addr.version) + addr.packed.ljust(16, b"\0")
 
 
 class DecapError(SubstrateError):
@@ -287,7 +292,9 @@ class DecapNode:
         self._run(["ip", fam, "-n", self.netns, "route", "replace", "unreachable", "default", "table", str(h.table)])
 
     def _attach_strip(self, h: _Helper) -> None:
-        spec = loader.ProgramSpec(obj="decap", hooks={"xmit": STRIP_PROG})  # key only names the pin
+        behaviour = "End.DT46" if not h.nh else "End.DX4" if ipaddress.ip_address(h.nh).version == 4 else "End.DX6"
+        spec = loader.ProgramSpec(obj="decap", hooks={"xmit": STRIP_PROG},  # key only names the pin
+                                  rodata=rodata(behaviour, h.ifindex, h.nh))
         obj = loader.load(spec)
         base = loader.pins_dir() if hasattr(loader, "pins_dir") else loader.bpffs_root()
         pin_dir = base / f"decap-{os.getpid()}-{self.netns}-{h.name}"
@@ -353,7 +360,8 @@ class DecapNode:
         return loader.read_counters(inst.prog_id)
 
     def strip_stats(self) -> dict[str, tuple[int, int]]:
-        """Per helper device: (packets stripped, packets dropped) by its ``srv6_decap_strip``."""
+        """Per helper device: (packets stripped, packets dropped) by its ``srv6_decap_strip``; a
+        DX packet dropped because its next hop had no route counts as dropped."""
         import ctypes
 
         out = {}
@@ -364,7 +372,7 @@ class DecapNode:
                     lib = loader._libbpf()
                     ncpu = lib.libbpf_num_possible_cpus()
                     vals = []
-                    for k in (0, 1):
+                    for k in (0, 1, 2):
                         buf = ctypes.create_string_buffer(8 * ncpu)
                         key = ctypes.c_uint32(k)
                         if lib.bpf_map_lookup_elem(fd, ctypes.byref(key), buf):
@@ -372,7 +380,7 @@ class DecapNode:
                         vals.append(sum(int.from_bytes(buf.raw[8 * c: 8 * c + 8], "little") for c in range(ncpu)))
             finally:
                 os.close(fd)
-            out[h.name] = (vals[0], vals[1])
+            out[h.name] = (vals[0], vals[1] + vals[2])
         return out
 
     def resync(self) -> None:

@@ -64,11 +64,17 @@
 /* Set by the host-side loader before load (libbpf .rodata). */
 const volatile __u32 cfg_behaviour = 0;
 const volatile __u32 cfg_ifindex = 0;
+/* End.DX4/DX6 only, read by the strip program: the next hop (nh4/nh6) and its
+ * family (4 or 6; 0 = not a DX helper). cfg_nh holds 4 bytes of nh4 or the 16
+ * of nh6, in network order. */
+const volatile __u32 cfg_nh_family = 0;
+const volatile __u32 cfg_nh[4] = {0, 0, 0, 0};
 
 SRV6_COUNTERS();
 
 /* Diagnostics of the strip program: [0] packets stripped, [1] dropped (no
- * valid inner header, or bpf_skb_adjust_room refused). */
+ * valid inner header, or bpf_skb_adjust_room refused), [2] dropped because the
+ * DX next hop has no route (dx_unroutable). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 4);
@@ -173,6 +179,44 @@ drop:
 	return BPF_DROP;
 }
 
+/*
+ * End.DX4/DX6: does the main table route the next hop now? The kernel looks
+ * nh4/nh6 up for every packet (input_action_end_dx4: ip_route_input;
+ * input_action_end_dx6: seg6_lookup_nexthop), so a packet whose next hop has
+ * no route is dropped at once. The helper's private table, which carries the
+ * packet on through the kernel's forwarding path (so netfilter sees it), is
+ * re-pointed by the host-side service when the route changes; this check makes
+ * "no route any more" exact per packet in between. bpf_fib_lookup with
+ * BPF_FIB_LOOKUP_DIRECT reads the main table only (as decap.py's resolution);
+ * SKIP_NEIGH: an unresolved neighbour is the kernel path's to resolve.
+ * Returns 1 when the packet must be dropped.
+ */
+static __always_inline int dx_unroutable(struct __sk_buff *skb)
+{
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	if (cfg_nh_family == 4) {
+		fib.family = 2; /* AF_INET */
+		fib.ipv4_dst = cfg_nh[0];
+	} else if (cfg_nh_family == 6) {
+		fib.family = 10; /* AF_INET6 */
+		fib.ipv6_dst[0] = cfg_nh[0];
+		fib.ipv6_dst[1] = cfg_nh[1];
+		fib.ipv6_dst[2] = cfg_nh[2];
+		fib.ipv6_dst[3] = cfg_nh[3];
+	} else {
+		return 0;
+	}
+	fib.ifindex = skb->ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib),
+			    BPF_FIB_LOOKUP_DIRECT | BPF_FIB_LOOKUP_SKIP_NEIGH);
+	return rc == BPF_FIB_LKUP_RET_BLACKHOLE ||
+	       rc == BPF_FIB_LKUP_RET_UNREACHABLE ||
+	       rc == BPF_FIB_LKUP_RET_PROHIBIT ||
+	       rc == BPF_FIB_LKUP_RET_NOT_FWDED;
+}
+
 SEC("tc")
 int srv6_decap_strip(struct __sk_buff *skb)
 {
@@ -205,6 +249,10 @@ int srv6_decap_strip(struct __sk_buff *skb)
 	}
 	if (err) {
 		stat_inc(1);
+		return TC_ACT_SHOT;
+	}
+	if (dx_unroutable(skb)) {
+		stat_inc(2);
 		return TC_ACT_SHOT;
 	}
 	stat_inc(0);
