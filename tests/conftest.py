@@ -38,24 +38,17 @@ def _can_run_labs() -> str | None:
     return None
 
 
-def _no_dataplane() -> str | None:
-    """Why no lab can run on this machine's kernel (no SRv6 data plane can carry one: issue 34's
-    interim rule, under which the lab tests are deselected, reason and count printed), or None."""
-    if os.geteuid() != 0:
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The data-plane line (which SRv6 data plane the labs of this run use, and why)."""
+    if _can_run_labs():
         return None
     from substrate.dataplane import select
     from substrate.errors import EnvironmentProblem
 
     try:
-        choice = select()
+        return select().line()
     except EnvironmentProblem as e:
         return str(e)
-    return None if choice.dataplane else choice.line()
-
-
-def pytest_report_header(config: pytest.Config) -> str | None:
-    why = _no_dataplane()
-    return f"lab tests DESELECTED: {why}" if why else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,37 +57,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "lab" in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=why))
-        return
-    why = _no_dataplane()
-    if why:
-        gone = [i for i in items if "lab" in i.keywords]
-        items[:] = [i for i in items if "lab" not in i.keywords]
-        config.hook.pytest_deselected(items=gone)
-        _DESELECTED.append(len(gone))
-
-
-#: Lab tests deselected by this process's collection, or reported by xdist workers (each collects
-#: the whole suite, so the largest count is the suite's).
-_DESELECTED: list[int] = []
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    out = getattr(session.config, "workeroutput", None)
-    if out is not None and _DESELECTED:
-        out["lab_deselected"] = max(_DESELECTED)
-
-
-def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 -- xdist's hook, controller side
-    n = getattr(node, "workeroutput", {}).get("lab_deselected")
-    if n:
-        _DESELECTED.append(n)
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
-    why = _no_dataplane()
-    n = max(_DESELECTED, default=0)
-    if why and n:
-        terminalreporter.write_line(f"{n} lab tests deselected: {why}", yellow=True)
 
 
 @pytest.fixture(scope="session")

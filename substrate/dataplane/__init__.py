@@ -93,18 +93,11 @@ def kernel_status() -> tuple[bool, str]:
     return True, "the kernel has seg6"
 
 
-#: Whether ``auto`` may choose the eBPF data plane. False until the whole lab suite passes on it
-#: (issue 34: in a full run two reset tests of the shared brownfield still fail on it, see the
-#: README); ``--dataplane ebpf`` runs it meanwhile, said experimental.
-EBPF_CARRIES_LABS = False
-
-
-def ebpf_status(explicit: bool = False) -> tuple[bool, str]:
+def ebpf_status() -> tuple[bool, str]:
     """Whether the eBPF data plane can carry a lab here, and why not.
 
     Builds (once, cached) its programs with clang and its netlink shim with gcc; refuses when
-    either fails. ``auto`` (``explicit`` False) takes it only once it carries every lab
-    (:data:`EBPF_CARRIES_LABS`).
+    either fails.
     """
     from substrate.dataplane.ebpf import build, front
 
@@ -113,10 +106,6 @@ def ebpf_status(explicit: bool = False) -> tuple[bool, str]:
         front.build_shim()
     except (EnvironmentProblem, OSError) as e:
         return False, f"cannot build the eBPF programs: {str(e).splitlines()[0]}"
-    if not EBPF_CARRIES_LABS:
-        if not explicit:
-            return False, "the eBPF data plane does not carry every lab yet (issue 34); --dataplane ebpf runs it, experimental"
-        return True, "experimental: not every SRv6 behaviour is forwarded yet (issue 34)"
     return True, "eBPF programs built"
 
 
@@ -133,7 +122,7 @@ def select(value: str | None = None) -> Choice:
         EnvironmentProblem: an unknown mode; not root or iproute2 missing (nothing can be probed).
     """
     mode = mode_from(value)
-    status = {"kernel": kernel_status, "ebpf": lambda: ebpf_status(explicit=mode == "ebpf")}
+    status = {"kernel": kernel_status, "ebpf": ebpf_status}
     reasons: list[str] = []
     for name in DATAPLANES if mode == "auto" else (mode,):
         ok, why = status[name]()
