@@ -335,3 +335,37 @@ def test_end_drops_an_srh_the_kernel_drops(ebpf_lab) -> None:
         assert errors() == before + 2
     finally:
         _ip(lab, "r2", "-6", "route", "del", f"{sid}/64")
+
+
+def test_routes_of_one_behaviour_share_a_program_that_lives_as_long_as_they_do() -> None:
+    """Identical SRv6 behaviours share one program instance (installing 1,000 routes to one
+    segment list loads one program, not 1,000); a counting route keeps its own (its counters
+    are per route); once nothing holds the shared instance the kernel frees it, and the next
+    route of that behaviour loads a fresh one."""
+    import types
+
+    from substrate.dataplane.ebpf import loader, programs, seg6
+
+    if select_ebpf_unavailable():
+        pytest.skip("the eBPF programs do not build here")
+    node = types.SimpleNamespace(shared_programs={}, netns="unused")
+    end = seg6.Seg6Local(seg6.END)
+    fds1, id1, _h, close1 = programs.install_programs(end, 10, node)
+    fds2, id2, _h, close2 = programs.install_programs(end, 10, node)
+    assert id1 == id2 and set(fds1.values()).isdisjoint(fds2.values())
+    counting = seg6.Seg6Local(seg6.END, counters=True)
+    _f3, id3, _h, close3 = programs.install_programs(counting, 10, node)
+    _f4, id4, _h, close4 = programs.install_programs(counting, 10, node)
+    assert len({id1, id3, id4}) == 3, "a counting route must not share its counters"
+    for c in (close1, close2, close3, close4):
+        c()
+    assert loader.reopen({"xmit": id1}) is None, "the shared program outlived every holder"
+    fds5, id5, _h, close5 = programs.install_programs(end, 10, node)
+    close5()
+    assert id5 != id1
+
+
+def select_ebpf_unavailable() -> bool:
+    from substrate.dataplane import ebpf_status
+
+    return not ebpf_status()[0]

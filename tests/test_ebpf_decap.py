@@ -299,7 +299,7 @@ def lab() -> Iterator[Lab]:
         yield lb
     finally:
         lb.down()
-        leftovers = list(loader.bpffs_root().rglob("decap-*"))
+        leftovers = list(loader.bpffs_root().rglob(f"decap-{os.getpid()}-*"))
         assert not leftovers, f"pins left: {leftovers}"
 
 
@@ -487,7 +487,7 @@ def test_route_is_real_and_unpinned(lab: Lab) -> None:
     for b, sid in SIDS.items():
         assert sid in out and "encap bpf xmit" in out, out
     assert "End-DT6_table_100_count" in out
-    assert not list(loader.bpffs_root().rglob("decap-*"))
+    assert not list(loader.bpffs_root().rglob(f"decap-{os.getpid()}-*"))
     # deleting the route frees its program instance (the route held the only reference)
     pid = lab.sids["End.DT46"].prog_id
     spec = decap.DecapSid("fc00:0:1:eee::/128", "End.DT46", table=100)

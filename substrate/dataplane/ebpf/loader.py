@@ -461,6 +461,24 @@ def _open(lib: ctypes.CDLL, obj: str, data: bytes) -> int:
     return ptr
 
 
+def reopen(ids: Mapping[str, int]) -> dict[str, int] | None:
+    """New fds of programs already loaded (``{hook: program id}``, as :attr:`LoadedObject.ids`), or
+    None when any of them is gone: a program is freed once no route and no fd holds it, and the
+    kernel does not hand its id out again soon (idr_alloc_cyclic, kernel/bpf/syscall.c). The
+    caller closes the fds."""
+    fds: dict[str, int] = {}
+    with _lock:
+        lib = _libbpf()
+        for hook, pid in ids.items():
+            fd = lib.bpf_prog_get_fd_by_id(pid)
+            if fd < 0:
+                for f in fds.values():
+                    os.close(f)
+                return None
+            fds[hook] = fd
+    return fds
+
+
 def load(spec: ProgramSpec) -> LoadedObject:
     """Open, configure and load one instance of ``spec.obj``.
 

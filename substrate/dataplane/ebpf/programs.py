@@ -22,6 +22,7 @@ for the route's ``encap bpf`` hooks (LWT_BPF_IN 1, LWT_BPF_XMIT 3), each configu
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Callable
 
 from substrate.dataplane.ebpf import loader, seg6
@@ -60,13 +61,30 @@ def install_programs(b: Seg6Encap | Seg6Local, family: int, node: object) -> tup
     else:
         raise Seg6Error(errno.EOPNOTSUPP, f"the eBPF SRv6 data plane does not forward seg6local action "
                                           f"{seg6.ACTION_NAMES.get(b.action, b.action)} yet")  # fmt: skip
+    hooks = {"in": seg6.LWT_BPF_IN, "out": seg6.LWT_BPF_OUT, "xmit": seg6.LWT_BPF_XMIT}
+    # Routes with the same behaviour share one program instance (its parameters are all in
+    # .rodata and the maps it reuses); the kernel holds a reference per route, so the instance
+    # lives as long as one of them. A counting route keeps its own: its counters are per route.
+    shared = not (isinstance(b, Seg6Local) and b.counters)
+    key = (spec.obj, tuple(sorted(spec.hooks.items())), spec.rodata, tuple(sorted(spec.maps.items())))
+    cache: dict[tuple, dict[str, int]] | None = getattr(node, "shared_programs", None)
+    ids = cache.get(key) if shared and cache is not None else None
+    fds = loader.reopen(ids) if ids else None
+    if ids and fds is not None:
+        held = list(fds.values())
+        return {hooks[h]: fd for h, fd in fds.items()}, min(ids.values()), spec.headroom, lambda: _close(held)
     try:
         obj = loader.load(spec)
     except (loader.BpfError, ValueError) as e:
         raise Seg6Error(errno.ENOMEM, f"the eBPF SRv6 data plane could not load the route's program: {str(e).splitlines()[0]}") from None
-    hooks = {"in": seg6.LWT_BPF_IN, "out": seg6.LWT_BPF_OUT, "xmit": seg6.LWT_BPF_XMIT}
-    fds = {hooks[h]: fd for h, fd in obj.fds.items()}
-    return fds, min(obj.ids.values()), spec.headroom, obj.close
+    if shared and cache is not None:
+        cache[key] = dict(obj.ids)
+    return {hooks[h]: fd for h, fd in obj.fds.items()}, min(obj.ids.values()), spec.headroom, obj.close
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 #: The decapsulating behaviours (bpf/decap.c with a helper device per table or next hop, :mod:`.decap`).

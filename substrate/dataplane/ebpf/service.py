@@ -223,6 +223,8 @@ class Node:
     hidden_known: bool = False
     #: Program ids of the node's SRv6 routes (counters are read for these only).
     progs: set[int] = field(default_factory=set)
+    #: Program instances routes share, by what configures them (programs.install_programs).
+    shared_programs: dict[tuple, dict[str, int]] = field(default_factory=dict)
     progs_read: float = 0.0
 
     def owns(self, prog_id: int) -> bool:
