@@ -5,7 +5,9 @@ in the same run.
 Prints:
 - anibench: time to converged (every router has every other router's loopback, locator and
   base-host prefixes in its kernel FIB), per-stage split, time to destroy, memory per router
-  (RSS and PSS of the router's processes: FRR daemons + node init);
+  (RSS and PSS of the router's processes: FRR daemons + node init; on the eBPF data plane also
+  its share of the lab's data-plane service's PSS and of the BPF programs and maps that came
+  with the lab, ``bpftool`` memlock: run it alone, that count is a before/after difference);
 - floor: the same topology built with the least possible work -- plain ``ip netns`` namespaces,
   one ``ip -batch`` of veths, FRR daemons started with ``ip netns exec ... -N`` (pathspaces
   instead of private mounts) and configured by the same ``vtysh -b`` (no mount/PID/UTS
@@ -52,12 +54,43 @@ def netns_pids(ns: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def bpf_objects() -> dict[str, dict[int, int]]:
+    """{"prog"|"map": {id: bytes_memlock}} of every BPF object on the machine (bpftool -j)."""
+    out: dict[str, dict[int, int]] = {}
+    for kind in ("prog", "map"):
+        res = subprocess.run(["bpftool", "-j", kind, "show"], capture_output=True, text=True, check=False)
+        out[kind] = {o["id"]: int(o.get("bytes_memlock", 0)) for o in json.loads(res.stdout or "[]")}
+    return out
+
+
+def service_pids(lab: Lab) -> list[int]:
+    """The lab's data-plane service (eBPF): its supervisor and the supervisor's children."""
+    from substrate.dataplane.ebpf import service
+
+    sup = service.running(lab.dir)
+    if sup is None:
+        return []
+    kids = []
+    for st in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(st.read_text().rsplit(")", 1)[1].split()[1]) == sup:
+                kids.append(int(st.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return [sup, *kids]
+
+
 def run_anibench(topo: Topology, name: str) -> dict:
+    before = bpf_objects() if shutil.which("bpftool") else {}
     t0 = time.monotonic()
     lab = Lab.create(topo, name)
     up = time.monotonic() - t0
     stages = dict(lab.record.meta.get("bringup_s", {}))
     mems = [mem_of(netns_pids(lab.state(r).netns)) for r in lab.routers()]
+    after = bpf_objects() if before else {}
+    bpf = sum(v for kind in after for i, v in after[kind].items() if i not in before[kind]) / 2**20
+    svc = mem_of(service_pids(lab))[1]
+    dataplane = lab.record.dataplane
     t1 = time.monotonic()
     lab.destroy()
     down = time.monotonic() - t1
@@ -67,6 +100,9 @@ def run_anibench(topo: Topology, name: str) -> dict:
         "stages": stages,
         "rss": statistics.mean(m[0] for m in mems),
         "pss": statistics.mean(m[1] for m in mems),
+        "svc": svc / len(mems),
+        "bpf": bpf / len(mems),
+        "dataplane": dataplane,
     }
 
 
@@ -159,8 +195,10 @@ def main() -> None:
     print(f"floor     converged in {floor:6.2f} s  (bare netns + veth + daemons, same convergence condition)")
     print(f"ratio     anibench / floor = {up / floor:.2f}   (target <= 1.5)")
     print(f"destroy   {down:6.2f} s   (target < 3 s)")
-    print(f"memory    per router: RSS {med([r['rss'] for r in runs]):.1f} MiB, PSS {med([r['pss'] for r in runs]):.1f} MiB"
-          "   (target < 40 MiB)")
+    pss, svc, bpf = (med([r[k] for r in runs]) for k in ("pss", "svc", "bpf"))
+    print(f"memory    per router: RSS {med([r['rss'] for r in runs]):.1f} MiB, PSS {pss:.1f} MiB (FRR, node init)"
+          f" + data-plane service {svc:.1f} MiB + BPF programs and maps {bpf:.2f} MiB = {pss + svc + bpf:.1f} MiB"
+          f"   (data plane {runs[0]['dataplane']}; target < 20 MiB)")
 
 
 if __name__ == "__main__":
