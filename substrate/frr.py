@@ -314,35 +314,83 @@ def host_link_addresses(topo: Topology, host: str) -> list[tuple[str, str, str]]
 STARTUP_CONFIG = "/etc/frr/frr.conf"
 
 
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _block_end(lines: list[str], i: int) -> int:
+    """Index past line ``i`` and the lines nested under it (indented deeper), and past the
+    ``exit``/``exit-address-family``/``exit-vrf`` at its own indentation that closes them."""
+    n, stop = _indent(lines[i]), i + 1
+    while stop < len(lines) and lines[stop].strip() and _indent(lines[stop]) > n:
+        stop += 1
+    if stop > i + 1 and stop < len(lines) and _indent(lines[stop]) == n and lines[stop].strip() in ("exit", "exit-address-family", "exit-vrf"):
+        stop += 1
+    return stop
+
+
+def _drop_stanza(lines: list[str], i: int) -> list[str]:
+    """``lines`` without the stanza at ``i``: its head, nested lines, ``exit`` and one ``!`` after."""
+    stop = _block_end(lines, i)
+    if stop == i + 1 and stop < len(lines) and lines[stop].strip() == "exit":
+        stop += 1  # an empty stanza: its head, then its exit
+    if stop < len(lines) and lines[stop].strip() == "!":
+        stop += 1
+    return lines[:i] + lines[stop:]
+
+
 def edit_startup_config(text: str, changes: list[tuple[str, str, bool]]) -> str:
     """``text`` (an integrated ``frr.conf``) with each ``(stanza head, line, present)`` made true:
     a line is added at the end of its stanza (the stanza is added before ``end`` if missing) or
     removed from it; head "" is a top-level line. Idempotent; the rest of the file is kept as it
     is. What ``write memory`` would save for those lines, without saving anything else of the
     running configuration (nor losing the part of a daemon that is down, which ``write memory``
-    does: vtysh writes only what the running daemons answer)."""
+    does: vtysh writes only what the running daemons answer).
+
+    A head may open several stanzas (a deployed file has a port's underlay stanza and, after it,
+    its service stanza): a line is removed from each, and added to the first. A stanza a removal
+    leaves without lines is removed whole (no empty head such as ``interface eth9`` / ``exit``
+    is left behind); a top-level line that heads a stanza is removed with its nested lines."""
     lines = text.splitlines()
+
+    def starts(head: str) -> list[int]:
+        return [i for i, x in enumerate(lines) if x == head]
+
+    def end_index() -> int:
+        return next((i for i, x in enumerate(lines) if x.strip() == "end"), len(lines))
+
     for head, line, present in changes:
         if not head:
             idx = [i for i, x in enumerate(lines) if x.strip() == line and not x.startswith(" ")]
             if present and not idx:
-                end = next((i for i, x in enumerate(lines) if x.strip() == "end"), len(lines))
-                lines[end:end] = [line]
+                lines[end_index():end_index()] = [line]
             elif not present:
-                lines = [x for i, x in enumerate(lines) if i not in idx]
+                for i in reversed(idx):
+                    lines = _drop_stanza(lines, i) if _block_end(lines, i) > i + 1 or (
+                        i + 1 < len(lines) and lines[i + 1].strip() == "exit") else lines[:i] + lines[i + 1:]
             continue
-        start = next((i for i, x in enumerate(lines) if x == head), None)
-        if start is None:
+        found = starts(head)
+        if not found:
             if present:
-                end = next((i for i, x in enumerate(lines) if x.strip() == "end"), len(lines))
-                lines[end:end] = [head, f" {line}", "exit", "!"]
+                e = end_index()
+                lines[e:e] = [head, f" {line}", "exit", "!"]
             continue
-        stop = start + 1  # the stanza's indented lines, up to its "exit" or the next top-level line
-        while stop < len(lines) and lines[stop].startswith(" "):
-            stop += 1
-        body = [i for i in range(start + 1, stop) if lines[i].strip() == line]
-        if present and not body:
-            lines[stop:stop] = [f" {line}"]
-        elif not present and body:
-            lines = [x for i, x in enumerate(lines) if i not in body]
+        bodies = {s: [k for k in range(s + 1, _block_end(lines, s)) if lines[k].strip() == line and _indent(lines[k]) == 1]
+                  for s in found}  # fmt: skip
+        if present:
+            if not any(bodies.values()):
+                s = found[0]
+                stop = s + 1  # the stanza's indented lines, up to its "exit" or the next top-level line
+                while stop < len(lines) and lines[stop].startswith(" "):
+                    stop += 1
+                lines[stop:stop] = [f" {line}"]
+            continue
+        for s in reversed(found):  # from the end: earlier indices stay valid
+            hit = bodies[s]
+            if not hit:
+                continue
+            for k in reversed(hit):
+                del lines[k:_block_end(lines, k) if _block_end(lines, k) > k + 1 else k + 1]
+            if _block_end(lines, s) == s + 1:  # emptied by this removal: no empty head left behind
+                lines = _drop_stanza(lines, s)
     return "\n".join(lines) + "\n"

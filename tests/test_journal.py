@@ -173,6 +173,22 @@ def test_startup_config_edit_is_idempotent_and_keeps_the_rest() -> None:
     assert "fd10:0:0:4::1/64" not in back and "10.0.0.1" not in back and "router isis CORE\n net 49.1\nexit" in back
 
 
+def test_startup_config_removal_reaches_every_stanza_of_the_head_and_leaves_no_empty_head() -> None:
+    """A deployed frr.conf holds a port's underlay stanza and, after it, its service stanza (the
+    same head twice): a removed service's line goes from the second too (it stayed, and a daemon
+    restart brought the deleted site's address back), and a stanza left without lines goes whole
+    (no bare ``interface eth9`` / ``exit``); a top-level line heading a stanza (a route-map entry)
+    goes with its nested lines (issue 35)."""
+    conf = ("hostname r1\n!\ninterface eth4\n description to CE c2\nexit\n!\ninterface eth4\n ipv6 address fd10:0:0:1::1/64\n!\n"
+            "interface eth9\n ip address 10.0.0.1/24\nexit\n!\nroute-map X permit 10\n match ipv6 address prefix-list P\n"
+            " set metric 4\nexit\n!\nrouter isis CORE\n net 49.1\nexit\n!\nend\n")
+    gone = [("interface eth4", "ipv6 address fd10:0:0:1::1/64", False), ("interface eth9", "ip address 10.0.0.1/24", False),
+            ("", "route-map X permit 10", False)]
+    out = edit_startup_config(conf, gone)
+    assert out == "hostname r1\n!\ninterface eth4\n description to CE c2\nexit\n!\nrouter isis CORE\n net 49.1\nexit\n!\nend\n", out
+    assert edit_startup_config(out, gone) == out
+
+
 def test_frr_lines_negate_as_frr_accepts() -> None:
     """An absent line is negated the way FRR takes it back: ``no description`` without its text
     (FRR 8.4 refuses ``no description TEXT``), and a ``no X`` line by ``X``, not ``no no X``
