@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 JOURNAL_DIR = "journal"
 SCHEMA_VERSION = 1
 
-ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc"]
+ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc", "tunsrc"]
 Phase = Literal["applying", "validating", "rolling_back", "rolled_back", "committed", "abandoned"]
 FINISHED: frozenset[str] = frozenset({"rolled_back", "committed", "abandoned"})
 #: Value of a present rule, address or FRR line (absent: None).
@@ -113,8 +113,9 @@ class Item(BaseModel):
             head, _, line = self.key.partition(_FRR_SEP)
             return f"FRR '{head} / {line}'" if head else f"FRR '{line}'"
         names = {"route4": "ip -4 route", "route6": "ip -6 route", "rule4": "ip -4 rule", "rule6": "ip -6 rule",
-                 "address": "address", "link": "link", "mtu": "MTU of", "nft": "nft table", "sysctl": "sysctl", "qdisc": "root qdisc of"}  # fmt: skip
-        return f"{names[self.kind]} {self.key}"
+                 "address": "address", "link": "link", "mtu": "MTU of", "nft": "nft table", "sysctl": "sysctl", "qdisc": "root qdisc of",
+                 "tunsrc": "SRv6 encapsulation source"}  # fmt: skip
+        return f"{names[self.kind]} {self.key}".rstrip()
 
 
 def _frr_key(head: str, line: str) -> str:
@@ -269,7 +270,9 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
     if kind == "nft":
         return nft_tables(state.nft).get(key)
     if kind == "sysctl":
-        return state.sysctls.get(key)
+        return state.sysctls.get(key, state.iface_sysctls.get(key))
+    if kind == "tunsrc":
+        return state.tunsrc or "::"
     if kind == "qdisc":
         return root_qdisc(state, key)
     if frr is None:
@@ -303,6 +306,8 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
             want[("link", rest[2])] = rest[3]
         elif verb == ["link", "set"] and len(rest) == 5 and rest[3] == "mtu" and rest[4].isdigit():
             want[("mtu", rest[2])] = rest[4]
+        elif fam == "6" and rest[:3] == ["sr", "tunsrc", "set"] and len(rest) == 4:
+            want[("tunsrc", "")] = rest[3]
         else:
             raise ValueError(f"{delta.node}: cannot undo {cmd!r}")
     for table, text in delta.nft.items():
@@ -358,6 +363,8 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
                 d.sysctls[it.key] = v
         elif it.kind == "qdisc":
             d.qdiscs[it.key] = v
+        elif it.kind == "tunsrc":
+            d.additions.append(f"-6 sr tunsrc set {v or '::'}")
         else:
             head, _, line = it.key.partition(_FRR_SEP)
             d.frr_changes.append((head, line, v is not None))

@@ -575,6 +575,13 @@ class Underlay:
     frr_heads: set[str] = field(default_factory=set)
     #: port -> MTU
     mtu: dict[str, int] = field(default_factory=dict)
+    #: route key -> the route (normalized) of the main table, per family: compared whole (issue 35: the
+    #: locator's End SID replaced by a plain End, or deleted, was not drift)
+    route_lines: dict[int, dict[str, str]] = field(default_factory=dict)
+    #: sysctl path -> value (global and per-interface), the services' own left out (:func:`drift` has them)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    #: the SRv6 encapsulation source (``ip sr tunsrc``), None: not read
+    tunsrc: str | None = None
 
 
 def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView | None) -> Underlay:
@@ -585,14 +592,18 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     out = Underlay()
     for fam in (6, 4):
         mine = {route_key(normalize_route(r)) for r in getattr(svc, f"routes{fam}")}
-        out.routes[fam] = {k for r in getattr(baseline, f"routes{fam}") if _table_of(r) is None
-                           and (k := route_key(normalize_route(r))) not in mine}  # fmt: skip
+        out.route_lines[fam] = {k: n for r in getattr(baseline, f"routes{fam}") if _table_of(r) is None
+                                and (k := route_key(n := normalize_route(r))) not in mine}  # fmt: skip
+        out.routes[fam] = set(out.route_lines[fam])
         out.rules[fam] = set(getattr(baseline, f"rules{fam}")) - set(getattr(svc, f"rules{fam}"))
     out.addresses = set(baseline.addresses) - set(svc.addresses)
     out.nft_tables = set(nft_tables(baseline.nft)) - set((services or NodeConfig()).nft)
     if frr is not None:
         out.frr_heads = set(frr.stanzas) - set(_frr_stanzas((services or NodeConfig()).frr))
     out.mtu = {dev: ln.mtu for dev, ln in baseline.links.items()}
+    rendered = set((services or NodeConfig()).sysctls)
+    out.sysctls = {k: v for k, v in {**baseline.sysctls, **baseline.iface_sysctls}.items() if k not in rendered}
+    out.tunsrc = baseline.tunsrc
     return out
 
 
@@ -613,8 +624,10 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
 
     Returns:
         Lines ``nft table extra: T``, ``rule extra: ip -F rule R``, ``route extra: ip -F route R``,
-        ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``
-        (:func:`repair_delta` undoes each).
+        ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``;
+        and, against the baseline's underlay (issue 35), ``route missing|differs: ip -F route R`` (R
+        as the baseline had it: the locator's End SID), ``sysctl differs: PATH = V (baseline W)``
+        (global or a port's) and ``tunsrc differs: A (baseline B)`` (:func:`repair_delta` undoes each).
     """
     whole = expected_state(node, full)
     out: list[str] = []
@@ -628,10 +641,21 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         known = set(getattr(whole, f"rules{fam}")) | under.rules.get(fam, set())
         out += [f"rule extra: ip -{fam} rule {r}" for r in getattr(state, f"rules{fam}") if r not in known]
         keys = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")} | under.routes.get(fam, set())
+        now: dict[str, str] = {}
         for r in getattr(state, f"routes{fam}"):
             n = normalize_route(r)
+            if _table_of(n) is None:
+                now[route_key(n)] = n
             if _table_of(n) is None and route_key(n) not in keys and not (exempt_route and exempt_route(n)):
                 out.append(f"route extra: ip -{fam} route {n}")
+        rendered = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")}
+        for k, want in sorted(under.route_lines.get(fam, {}).items()):
+            if k in rendered:  # a record renders it now: drift() compares it
+                continue
+            if k not in now:
+                out.append(f"route missing: ip -{fam} route {want}")
+            elif now[k] != want:
+                out.append(f"route differs: ip -{fam} route {want}")
     out += [f"address extra: {a}" for a in sorted(set(state.addresses) - set(whole.addresses) - under.addresses)]
     if frr is not None:
         heads = set(_frr_stanzas(full.frr)) | under.frr_heads | (underlay_heads or set())
@@ -646,6 +670,13 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         ln, base = state.links.get(dev), under.mtu.get(dev)
         if ln is not None and base is not None and ln.mtu != base:
             out.append(f"link differs: {dev} mtu {ln.mtu} (baseline {base})")
+    if under.sysctls:
+        values = {**state.sysctls, **state.iface_sysctls}
+        mine = set(full.sysctls)
+        out += [f"sysctl differs: {k} = {values[k]} (baseline {v})" for k, v in sorted(under.sysctls.items())
+                if k not in mine and k in values and values[k] != v]  # fmt: skip
+    if under.tunsrc is not None and (state.tunsrc or "::") != (under.tunsrc or "::"):
+        out.append(f"tunsrc differs: {state.tunsrc or '::'} (baseline {under.tunsrc or '::'})")
     return out
 
 
@@ -757,6 +788,10 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
             key = rest.split(" = ", 1)[0]
             if key in cfg.sysctls:
                 d.sysctls[key] = cfg.sysctls[key]
+            elif rest.endswith(")") and " (baseline " in rest:  # outside the rendering (foreign): the baseline's
+                d.sysctls[key] = rest.rsplit(" (baseline ", 1)[1][:-1]
+        elif what == "tunsrc differs" and rest.endswith(")") and " (baseline " in rest:
+            d.additions.append(f"-6 sr tunsrc set {rest.rsplit(' (baseline ', 1)[1][:-1]}")
         elif what in ("FRR line missing", "FRR line extra") and " / " in rest:
             head, ln = rest.split(" / ", 1)
             d.frr_changes.append((head, ln, what == "FRR line missing"))
