@@ -556,17 +556,19 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             raise _problems(e, "revert refused: the message is not plain text; nothing was changed") from None
         except SourceError as e:
             raise ToolError(str(e)) from None
+        # one hold of the repository lock from the checkout to the commit (re-entrant in this thread):
+        # another client's write between them went into the revert commit, and its discard emptied it
+        # (issue 35, two clients at once)
         with repo.locked():
             repo.discard()
             repo.checkout_tree(full)
             if not repo.status():
                 raise ToolError(f"HEAD already has the records of {full[:12]}; nothing to revert")
-        try:
-            return _commit(message or f"revert to {full[:12]}")
-        except ToolError:
-            with repo.locked():
+            try:
+                return _commit(message or f"revert to {full[:12]}")
+            except ToolError:
                 repo.discard()
-            raise
+                raise
 
     @server.ani_tool(kind="wait", read_only=True, idempotent=True, title="Wait")
     async def wait(
