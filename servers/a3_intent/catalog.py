@@ -22,7 +22,7 @@ examples, and this module assembles them. Nothing here names a class.
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, field_validator
 
 from substrate.scenario.layers import intents, registry
 from substrate.scenario.layers.specs import AUTO, ID_RE, Spec  # noqa: F401 - re-exported
@@ -90,11 +90,27 @@ _OPS = TypeAdapter(list[Op])
 # -- problems and their paths --------------------------------------------------------------------
 
 
+#: Most characters of a problem's message and of its path: a value echoed in a message (a 1 MB
+#: prefix, a 1 MB unexpected key) is cut, so one bad field cannot make a 40,000-character error
+#: (issue 35, the attack on A3-R/A4's inputs).
+MAX_PROBLEM_CHARS = 300
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else f"{text[:most]}... ({len(text) - most} more characters)"
+
+
 class Problem(BaseModel):
-    """One reason a change set is refused, at a field path such as ``ops[1].spec.prefix6``."""
+    """One reason a change set is refused, at a field path such as ``ops[1].spec.prefix6``
+    (each at most :data:`MAX_PROBLEM_CHARS` characters, the rest cut and counted)."""
 
     path: str
     message: str
+
+    @field_validator("path", "message", mode="after")
+    @classmethod
+    def _bounded(cls, v: str) -> str:
+        return _cut(v, MAX_PROBLEM_CHARS)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
