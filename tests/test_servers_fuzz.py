@@ -170,22 +170,28 @@ async def fuzz(lab: Lab, tmp_path: Path, level: str, gen: Any, mutating: set[str
     srv = build_server(level, ServerConfig(lab=lab.name, trajectory=traj, devices="all", options={}))
     outcomes: list[tuple[str, bool]] = []
     t0 = time.monotonic()
-    for mode in MODES:
-        async with connect(srv, mode) as c:
-            schemas = {t.name: t.output_schema for t in (await c.list_tools()).tools}
-            for _ in range(CALLS // 2):
-                name, args = gen(rng)
-                try:
-                    r = await c.call_tool(name, args)
-                except Exception as e:  # noqa: BLE001 - a client-side refusal of unsendable input is fine
-                    assert type(e).__name__ in ("ValidationError", "MCPError", "ValueError", "TypeError"), repr(e)
-                    continue
-                if not r.is_error:
-                    assert name in schemas, name
-                    jsonschema.validate(r.structured_content, schemas[name])
-                outcomes.append((name, r.is_error))
-            # the server is alive and well after the storm
-            assert len((await c.list_tools()).tools) == len(schemas)
+    # closed at the end: a server left open keeps its supervisor watching (A3-R, A4), which restarted
+    # the lab's reconciler after the test's own stop and kept it running through the module's later
+    # tests (issue 35: the down-notice test then saw a reconciler nobody had stopped)
+    try:
+        for mode in MODES:
+            async with connect(srv, mode) as c:
+                schemas = {t.name: t.output_schema for t in (await c.list_tools()).tools}
+                for _ in range(CALLS // 2):
+                    name, args = gen(rng)
+                    try:
+                        r = await c.call_tool(name, args)
+                    except Exception as e:  # noqa: BLE001 - a client-side refusal of unsendable input is fine
+                        assert type(e).__name__ in ("ValidationError", "MCPError", "ValueError", "TypeError"), repr(e)
+                        continue
+                    if not r.is_error:
+                        assert name in schemas, name
+                        jsonschema.validate(r.structured_content, schemas[name])
+                    outcomes.append((name, r.is_error))
+                # the server is alive and well after the storm
+                assert len((await c.list_tools()).tools) == len(schemas)
+    finally:
+        srv.close()
     elapsed = time.monotonic() - t0
     assert len(outcomes) >= CALLS * 0.95, len(outcomes)
     assert not srv.episode.ended.is_set()
