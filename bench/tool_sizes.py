@@ -42,18 +42,28 @@ CALLS: dict[str, list[tuple[str, str, dict[str, Any]]]] = {
     "A3-T": [("list_service_classes", "list_service_classes", {}),
              ("list_services tenant_site", "list_services", {"service_class": "tenant_site"}),
              ("list_services attachment_circuit", "list_services", {"service_class": "attachment_circuit"})],
+    "A3-R": [("list_records", "list_records", {}),
+             ("list_records tenant_site (with its schema)", "list_records", {"service_class": "tenant_site"}),
+             ("read_record (a site of the PE)", "read_record", {"service_class": "tenant_site", "id": "{site}"}),
+             ("reconcile_status", "reconcile_status", {}),
+             ("history", "history", {})],
+    "A4": [("list_service_classes", "list_service_classes", {}),
+           ("list_services tenant_site", "list_services", {"service_class": "tenant_site"}),
+           ("reconcile_status", "reconcile_status", {}),
+           ("history", "history", {})],
 }
 
 
-def fill(value: Any, pe: str, routers: list[str]) -> Any:
+def fill(value: Any, pe: str, routers: list[str], site: str = "") -> Any:
+    """``value`` with ``{pe}``, ``{site}`` (a site of that PE) and ``{routers}`` filled in."""
     if value == "{routers}":
         return routers
     if isinstance(value, str):
-        return value.replace("{pe}", pe)
+        return value.replace("{pe}", pe).replace("{site}", site)
     if isinstance(value, dict):
-        return {fill(k, pe, routers): fill(v, pe, routers) for k, v in value.items()}
+        return {fill(k, pe, routers, site): fill(v, pe, routers, site) for k, v in value.items()}
     if isinstance(value, list):
-        return [fill(v, pe, routers) for v in value]
+        return [fill(v, pe, routers, site) for v in value]
     return value
 
 
@@ -72,7 +82,8 @@ def cuts(value: Any) -> int:
     return 0
 
 
-async def level_sizes(level: str, lab: Any, pe: str) -> None:
+async def level_sizes(level: str, lab: Any, pe: str, site: str = "") -> None:
+    """Print the tools/list size of ``level`` over ``lab`` and the sizes of its typical calls."""
     server = build_server(level, ServerConfig(lab=lab.name))
     try:
         async with Client(server, mode="legacy") as c:
@@ -87,7 +98,7 @@ async def level_sizes(level: str, lab: Any, pe: str) -> None:
                 if tool not in {t.name for t in listed.tools}:
                     print(f"      {label:<36} (no tool {tool})")
                     continue
-                r = await c.call_tool(tool, fill(args, pe, routers))
+                r = await c.call_tool(tool, fill(args, pe, routers, site))
                 text = "\n".join(getattr(x, "text", "") for x in r.content)
                 print(f"      {label:<36} {message_bytes(r):7,d} B message, {len(text):7,d} chars text "
                       f"(~{len(text) // 4:6,d} tokens), {cuts(r.structured_content or text)} cut"
@@ -102,7 +113,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--density", type=int, default=2)
     ap.add_argument("--lab", help="a deployed scenario lab to use instead of deploying one")
-    ap.add_argument("--levels", default="A0,A1,A2,A3-T")
+    ap.add_argument("--levels", default="A0,A1,A2,A3-T,A3-R,A4")
     args = ap.parse_args()
     from substrate import Lab
     from substrate.scenario import build, load_manifest
@@ -112,10 +123,11 @@ def main() -> None:
     lab = Lab.attach(args.lab) if args.lab else deploy_scenario(sc, f"bench-sizes-{uuid.uuid4().hex[:6]}")
     try:
         pe = sorted({s.pe for s in sc.all_sites()}, key=lambda n: int(n[1:]))[0]
+        site = next(s.id for s in sc.all_sites() if s.pe == pe)
         print(f"scenario {args.manifest} seed {args.seed} density {args.density}: {len(lab.routers())} routers; "
               f"typical PE {pe}; tokens ~ characters / 4")
         for level in args.levels.split(","):
-            anyio.run(level_sizes, level, lab, pe)
+            anyio.run(level_sizes, level, lab, pe, site)
     finally:
         if not args.lab:
             lab.destroy()

@@ -329,16 +329,18 @@ def test_the_setup_error_is_a_json_rpc_error_and_the_server_exits_1_when_the_cli
 
 
 @pytest.mark.lab
-@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T"])
+@pytest.mark.parametrize("level", ["A0", "A1", "A2", "A3-T", "A3-R", "A4"])
 def test_tool_lists_as_an_agent_reads_them(campaign_lab, level: str) -> None:
     """Item 6: descriptions dedented, without trailing spaces or source citations. Item 5: valid
-    and compact schemas (no pydantic titles; A3-T's ops written once per tool, still precise)."""
+    and compact schemas (no pydantic titles; A3-T's ops written once per tool, still precise).
+    A3-R and A4 (issue 35) under the same bound (their servers without a reconciler: the list
+    does not depend on it)."""
     import jsonschema
 
     from servers.a3_intent import catalog as cat
 
     lab, _sc = campaign_lab
-    tools, _ = _tools(lab, level)
+    tools, _ = _tools(lab, level, **({"options": {"reconciler": False}} if level in ("A3-R", "A4") else {}))
     for t in tools:
         texts = [t.description or ""] + [str(p.get("description", "")) for p in t.input_schema.get("properties", {}).values()]
         for text in texts:

@@ -175,7 +175,28 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:
         set is one commit; one that was not applied is followed by its revert."""
         return history_of(repo, limit, skip)
 
+    compact_output_defs(server)
     return server
 
 
-__all__ = ["A4ChangeResult", "apply_recorded", "build_server"]
+def _no_descriptions(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _no_descriptions(v) for k, v in value.items() if k != "description"}
+    if isinstance(value, list):
+        return [_no_descriptions(v) for v in value]
+    return value
+
+
+def compact_output_defs(server: AniServer) -> None:
+    """Drop the field descriptions of the nested parts (``$defs``) of every tool's output schema,
+    keeping each result's own fields described: A4 is A3-T's tools plus two, and its tools/list
+    (55,057 bytes) was past the 50,000-byte bound every level keeps (issue 35; a client resends it
+    every turn). The nested parts (validation report, rollback report, device change, ...) are
+    results the agent reads with their text, each field named."""
+    for tool in server._tool_manager.list_tools():  # noqa: SLF001 - the SDK offers no public setter
+        schema = tool.fn_metadata.output_schema
+        if schema and "$defs" in schema:
+            tool.fn_metadata.output_schema = {**schema, "$defs": _no_descriptions(schema["$defs"])}
+
+
+__all__ = ["A4ChangeResult", "apply_recorded", "build_server", "compact_output_defs"]
