@@ -369,3 +369,74 @@ def select_ebpf_unavailable() -> bool:
     from substrate.dataplane import ebpf_status
 
     return not ebpf_status()[0]
+
+
+REAL_IP = "LD_PRELOAD= /run/anibench/ip"  # the node's iproute2 without its front: what any root shell can run
+
+
+@pytest.mark.parametrize("breakage", [
+    "tc qdisc del dev {dt} clsact",
+    f"{REAL_IP} link del {{dt}}",
+    f"{REAL_IP} link set {{dt}} down",
+    f"{REAL_IP} link set {{dt}} mtu 1280",
+    "sysctl -qw net.ipv6.conf.{dt}.disable_ipv6=1",
+    f"{REAL_IP} link del sr6gso",
+    "tc qdisc del dev sr6gso clsact",
+])  # fmt: skip
+def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: str) -> None:
+    """The data plane's helper devices live in the node's namespace, so its root can break them
+    with a tool that bypasses the node's ``ip`` front (the kernel's seg6 has no such object).
+    The service puts each back within its refresh bound (a confined agent's commands here), and
+    SRv6 forwarding through them works again: h1 -> h3 over H.Encaps at r1, End with NEXT-C-SID
+    at r2, End.DT6 at r3."""
+    from substrate.dataplane.ebpf.decap import HELPER_PREFIX
+
+    lab = ebpf_lab
+    dst, sid = "fd00:1:3::2", "fcbb:bb00:3:e000::/64"
+    dt = f"{HELPER_PREFIX}t254"
+    assert _ip(lab, "r3", "-6", "route", "add", sid, "encap", "seg6local", "action", "End.DT6", "table", "254",
+               "dev", "sr0").ok  # fmt: skip
+    assert _ip(lab, "r1", "-6", "route", "add", f"{dst}/128", "encap", "seg6", "mode", "encap", "segs",
+               "fcbb:bb00:2:3:e000::", "dev", "sr0").ok  # fmt: skip
+
+    def pings() -> bool:
+        return lab.exec("h1", ["ping", "-6", "-c1", "-W1", dst], timeout_s=5).returncode == 0
+
+    def intact() -> bool:
+        ns = {n: lab.state(n).netns for n in ("r1", "r3")}
+        out = subprocess.run(["ip", "-n", ns["r3"], "-j", "link", "show", "dev", dt], capture_output=True, text=True).stdout
+        link = (json.loads(out or "[]") or [{}])[0]
+        gso = subprocess.run(["tc", "-n", ns["r1"], "filter", "show", "dev", "sr6gso", "ingress"], capture_output=True,
+                             text=True).stdout  # fmt: skip
+        dt_f = subprocess.run(["tc", "-n", ns["r3"], "filter", "show", "dev", dt, "ingress"], capture_output=True,
+                              text=True).stdout  # fmt: skip
+        dis = subprocess.run(["ip", "netns", "exec", ns["r3"], "sysctl", "-n", f"net.ipv6.conf.{dt}.disable_ipv6"],
+                             capture_output=True, text=True).stdout.strip()  # fmt: skip
+        return ("UP" in link.get("flags", []) and link.get("mtu") == 65535 and "bpf" in gso and "bpf" in dt_f
+                and dis == "0")
+
+    try:
+        _wait(pings, 20, "SRv6 forwarding before the breakage")
+        before = _ifindex(lab, "r3", dt)
+        node = "r1" if "sr6gso" in breakage else "r3"
+        r = lab.exec(node, ["sh", "-c", breakage.format(dt=dt)], confined=True, timeout_s=10)
+        assert r.returncode == 0, (breakage, r.stderr)
+        _wait(lambda: intact() and pings(), 20, f"the helper put back after: {breakage}")
+        assert _ifindex(lab, "r3", dt) == before, "the decap helper came back at another index"
+    finally:
+        _ip(lab, "r1", "-6", "route", "del", f"{dst}/128")
+        _ip(lab, "r3", "-6", "route", "del", sid)
+
+
+def _ifindex(lab, node: str, dev: str) -> int:  # noqa: ANN001
+    out = subprocess.run(["ip", "-n", lab.state(node).netns, "-j", "link", "show", "dev", dev], capture_output=True,
+                         text=True).stdout  # fmt: skip
+    return json.loads(out)[0]["ifindex"]
+
+
+def _wait(pred, timeout: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

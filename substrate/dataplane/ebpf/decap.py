@@ -72,6 +72,42 @@ RULE_PREF = 100
 DX_TABLE_BASE = 0x7E000000
 #: Name prefix of the helper devices (``sr6dtN`` for table N, ``sr6dxHHHHHHHH`` per DX next hop).
 HELPER_PREFIX = "sr6d"
+#: MTU of the helper devices (the largest: a decapsulated packet is never too big for them).
+HELPER_MTU = 65535
+#: Sysctls of each helper device (``{dev}``: its name): it forwards what it receives, in both
+#: families, and no reverse-path filter drops a decapsulated packet for arriving on it.
+HELPER_SYSCTLS = {
+    "net.ipv4.conf.{dev}.rp_filter": "0",
+    "net.ipv4.conf.{dev}.forwarding": "1",
+    "net.ipv6.conf.{dev}.forwarding": "1",
+    "net.ipv6.conf.{dev}.disable_ipv6": "0",
+}
+#: Run inside the node's namespace: create a persistent tun device, at a given index if not 0.
+_MAKE_TUN = """
+import fcntl, os, struct, sys
+TUNSETIFF, TUNSETPERSIST, TUNSETIFINDEX = 0x400454CA, 0x400454CB, 0x400454DA
+fd = os.open("/dev/net/tun", os.O_RDWR)
+if int(sys.argv[2]):
+    fcntl.ioctl(fd, TUNSETIFINDEX, struct.pack("I", int(sys.argv[2])))
+fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", sys.argv[1].encode(), 0x0001 | 0x1000))  # IFF_TUN | IFF_NO_PI
+fcntl.ioctl(fd, TUNSETPERSIST, 1)
+"""
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """What :meth:`DecapNode.helper_intact` needs of a device (read by the caller, e.g. one
+    RTM_GETLINK dump: name, IFF_UP, IFLA_MTU, and the IFLA_AF_SPEC devconf arrays)."""
+
+    name: str
+    up: bool
+    mtu: int
+    v4_forwarding: int
+    v4_rp_filter: int
+    v6_forwarding: int
+    v6_disabled: int
+
+
 #: The C functions.
 SID_PROG = "srv6_decap_sid"
 STRIP_PROG = "srv6_decap_strip"
@@ -202,6 +238,54 @@ class DecapNode:
 
     # ---------------------------------------------------------------- helpers
 
+    def _create_device(self, name: str, ifindex: int = 0) -> int:
+        """Create the helper ``tun`` device ``name`` (persistent, no packet info), with the
+        interface index ``ifindex`` when given (TUNSETIFINDEX, drivers/net/tun.c: the SID
+        programs that redirect to a helper hold its index in their read-only data, so a helper
+        put back after a deletion must get its old index back). Returns its index."""
+        import sys
+
+        self._run(["ip", "netns", "exec", self.netns, sys.executable, "-c", _MAKE_TUN, name, str(ifindex)])
+        return self._ifindex(name)
+
+    def _configure(self, h: _Helper) -> None:
+        """The helper device's settings (up, MTU, no addresses, its sysctls: HELPER_SYSCTLS)."""
+        self._ip_batch([f"link set dev {h.name} addrgenmode none mtu {HELPER_MTU} up"])
+        self._sysctl({k.format(dev=h.name): v for k, v in HELPER_SYSCTLS.items()})
+
+    def helper_intact(self, h: _Helper, link: LinkState | None, ingress_progs: set[int]) -> bool:
+        """Whether helper ``h`` is as :meth:`_ensure_helper` made it: its device (``link``: the
+        node's device at ``h.ifindex``, None if there is none) has its name, is up, has its MTU
+        and sysctls, and its tc ingress runs its strip program (``ingress_progs``: the program
+        ids of the bpf filters there)."""
+        return (link is not None and link.name == h.name and link.up and link.mtu == HELPER_MTU
+                and link.v4_forwarding == 1 and link.v4_rp_filter == 0 and link.v6_forwarding == 1
+                and link.v6_disabled == 0 and h.strip_prog_id in ingress_progs)
+
+    def restore(self, h: _Helper) -> None:
+        """Put helper ``h`` back after a node changed or deleted it (a node's root can, with an
+        ``ip`` or ``tc`` that bypasses the node's front: the kernel's seg6 has no such object to
+        break): the device with its old index (a device of that name at another index is
+        deleted first), its settings, its rules, its strip program and (DX) its table's route.
+
+        Raises:
+            DecapError: the index is taken by another device, or ip/tc refused.
+        """
+        try:
+            at = self._ifindex(h.name)
+        except DecapError:
+            at = 0
+        if at and at != h.ifindex:
+            self._run(["ip", "-n", self.netns, "link", "del", "dev", h.name])
+            at = 0
+        if not at:
+            self._create_device(h.name, h.ifindex)
+        self._configure(h)
+        self._attach_strip(h)
+        self.repair_rules(set())
+        if h.nh:
+            self._set_dx_route(h)
+
     def _helper_key(self, s: DecapSid) -> str:
         return f"t{s.table}" if s.table else f"x{ipaddress.ip_address(s.nh)}"
 
@@ -230,14 +314,9 @@ class DecapNode:
         try:
             ifindex = self._ifindex(name)  # adopted from an earlier run
         except DecapError:
-            self._ip_batch([f"tuntap add dev {name} mode tun",
-                            f"link set dev {name} addrgenmode none mtu 65535 up"])
-            ifindex = self._ifindex(name)
+            ifindex = self._create_device(name)
         h = _Helper(name=name, ifindex=ifindex, table=table, families=fams, nh=s.nh)
-        self._sysctl({f"net.ipv4.conf.{name}.rp_filter": "0",
-                      f"net.ipv4.conf.{name}.forwarding": "1",
-                      f"net.ipv6.conf.{name}.forwarding": "1",
-                      f"net.ipv6.conf.{name}.disable_ipv6": "0"})
+        self._configure(h)
         for fam in fams:
             if self.tables_before_local:
                 self._move_local_rule(fam, 0, 1)

@@ -346,7 +346,8 @@ class NodeMaps:
         return str(ipaddress.IPv6Address(buf.raw[:16]))
 
     def set_gso_ifindex(self, ifindex: int) -> None:
-        """Record the node's GSO helper device (key 2; 0 = none): see :func:`gso_helper_up`."""
+        """Record the node's GSO helper device (key 2; 0 = none): see :func:`gso_helper_up`, which
+    also keeps ``gso``: (its ifindex, its tc program's id), for a check that it is intact."""
         with _lock:
             key = ctypes.c_uint32(2)
             buf = ctypes.create_string_buffer(ifindex.to_bytes(4, "little") + bytes(12), 16)
@@ -893,6 +894,7 @@ def gso_helper_up(netns: str | None, node_maps: NodeMaps, *, ifname: str = GSO_H
         obj.close()
         shutil.rmtree(d, ignore_errors=True)
     node_maps.set_gso_ifindex(ifindex)
+    node_maps.gso = (ifindex, obj.ids["tc"])
     return ifindex
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 
 from substrate.dataplane import OWN_DEVICE_PREFIXES
 from substrate.dataplane.ebpf import seg6
+from substrate.dataplane.ebpf.decap import LinkState
 from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr, attrs
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -130,6 +131,7 @@ HIDDEN_TABLE_BASE = 0x7E000000
 RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR = 16, 17, 19, 20, 21
 RTM_NEWNEIGH, RTM_DELNEIGH, RTM_NEWRULE, RTM_DELRULE, RTM_NEWNETCONF = 28, 29, 32, 33, 80
 RTA_OIF, RTA_TABLE, FRA_IIFNAME, FRA_TABLE, IFLA_IFNAME = 4, 15, 3, 15, 3
+IFLA_MTU, IFLA_AF_SPEC, RTM_GETLINK, RTM_GETTFILTER = 4, 26, 18, 46
 
 
 def hidden_message(typ: int, msg: bytes, hidden: set[int]) -> bool:
@@ -295,19 +297,63 @@ class Node:
     def rules(self) -> set[tuple[int, int, str]]:
         """(family, preference, input device) of every policy rule of the node (an RTM_GETRULE
         dump, no process)."""
+        out: set[tuple[int, int, str]] = set()
+        for m in self.dump(34, bytes(12)):  # RTM_GETRULE
+            a = dict(attrs(m[16 + 12:]))
+            prio = struct.unpack_from("=I", a[6])[0] if 6 in a else 0
+            out.add((m[16], prio, a.get(FRA_IIFNAME, b"").rstrip(b"\0").decode(errors="replace")))
+        return out
+
+    def dump(self, typ: int, body: bytes) -> list[bytes]:
+        """The messages (whole, header included) of one netlink dump request ``typ`` with
+        ``body`` in the node's namespace; an error answer gives what came before it."""
         s = self.netlink()
         self.seq = (self.seq + 1) & 0xFFFFFFFF
-        s.send(HDR.pack(16 + 12, 34, NLM_F_REQUEST | 0x300, self.seq, 0) + bytes(12))  # RTM_GETRULE dump
-        out: set[tuple[int, int, str]] = set()
+        s.send(HDR.pack(16 + len(body), typ, NLM_F_REQUEST | 0x300, self.seq, 0) + body)  # NLM_F_DUMP
+        out: list[bytes] = []
         while True:
             for _l, t, _f, sq, _p, m in _msgs(s.recv(1 << 20)):
                 if sq != self.seq:
                     continue
                 if t in (NLMSG_DONE, NLMSG_ERROR):
                     return out
-                a = dict(attrs(m[16 + 12:]))
-                prio = struct.unpack_from("=I", a[6])[0] if 6 in a else 0
-                out.add((m[16], prio, a.get(FRA_IIFNAME, b"").rstrip(b"\0").decode(errors="replace")))
+                out.append(m)
+
+    def links(self) -> dict[int, LinkState]:
+        """Every device of the node by ifindex: name, up, MTU and the sysctls the helpers need
+        (one RTM_GETLINK dump; IFLA_AF_SPEC's devconf arrays: IFLA_INET_CONF indexed from
+        IPV4_DEVCONF_FORWARDING = 1, IFLA_INET6_CONF from DEVCONF_FORWARDING = 0, linux/ip.h and
+        linux/ipv6.h)."""
+        out: dict[int, LinkState] = {}
+        for m in self.dump(RTM_GETLINK, bytes(16)):
+            _fam, _t, index, flags, _ch = struct.unpack_from("=BxHiII", m, 16)
+            a = dict(attrs(m[32:]))
+            conf = {fam: dict(attrs(p)) for fam, p in attrs(a.get(IFLA_AF_SPEC, b""))}
+            v4 = conf.get(socket.AF_INET, {}).get(1, b"")  # IFLA_INET_CONF: u32 per IPV4_DEVCONF_*
+            v6 = conf.get(socket.AF_INET6, {}).get(2, b"")  # IFLA_INET6_CONF: s32 per DEVCONF_*
+
+            def at(arr: bytes, i: int) -> int:
+                return struct.unpack_from("=i", arr, 4 * i)[0] if len(arr) >= 4 * i + 4 else -1
+
+            out[index] = LinkState(
+                name=a.get(IFLA_IFNAME, b"").rstrip(b"\0").decode(errors="replace"), up=bool(flags & 1),
+                mtu=struct.unpack_from("=I", a[IFLA_MTU])[0] if IFLA_MTU in a else 0,
+                v4_forwarding=at(v4, 0), v4_rp_filter=at(v4, 7), v6_forwarding=at(v6, 0), v6_disabled=at(v6, 26),
+            )  # fmt: skip
+        return out
+
+    def ingress_progs(self, ifindex: int) -> set[int]:
+        """Program ids of the bpf filters on device ``ifindex``'s clsact ingress (one
+        RTM_GETTFILTER dump; TCA_OPTIONS/TCA_BPF_ID, linux/pkt_cls.h)."""
+        body = struct.pack("=BxxxiIII", socket.AF_UNSPEC, ifindex, 0, 0xFFFFFFF2, 0)  # TC_H_CLSACT:TC_H_MIN_INGRESS
+        ids: set[int] = set()
+        for m in self.dump(RTM_GETTFILTER, body):
+            a = dict(attrs(m[16 + 20:]))
+            if a.get(1, b"").rstrip(b"\0") == b"bpf":  # TCA_KIND
+                opts = dict(attrs(a.get(2, b"")))  # TCA_OPTIONS
+                if 11 in opts:  # TCA_BPF_ID
+                    ids.add(struct.unpack_from("=I", opts[11])[0])
+        return ids
 
     def talk(self, msg: bytes) -> tuple[int, list[tuple[int, bytes]]]:
         """Send one request to the node's kernel with NLM_F_ACK; (errno, extack TLVs) of its answer."""
@@ -551,6 +597,43 @@ class Service:
                     dn.repair_rules(node.rules())
             except Exception:  # noqa: BLE001 -- logged; the next round tries again
                 traceback.print_exc()
+        for node in self.nodes.values():
+            try:
+                self.repair_helpers(node)
+            except Exception:  # noqa: BLE001 -- logged; the next round tries again
+                traceback.print_exc()
+
+    def repair_helpers(self, node: Node) -> int:
+        """Put back any helper device of ``node`` that the node changed or deleted with an ``ip``
+        or ``tc`` that bypasses its front (its root may: the helpers live in its namespace; the
+        kernel's seg6 has no such object to break): a decapsulation helper (device, index,
+        settings, sysctls, strip program: :meth:`decap.DecapNode.helper_intact`) or the GSO
+        helper (device, settings, tc program). Cheap when nothing changed: one RTM_GETLINK dump
+        and one RTM_GETTFILTER dump per helper. Returns how many were put back."""
+        from substrate.dataplane.ebpf import loader
+
+        dn = getattr(node, "decap", None)
+        gso = getattr(node.maps, "gso", None) if getattr(node, "gso_ready", False) else None
+        if not (dn is not None and dn.helpers) and gso is None:
+            return 0
+        links = node.links()
+        put = 0
+        for h in list(dn.helpers.values()) if dn is not None else []:
+            if not dn.helper_intact(h, links.get(h.ifindex), node.ingress_progs(h.ifindex) if h.ifindex in links else set()):
+                print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name, "helper": h.name}),
+                      file=sys.stderr, flush=True)
+                dn.restore(h)
+                put += 1
+        if gso is not None:
+            ifindex, prog = gso
+            link = links.get(ifindex)
+            if not (link is not None and link.name == loader.GSO_HELPER and link.up and link.mtu == 65535
+                    and prog in node.ingress_progs(ifindex)):
+                print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name,
+                                  "helper": loader.GSO_HELPER}), file=sys.stderr, flush=True)
+                node.hidden.add(loader.gso_helper_up(os.path.basename(node.netns), node.maps))
+                put += 1
+        return put
 
     # -- the loop ----------------------------------------------------------------------------
 
