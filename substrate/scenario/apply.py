@@ -85,7 +85,8 @@ def apply_config(lab: Lab, node: str, cfg: NodeConfig, timeout_s: float = 30.0) 
     """
     r = lab.sh(node, config_script(cfg), timeout_s=timeout_s)
     if not r.ok:
-        raise ExecError(f"{node}: applying service state failed: {(r.stderr or r.stdout).strip()[:600]}")
+        why = f"timed out after {timeout_s:g} s" if r.timed_out else (r.stderr or r.stdout).strip()[:600]
+        raise ExecError(f"{node}: applying service state failed: {why}")
     return r
 
 

@@ -245,7 +245,10 @@ class DecapNode:
         put back after a deletion must get its old index back). Returns its index."""
         import sys
 
-        self._run(["ip", "netns", "exec", self.netns, sys.executable, "-c", _MAKE_TUN, name, str(ifindex)])
+        if ifindex:
+            self._run(["ip", "netns", "exec", self.netns, sys.executable, "-c", _MAKE_TUN, name, str(ifindex)])
+        else:  # iproute2's tuntap does the same, without the index (and without starting Python)
+            self._ip_batch([f"tuntap add dev {name} mode tun"])
         return self._ifindex(name)
 
     def _configure(self, h: _Helper) -> None:

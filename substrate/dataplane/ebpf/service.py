@@ -39,6 +39,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -228,6 +229,8 @@ class Node:
     #: Program instances routes share, by what configures them (programs.install_programs).
     shared_programs: dict[tuple, dict[str, int]] = field(default_factory=dict)
     progs_read: float = 0.0
+    #: Held while one of the node's requests is answered or its helpers are refreshed.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def owns(self, prog_id: int) -> bool:
         """Whether ``prog_id`` runs on one of this node's routes (learnt from the node's own routes
@@ -375,7 +378,7 @@ class Node:
 
 
 class Service:
-    """Answers the nodes' requests (one worker process, single-threaded).
+    """Answers the nodes' requests (one worker process, a thread per node: :meth:`serve`).
 
     Args:
         nodes: node name -> :class:`Node`.
@@ -588,20 +591,16 @@ class Service:
             return
         self._refreshed = now
         for node in self.nodes.values():
-            dn = getattr(node, "decap", None)
-            if dn is None:
-                continue
-            try:
-                dn.refresh(node.route_get)
-                if dn.helpers:
-                    dn.repair_rules(node.rules())
-            except Exception:  # noqa: BLE001 -- logged; the next round tries again
-                traceback.print_exc()
-        for node in self.nodes.values():
-            try:
-                self.repair_helpers(node)
-            except Exception:  # noqa: BLE001 -- logged; the next round tries again
-                traceback.print_exc()
+            with node.lock:
+                dn = getattr(node, "decap", None)
+                try:
+                    if dn is not None:
+                        dn.refresh(node.route_get)
+                        if dn.helpers:
+                            dn.repair_rules(node.rules())
+                    self.repair_helpers(node)
+                except Exception:  # noqa: BLE001 -- logged; the next round tries again
+                    traceback.print_exc()
 
     def repair_helpers(self, node: Node) -> int:
         """Put back any helper device of ``node`` that the node changed or deleted with an ``ip``
@@ -638,40 +637,52 @@ class Service:
     # -- the loop ----------------------------------------------------------------------------
 
     def serve(self, stop: Callable[[], bool]) -> None:
-        """Serve until ``stop()`` is true (checked every second)."""
-        sel = selectors.DefaultSelector()
-        open_conns: dict[str, int] = {}
-        for node in self.nodes.values():
-            node.listener.setblocking(False)
-            sel.register(node.listener, selectors.EVENT_READ, ("listen", node))
+        """Serve until ``stop()`` is true: one thread per node (so that one node's big batch does
+        not hold the others up: program loads, netlink and the helpers' commands release the
+        GIL), and this thread refreshing the DX next hops and repairing the helpers every
+        :data:`DX_REFRESH_S`. A node's requests and its refresh take turns (``Node.lock``)."""
+        threads = [threading.Thread(target=self._serve_node, args=(node, stop), name=f"node-{node.name}", daemon=True)
+                   for node in self.nodes.values()]  # fmt: skip
+        for t in threads:
+            t.start()
+        tick = threading.Event()
         while not stop():
-            events = sel.select(timeout=DX_REFRESH_S)
+            tick.wait(DX_REFRESH_S)  # the refresh period, not a settle delay
             self.refresh_next_hops()
-            for key, _ev in events:
-                kind, node = key.data
-                if kind == "listen":
+
+    def _serve_node(self, node: Node, stop: Callable[[], bool]) -> None:
+        """Accept and answer ``node``'s connections (at most :data:`MAX_CONNECTIONS_PER_NODE`)."""
+        sel = selectors.DefaultSelector()
+        node.listener.setblocking(False)
+        sel.register(node.listener, selectors.EVENT_READ, "listen")
+        open_conns = 0
+        while not stop():
+            for key, _ev in sel.select(timeout=1.0):
+                if key.data == "listen":
                     with contextlib.suppress(BlockingIOError, InterruptedError, OSError):
                         conn, _ = node.listener.accept()
-                        if open_conns.get(node.name, 0) >= MAX_CONNECTIONS_PER_NODE:
+                        if open_conns >= MAX_CONNECTIONS_PER_NODE:
                             conn.close()  # one node cannot take every descriptor of the lab's service
                             continue
                         conn.setblocking(True)
                         conn.settimeout(30)
-                        open_conns[node.name] = open_conns.get(node.name, 0) + 1
-                        sel.register(conn, selectors.EVENT_READ, ("conn", node))
+                        open_conns += 1
+                        sel.register(conn, selectors.EVENT_READ, "conn")
                     continue
                 conn = key.fileobj
                 try:
                     data = conn.recv(1 << 20)
                     if data:
                         pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-                        conn.send(self.handle(node, data, pid))
+                        with node.lock:
+                            answer = self.handle(node, data, pid)
+                        conn.send(answer)
                         continue
                 except OSError:
                     pass
                 sel.unregister(conn)
                 conn.close()
-                open_conns[node.name] -= 1
+                open_conns -= 1
 
 
 # -- process --------------------------------------------------------------------------------------
