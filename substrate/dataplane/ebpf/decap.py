@@ -229,8 +229,18 @@ class DecapNode:
         self._run(["ip", *([family] if family else []), "-n", self.netns, "-batch", "-"], input=text)
 
     def _sysctl(self, settings: dict[str, str]) -> None:
-        self._run(["ip", "netns", "exec", self.netns, "sysctl", "-q", "-w",
-                   *(f"{k}={v}" for k, v in settings.items())])
+        """Write sysctls of the node (dotted names) from this thread, entered into its namespace
+        (/proc/sys/net resolves per the calling thread's network namespace: no process)."""
+        from substrate import nsread
+
+        path = self.netns if self.netns.startswith("/") else f"/run/netns/{self.netns}"
+        try:
+            with nsread.entered(path):
+                for k, v in settings.items():
+                    with open("/proc/sys/" + k.replace(".", "/"), "w") as f:
+                        f.write(v)
+        except (OSError, nsread.NamespaceReadError) as e:
+            raise DecapError(f"sysctl {', '.join(settings)} in {self.netns}: {e}") from None
 
     def _ifindex(self, name: str) -> int:
         out = self._run(["ip", "-n", self.netns, "-j", "link", "show", "dev", name])
@@ -323,11 +333,12 @@ class DecapNode:
         for fam in fams:
             if self.tables_before_local:
                 self._move_local_rule(fam, 0, 1)
-            for k, action in ((0, f"lookup {table}"), (1, "unreachable")):
-                res = subprocess.run(["ip", fam, "-n", self.netns, "rule", "add", "pref", str(self._pref(k)),
-                                      "iif", name, *action.split()], capture_output=True, text=True, check=False)
-                if res.returncode != 0 and "File exists" not in res.stderr:
-                    raise DecapError(f"ip rule add iif {name} {action}: {res.stderr.strip()}")
+            lines = [f"rule add pref {self._pref(k)} iif {name} {action}" for k, action in ((0, f"lookup {table}"), (1, "unreachable"))]
+            res = subprocess.run(["ip", fam, "-force", "-n", self.netns, "-batch", "-"], input="\n".join(lines) + "\n",
+                                 capture_output=True, text=True, check=False)  # fmt: skip
+            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and "File exists" not in ln and "Command failed" not in ln]
+            if errors:
+                raise DecapError(f"ip rule add iif {name}: {' | '.join(errors)}")
         if s.nh:
             self._set_dx_route(h)
         self._attach_strip(h)
