@@ -77,8 +77,10 @@ def config_script(cfg: NodeConfig) -> str:
     return "\n".join(parts) + "\n"
 
 
-def apply_config(lab: Lab, node: str, cfg: NodeConfig, timeout_s: float = 30.0) -> ExecResult:
-    """Apply a whole NodeConfig to ``node`` (one command in the node).
+def apply_config(lab: Lab, node: str, cfg: NodeConfig, timeout_s: float = 90.0) -> ExecResult:
+    """Apply a whole NodeConfig to ``node`` (one command in the node). ``timeout_s`` bounds a
+    hang, not the work: on a loaded 2-core machine a PE's SRv6 routes and helpers on the eBPF
+    data plane took up to 30 s (issue 34; all 44 nodes of the brownfield apply at once).
 
     Raises:
         ExecError: a line was refused (the message quotes iproute2/nft's error).
