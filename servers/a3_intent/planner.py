@@ -607,6 +607,12 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     return out
 
 
+def _derived_sysctl(path: str) -> bool:
+    """A sysctl the kernel sets from other state, compared there: a port's IPv6 MTU follows its
+    link MTU (``link differs``; writing the old value first would fail while the link MTU is lower)."""
+    return path.startswith("net/ipv6/conf/") and path.endswith("/mtu")
+
+
 def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *, frr: FrrView | None = None,
             ports: list[str] | None = None, exempt_nft: Callable[[str, dict[str, list[str]]], str | None] | None = None,
             exempt_route: Callable[[str], bool] | None = None, underlay_heads: set[str] | None = None) -> list[str]:  # fmt: skip
@@ -674,7 +680,7 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         values = {**state.sysctls, **state.iface_sysctls}
         mine = set(full.sysctls)
         out += [f"sysctl differs: {k} = {values[k]} (baseline {v})" for k, v in sorted(under.sysctls.items())
-                if k not in mine and k in values and values[k] != v]  # fmt: skip
+                if k not in mine and k in values and values[k] != v and not _derived_sysctl(k)]  # fmt: skip
     if under.tunsrc is not None and (state.tunsrc or "::") != (under.tunsrc or "::"):
         out.append(f"tunsrc differs: {state.tunsrc or '::'} (baseline {under.tunsrc or '::'})")
     return out
