@@ -440,3 +440,26 @@ def _wait(pred, timeout: float, what: str) -> None:  # noqa: ANN001
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def test_appending_a_counting_routes_twin_is_refused_as_the_kernel_does(ebpf_lab) -> None:
+    """A counting route has a program of its own, so its name differs from its twin's; the
+    kernel's seg6local compares behaviours (counters by presence only): ``append`` of the same
+    route is EEXIST, and a route differing in one parameter is appended. A seg6local route is
+    IPv6 only (seg6_local_build_state: EINVAL for another family)."""
+    lab = ebpf_lab
+    route = ["-6", "route", "append", "fd7a::/64", "table", "100", "encap", "seg6local", "action", "End.DT6", "table",
+             "7", "count", "dev", "sr0"]  # fmt: skip
+    try:
+        assert _ip(lab, "r3", *route).ok
+        r = _ip(lab, "r3", *route)
+        assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: File exists"), r
+        other = [*route]
+        other[other.index("count") - 1] = "8"
+        assert _ip(lab, "r3", *other).ok, "a route of another behaviour is appended"
+        assert _ip(lab, "r3", "-6", "route", "show", "table", "100").stdout.count("End.DT6") == 2
+        r = _ip(lab, "r3", "-4", "route", "add", "10.77.7.0/24", "encap", "seg6local", "action", "End.DX4", "nh4",
+                "10.9.9.9", "dev", "sr0")  # fmt: skip
+        assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: Invalid argument"), r
+    finally:
+        _ip(lab, "r3", "-6", "route", "flush", "table", "100")

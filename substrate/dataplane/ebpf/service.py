@@ -54,7 +54,8 @@ from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr,
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWROUTE, RTM_DELROUTE = 24, 25
 NLM_F_REQUEST, NLM_F_MULTI, NLM_F_ACK = 1, 2, 4
-NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200
+NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200  # in an NLMSG_ERROR
+NLM_F_REPLACE, NLM_F_EXCL, RTM_GETROUTE = 0x100, 0x200, 26  # in an RTM_NEWROUTE request
 NLMSGERR_ATTR_MSG = 1
 RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
 SOL_NETLINK, NETLINK_EXT_ACK = 270, 11
@@ -105,6 +106,19 @@ def _msgs(buf: bytes) -> list[tuple[int, int, int, int, int, bytes]]:
         out.append((ln, typ, flags, seq, pid, buf[off:off + ln]))
         off += (ln + 3) & ~3
     return out
+
+
+def _ours(parts: list[tuple[int, bytes]]) -> tuple[Seg6Encap | Seg6Local, int] | None:
+    """The SRv6 behaviour and program id a route's ``encap bpf`` carries in its program name
+    (``parts``: the route's attributes), or None for a route that is not one of ours."""
+    encap = next((p for t, p in parts if t & 0x3FFF == RTA_ENCAP), b"")
+    for _hook, prog in attrs(encap):
+        name = dict(attrs(prog)).get(seg6.LWT_BPF_PROG_NAME) if len(prog) >= 4 else None
+        if name:
+            decoded = seg6.decode_name(name.rstrip(b"\0").decode(errors="replace"))
+            if decoded:
+                return decoded
+    return None
 
 
 def _message(typ: int, flags: int, seq: int, pid: int, payload: bytes) -> bytes:
@@ -460,8 +474,19 @@ class Service:
             # an IPv6 route is deleted by its key (ip6_route_del compares no encapsulation)
             err, tlvs = node.talk(_route_message(head, rest))
             return self._answer(msg, port, err, tlvs, ack)
+        if etype == seg6.LWTUNNEL_ENCAP_SEG6_LOCAL and family != socket.AF_INET6:
+            return _error_reply(msg, port, errno.EINVAL)  # seg6_local_build_state: IPv6 routes only
         try:
             b = Seg6Encap.from_encap(encap, family) if etype == seg6.LWTUNNEL_ENCAP_SEG6 else Seg6Local.from_encap(encap)
+        except Seg6Error as e:
+            return _error_reply(msg, port, e.errno, e.extack)
+        if (typ == RTM_NEWROUTE and isinstance(b, Seg6Local) and b.counters
+                and not flags & (NLM_F_REPLACE | NLM_F_EXCL) and self._twin(node, head, rest, b)):
+            # a counting route's program is its own, so its name differs from its twin's: the
+            # kernel's seg6local compares the behaviour (counters only by presence), and an
+            # append/prepend of the same route is EEXIST (fib6_add_rt2node, fib_table_insert)
+            return _error_reply(msg, port, errno.EEXIST)
+        try:
             fds, prog_id, headroom, close = self.load(b, family, node)
         except Seg6Error as e:
             return _error_reply(msg, port, e.errno, e.extack)
@@ -485,6 +510,28 @@ class Service:
             return _error_reply(msg, port, e.errno, e.extack)
         finally:
             close()
+
+    @staticmethod
+    def _twin(node: Node, head: bytes, rest: list[tuple[int, bytes]], b: Seg6Local) -> bool:
+        """Whether the node already has this route: same family, table, destination, metric and
+        device, and the same seg6local behaviour (one RTM_GETROUTE dump)."""
+        fam = head[16]
+        default_metric = struct.pack("=I", 1024 if fam == socket.AF_INET6 else 0)  # IP6_RT_PRIO_USER; IPv4: 0
+
+        def key(h: bytes, parts: list[tuple[int, bytes]]) -> tuple:
+            a = {t & 0x3FFF: p for t, p in parts}
+            table = a.get(RTA_TABLE, struct.pack("=I", h[20]))[:4]
+            return h[17], h[19], table, a.get(1, b""), a.get(RTA_OIF), a.get(6, default_metric)[:4]  # dst, oif, metric
+
+        want = key(head, rest)
+        for m in node.dump(RTM_GETROUTE, RTMSG.pack(fam, 0, 0, 0, 0, 0, 0, 0, 0)):
+            h2, parts = _route_parts(m)
+            if key(h2, parts) != want:
+                continue
+            other = _ours(parts)
+            if other is not None and isinstance(other[0], Seg6Local) and other[0] == b:
+                return True
+        return False
 
     @staticmethod
     def _answer(request: bytes, port: int, err: int, tlvs: list[tuple[int, bytes]], ack: bool = True) -> bytes | None:
@@ -515,14 +562,7 @@ class Service:
         etype = next((struct.unpack_from("=H", p)[0] for t, p in parts if t & 0x3FFF == RTA_ENCAP_TYPE), None)
         if etype != seg6.LWTUNNEL_ENCAP_BPF:
             return msg
-        encap = next((p for t, p in parts if t & 0x3FFF == RTA_ENCAP), b"")
-        decoded = None
-        for _hook, prog in attrs(encap):
-            name = dict(attrs(prog)).get(seg6.LWT_BPF_PROG_NAME) if len(prog) >= 4 else None
-            if name:
-                decoded = seg6.decode_name(name.rstrip(b"\0").decode(errors="replace"))
-                if decoded:
-                    break
+        decoded = _ours(parts)
         if decoded is None:
             return msg
         b, prog_id = decoded
