@@ -399,8 +399,12 @@ static ssize_t send_common(int fd, const struct msghdr *msg, int flags)
 				}
 			} else if (asked < 0) {
 				int e = errno;
-				fprintf(stderr, "ip: the SRv6 data-plane service of this node does not answer (%s); "
-						"SRv6 routes and the tunnel source cannot be changed now\n", strerror(e));
+				const char *why = (e == ECONNREFUSED || e == ENOENT) ? "is not running (its supervisor restarts it)"
+					: (e == EAGAIN || e == ETIMEDOUT) ? "did not answer in time"
+					: "closed the connection before answering (it died; its supervisor restarts it; "
+					  "whether this change was made is not known: read the routes back)";
+				fprintf(stderr, "ip: the SRv6 data-plane service of this node %s [%s]; "
+						"SRv6 routes and the tunnel source cannot be changed now\n", why, strerror(e));
 				errno = ECONNREFUSED;
 				ret = -1;
 				break;
