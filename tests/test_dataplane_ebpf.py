@@ -463,3 +463,53 @@ def test_appending_a_counting_routes_twin_is_refused_as_the_kernel_does(ebpf_lab
         assert (r.returncode, r.stderr.strip()) == (2, "RTNETLINK answers: Invalid argument"), r
     finally:
         _ip(lab, "r3", "-6", "route", "flush", "table", "100")
+
+
+def test_what_the_adversarial_pass_found_is_answered_as_the_kernel_does(ebpf_lab) -> None:
+    """Second adversarial pass (issue 34): ``hmac KEYID`` was accepted and never applied (the
+    kernel signs each packet, or drops it for want of the key): now refused in one line; End.DT6
+    with both ``table`` and ``vrftable`` was accepted (the kernel: "table or vrftable must be
+    specified"); attributes an action does not take were refused (the kernel ignores them, and
+    does not show them)."""
+    lab = ebpf_lab
+    r = _ip(lab, "r1", "-6", "route", "add", "fd7d::/64", "encap", "seg6", "mode", "encap", "segs", "fcbb:bb00:3::",
+            "hmac", "5", "dev", "sr0")  # fmt: skip
+    assert r.returncode == 2 and "does not do SRH HMAC" in r.stderr, r
+    assert "fd7d::/64" not in _ip(lab, "r1", "-6", "route", "show").stdout
+    r = _ip(lab, "r3", "-6", "route", "add", "fd7e::/64", "encap", "seg6local", "action", "End.DT6", "table", "254",
+            "vrftable", "100", "dev", "sr0")  # fmt: skip
+    assert (r.returncode, r.stderr.strip()) == (2, "Error: table or vrftable must be specified."), r
+    try:
+        assert _ip(lab, "r3", "-6", "route", "add", "fd7e::/64", "encap", "seg6local", "action", "End", "table", "100",
+                   "dev", "sr0").ok  # fmt: skip
+        assert _ip(lab, "r3", "-6", "route", "add", "fd7f::/64", "encap", "seg6local", "action", "End.DX6", "nh6",
+                   "fd00:1:3::2", "oif", "eth1", "dev", "sr0").ok  # fmt: skip
+        shown = _ip(lab, "r3", "-6", "route", "show").stdout
+        assert "fd7e::/64  encap seg6local action End dev sr0" in shown, shown
+        assert "fd7f::/64  encap seg6local action End.DX6 nh6 fd00:1:3::2 dev sr0" in shown, shown
+    finally:
+        _ip(lab, "r3", "-6", "route", "del", "fd7e::/64")
+        _ip(lab, "r3", "-6", "route", "del", "fd7f::/64")
+
+
+def test_a_device_named_like_a_helper_is_refused_and_an_impostor_is_replaced(ebpf_lab) -> None:
+    """A node's device named like the data plane's helpers would be hidden from its own ip and,
+    made before a helper of that name, taken for it (End.DT6 then dropped everything while its
+    counters counted): the node's ip refuses the name; one made behind the front is replaced by
+    a real helper when the SID needs it."""
+    lab = ebpf_lab
+    r = _ip(lab, "r3", "link", "add", "sr6dt253", "type", "veth", "peer", "name", "x1")
+    assert r.returncode == 2 and "are the eBPF SRv6 data plane's" in r.stderr, r
+    r = lab.exec("r3", ["sh", "-c", f"{REAL_IP} link add sr6dt253 type veth peer name x1"], confined=True)
+    assert r.returncode == 0, r.stderr
+    sid = "fcbb:bb00:3:e253::/64"
+    try:
+        assert _ip(lab, "r3", "-6", "route", "add", sid, "encap", "seg6local", "action", "End.DT6", "table", "253",
+                   "dev", "sr0").ok  # fmt: skip
+        out = subprocess.run(["ip", "-n", lab.state("r3").netns, "-d", "-j", "link", "show", "dev", "sr6dt253"],
+                             capture_output=True, text=True).stdout  # fmt: skip
+        assert json.loads(out)[0]["linkinfo"]["info_kind"] == "tun"
+        assert "x1" not in subprocess.run(["ip", "-n", lab.state("r3").netns, "-br", "link"], capture_output=True,
+                                          text=True).stdout  # fmt: skip
+    finally:
+        _ip(lab, "r3", "-6", "route", "del", sid)

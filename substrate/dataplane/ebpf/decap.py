@@ -248,6 +248,21 @@ class DecapNode:
 
     # ---------------------------------------------------------------- helpers
 
+    def _adopt(self, name: str) -> int:
+        """The index of a helper ``name`` an earlier worker made (a ``tun`` device), or 0 when
+        there is none. A device of another kind under that name is not ours (a node's root can
+        make one with an ``ip`` that bypasses its front): it is deleted, as it would silently
+        take the decapsulated packets."""
+        out = subprocess.run(["ip", "-n", self.netns, "-d", "-j", "link", "show", "dev", name], capture_output=True,
+                             text=True, check=False).stdout  # fmt: skip
+        link = (json.loads(out or "[]") or [None])[0]
+        if link is None:
+            return 0
+        if link.get("linkinfo", {}).get("info_kind") == "tun":
+            return int(link["ifindex"])
+        self._run(["ip", "-n", self.netns, "link", "del", "dev", name])
+        return 0
+
     def _create_device(self, name: str, ifindex: int = 0) -> int:
         """Create the helper ``tun`` device ``name`` (persistent, no packet info), with the
         interface index ``ifindex`` when given (TUNSETIFINDEX, drivers/net/tun.c: the SID
@@ -324,9 +339,8 @@ class DecapNode:
             fams = ("-4",) if s.behaviour == "End.DX4" else ("-6",)
         if len(name) > 15:
             raise DecapError(f"helper name {name!r} too long (table id too large)")
-        try:
-            ifindex = self._ifindex(name)  # adopted from an earlier run
-        except DecapError:
+        ifindex = self._adopt(name)
+        if not ifindex:
             ifindex = self._create_device(name)
         h = _Helper(name=name, ifindex=ifindex, table=table, families=fams, nh=s.nh)
         self._configure(h)

@@ -30,6 +30,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <linux/genetlink.h>
+#include <linux/if_link.h>
 #include <linux/lwtunnel.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
@@ -41,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FD 1024
@@ -207,8 +209,13 @@ static int helpers = -1;
 
 static int have_helpers(void)
 {
-	if (helpers >= 0)
+	/* once seen, helpers stay; none seen yet is looked at again after a second (a long-running
+	 * `ip monitor` started before the node's first SRv6 route) */
+	static time_t looked;
+	time_t now = time(NULL);
+	if (helpers > 0 || (helpers == 0 && now - looked < 1))
 		return helpers;
+	looked = now;
 	helpers = 0;
 	DIR *d = opendir("/sys/class/net");
 	if (!d)
@@ -218,6 +225,20 @@ static int have_helpers(void)
 			helpers = 1;
 	closedir(d);
 	return helpers;
+}
+
+static int names_helper(const struct nlmsghdr *h)
+{
+	if (h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
+		return 0;
+	int len = h->nlmsg_len - NLMSG_LENGTH(sizeof(struct ifinfomsg));
+	for (const struct rtattr *a = IFLA_RTA(NLMSG_DATA(h)); RTA_OK(a, len); a = RTA_NEXT(a, len))
+		if (a->rta_type == IFLA_IFNAME) {
+			const char *n = RTA_DATA(a);
+			size_t l = RTA_PAYLOAD(a);
+			return (l >= 6 && strncmp(n, "sr6gso", 6) == 0) || (l >= 4 && strncmp(n, "sr6d", 4) == 0);
+		}
+	return 0;
 }
 
 static int about_devices(uint16_t t)
@@ -239,7 +260,10 @@ static int relevant(const struct nlfd *f, const unsigned char *buf, size_t n, ch
 		}
 		if (dir == 'S' && (h->nlmsg_type == RTM_NEWROUTE || h->nlmsg_type == RTM_DELROUTE) && route_is_seg6(h))
 			return 1;
-		if (dir == 'R' && h->nlmsg_type == RTM_NEWROUTE && route_is_ours(h))
+		if (dir == 'R' && (h->nlmsg_type == RTM_NEWROUTE || h->nlmsg_type == RTM_DELROUTE) && route_is_ours(h))
+			return 1;
+		/* a device created or renamed to a name of the data plane's own helpers: refused there */
+		if (dir == 'S' && (h->nlmsg_type == RTM_NEWLINK || h->nlmsg_type == RTM_SETLINK) && names_helper(h))
 			return 1;
 		/* where the data plane has helper devices, changes and dumps of devices, addresses,
 		 * routes, rules and neighbours go by the service, which keeps the helpers out of them */

@@ -53,8 +53,8 @@ ACTION_ATTRS: dict[int, tuple[frozenset[int], frozenset[int]]] = {
     END: (frozenset(), frozenset({SEG6_LOCAL_FLAVORS})),
     END_X: (frozenset({SEG6_LOCAL_NH6}), frozenset({SEG6_LOCAL_OIF, SEG6_LOCAL_FLAVORS})),
     END_T: (frozenset({SEG6_LOCAL_TABLE}), frozenset()),
-    END_DX6: (frozenset({SEG6_LOCAL_NH6}), frozenset({SEG6_LOCAL_OIF})),
-    END_DX4: (frozenset({SEG6_LOCAL_NH4}), frozenset({SEG6_LOCAL_OIF})),
+    END_DX6: (frozenset({SEG6_LOCAL_NH6}), frozenset()),
+    END_DX4: (frozenset({SEG6_LOCAL_NH4}), frozenset()),
     END_DT6: (frozenset(), frozenset({SEG6_LOCAL_TABLE, SEG6_LOCAL_VRFTABLE})),
     END_DT4: (frozenset({SEG6_LOCAL_VRFTABLE}), frozenset()),
     END_DT46: (frozenset({SEG6_LOCAL_VRFTABLE}), frozenset()),
@@ -65,6 +65,8 @@ ACTION_ATTRS: dict[int, tuple[frozenset[int], frozenset[int]]] = {
 #: and silently not forwarded).
 EBPF_ACTIONS = frozenset({END, END_DX4, END_DX6, END_DT6, END_DT4, END_DT46})
 NLA_F_NESTED = 1 << 15
+#: The SRH flag iproute2 sets with ``hmac KEYID`` (linux/seg6.h SR6_FLAG1_HMAC).
+SR6_FLAG1_HMAC = 1 << 3
 NAME_PREFIX = "anibench:"
 
 
@@ -156,6 +158,8 @@ class Seg6Encap:
             raise Seg6Error(errno.EINVAL)
         if mode not in (SEG6_IPTUN_MODE_ENCAP, SEG6_IPTUN_MODE_ENCAP_RED):
             raise Seg6Error(errno.EOPNOTSUPP, f"the eBPF SRv6 data plane does not forward seg6 mode {MODE_NAMES[mode]}")
+        if srh[5] & SR6_FLAG1_HMAC:  # iproute2's `hmac KEYID` (RFC 8754 2.1.2): the kernel signs each packet
+            raise Seg6Error(errno.EOPNOTSUPP, "the eBPF SRv6 data plane does not do SRH HMAC (hmac KEYID)")
         return cls(mode, srh)
 
     @property
@@ -207,10 +211,12 @@ class Seg6Local:
             raise unsupported
         required, optional = ACTION_ATTRS[action]
         present = set(got)
-        if not required <= present or present - required - optional:
+        if not required <= present:
             raise Seg6Error(errno.EINVAL)
-        if action == END_DT6 and not present & {SEG6_LOCAL_TABLE, SEG6_LOCAL_VRFTABLE}:
-            raise Seg6Error(errno.EINVAL)
+        for typ in present - required - optional:  # parse_nla_action reads only the action's own
+            del got[typ]  # attributes: others are ignored, neither kept nor shown
+        if action == END_DT6 and len(present & {SEG6_LOCAL_TABLE, SEG6_LOCAL_VRFTABLE}) != 1:
+            raise Seg6Error(errno.EINVAL, "table or vrftable must be specified")  # seg6_end_dt6_build
         sizes = {SEG6_LOCAL_TABLE: 4, SEG6_LOCAL_VRFTABLE: 4, SEG6_LOCAL_NH4: 4, SEG6_LOCAL_NH6: 16,
                  SEG6_LOCAL_IIF: 4, SEG6_LOCAL_OIF: 4}  # fmt: skip
         for typ, payload in got.items():

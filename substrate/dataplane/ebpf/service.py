@@ -449,6 +449,11 @@ class Service:
         Answered as the kernel answers: an error always, a success only when the request asked for
         an ack (iproute2's flush sends its deletes without, and takes any answer for a failure)."""
         _ln, typ, flags, _seq, _pid, msg = m
+        if typ in (RTM_NEWLINK, RTM_SETLINK) and len(msg) >= 32 and struct.unpack_from("=i", msg, 20)[0] not in node.hidden:
+            name = dict(attrs(msg[32:])).get(IFLA_IFNAME, b"")
+            if name.startswith(HIDDEN_PREFIXES):  # a new device, or a rename, to a name of the data plane's
+                return _error_reply(msg, port, errno.EINVAL, "device names beginning with "
+                                    f"{' or '.join(p.decode() for p in HIDDEN_PREFIXES)} are the eBPF SRv6 data plane's")
         if hidden_message(typ, msg, node.hidden) or hidden_rule_delete(typ, msg):  # the data plane's own helpers
             missing = errno.ENODEV if typ in (RTM_NEWLINK, RTM_DELLINK, RTM_SETLINK, RTM_NEWADDR, RTM_DELADDR) else errno.ENOENT
             return _error_reply(msg, port, missing)
@@ -631,7 +636,10 @@ class Service:
             return
         self._refreshed = now
         for node in self.nodes.values():
-            with node.lock:
+            if not node.lock.acquire(blocking=False):
+                continue  # the node's own request is being answered: its turn comes next period
+            with contextlib.ExitStack() as held:
+                held.callback(node.lock.release)
                 dn = getattr(node, "decap", None)
                 try:
                     if dn is not None:
