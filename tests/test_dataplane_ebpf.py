@@ -476,6 +476,9 @@ def test_what_the_adversarial_pass_found_is_answered_as_the_kernel_does(ebpf_lab
             "hmac", "5", "dev", "sr0")  # fmt: skip
     assert r.returncode == 2 and "does not do SRH HMAC" in r.stderr, r
     assert "fd7d::/64" not in _ip(lab, "r1", "-6", "route", "show").stdout
+    r = _ip(lab, "r1", "-6", "route", "add", "fd7d::/64", "nhid", "1", "encap", "seg6", "mode", "encap", "segs",
+            "fcbb:bb00:3::", "dev", "sr0")  # fmt: skip
+    assert (r.returncode, r.stderr.strip()) == (2, "Error: Nexthop specification and nexthop id are mutually exclusive."), r
     r = _ip(lab, "r3", "-6", "route", "add", "fd7e::/64", "encap", "seg6local", "action", "End.DT6", "table", "254",
             "vrftable", "100", "dev", "sr0")  # fmt: skip
     assert (r.returncode, r.stderr.strip()) == (2, "Error: table or vrftable must be specified."), r

@@ -73,7 +73,7 @@ RTMSG = struct.Struct("=BBBBBBBBI")
 PASS_COUNT = 0xFFFFFFFF
 PASS = b"PASS"
 AF_INET = 2
-RTA_MULTIPATH, RTA_CACHEINFO = 9, 12
+RTA_MULTIPATH, RTA_CACHEINFO, RTA_NH_ID = 9, 12, 30
 #: Attributes an SRv6 route request may carry besides its encapsulation (linux/rtnetlink.h: RTA_DST,
 #: RTA_SRC, RTA_IIF, RTA_OIF, RTA_GATEWAY, RTA_PRIORITY, RTA_PREFSRC, RTA_METRICS, RTA_FLOW,
 #: RTA_TABLE, RTA_MARK, RTA_VIA, RTA_PREF, RTA_EXPIRES): all about the route in the node's own
@@ -471,6 +471,8 @@ class Service:
         # restore send dumped routes back) is left out; a delete keeps its key attributes only
         rest = [(t, p) for t, p in rest if t & 0x3FFF != RTA_CACHEINFO and (typ == RTM_NEWROUTE or t & 0x3FFF in ROUTE_ATTRS)]
         odd = sorted({t & 0x3FFF for t, _p in rest} - ROUTE_ATTRS)
+        if RTA_NH_ID in odd:  # rtm_to_fib6_config / rtm_to_fib_config answer it before any encapsulation
+            return _error_reply(msg, port, errno.EINVAL, "Nexthop specification and nexthop id are mutually exclusive")
         if odd:
             text = ("the eBPF SRv6 data plane does not take multipath SRv6 routes" if RTA_MULTIPATH in odd
                     else f"the eBPF SRv6 data plane does not take route attribute(s) {odd} with an SRv6 encapsulation")  # fmt: skip
