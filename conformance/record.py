@@ -73,7 +73,7 @@ def inputs_digest() -> str:
 def corpus_script() -> str:
     """The guest's script for the corpus: the runner on the kernel plane, results into ``$OUT``."""
     return (f"cd {REPO}\nt0=$(cut -d' ' -f1 /proc/uptime)\n"
-            f"ANIBENCH_PROBE_WAIT_S=20 ANIBENCH_COMMAND_TIMEOUT_S=900 python3 {REPO}/conformance/runner.py --plane kernel --out $OUT/kernel.json\n"
+            f"ANIBENCH_PROBE_WAIT_S=20 ANIBENCH_COMMAND_TIMEOUT_S=900 python3 {REPO}/conformance/runner.py --plane kernel --probes-first --out $OUT/kernel.json\n"
             "st=$?\necho \"corpus $t0 $(cut -d' ' -f1 /proc/uptime)\" > $OUT/corpus-uptime\nexit $st\n")  # fmt: skip
 
 

@@ -342,9 +342,10 @@ def _argv(line: str, netns: str, case_dir: Path) -> list[str]:
     return ["ip", "netns", "exec", netns, *argv]
 
 
-def run_cases(plane: Plane, cases: list[Case], tag: str) -> list[dict]:
+def run_cases(plane: Plane, cases: list[Case], tag: str, on_case: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Run every case in a fresh namespace on ``plane``; returns one record per case:
-    ``{"name", "commands": [{"cmd", "stdin", "plane", "rc", "stdout", "stderr", "seconds"}]}``."""
+    ``{"name", "commands": [{"cmd", "stdin", "plane", "rc", "stdout", "stderr", "seconds"}]}``
+    (``on_case`` is given the records so far after each case)."""
     nodes = {f"c{i}": f"acf{tag}-{i}" for i in range(len(cases))}
     out: list[dict] = []
     with namespaces(list(nodes.values()), BASE_SYSCTLS):
@@ -370,6 +371,8 @@ def run_cases(plane: Plane, cases: list[Case], tag: str) -> list[dict]:
                     records.append({"cmd": step.line, "stdin": step.stdin, "plane": step.plane, "rc": r.returncode,
                                     "stdout": r.stdout, "stderr": r.stderr, "seconds": round(time.monotonic() - t, 3)})  # fmt: skip
                 out.append({"name": case.name, "commands": records})
+                if on_case is not None:
+                    on_case(out)
                 shutil.rmtree(case_dir, ignore_errors=True)
         finally:
             plane.stop()
@@ -382,26 +385,39 @@ def environment() -> dict[str, str]:
 
 
 def run_all(plane_name: str, *, only: list[str] | None = None, probes: bool = True,
-            save: Callable[[dict], None] | None = None) -> dict:  # fmt: skip
+            save: Callable[[dict], None] | None = None, probes_first: bool = False) -> dict:  # fmt: skip
     """Run the corpus (and the packet probes unless ``probes`` is false) on one data plane;
-    returns the results document written by ``--out`` (``save`` is also given it once the
-    commands are done, so that a slow guest that runs out of time keeps them)."""
+    returns the results document written by ``--out``. ``save`` is given the document as it
+    grows (after each case, after the probes), so that a slow guest that runs out of time keeps
+    what it did; ``probes_first`` runs the probes before the commands."""
     cases = load_corpus()
     if only:
         cases = [c for c in cases if c.name in only]
     tag = f"{os.getpid() % 100000}"
-    t0 = time.monotonic()
-    doc: dict = {"plane": plane_name, "environment": environment(), "cases": run_cases(make_plane(plane_name), cases, tag)}
-    doc["timing"] = {"commands_s": round(time.monotonic() - t0, 2)}
-    if save is not None and probes:
-        save(doc)
-    if probes:
+    doc: dict = {"plane": plane_name, "environment": environment(), "cases": [], "timing": {}}
+
+    def grown(records: list[dict]) -> None:
+        doc["cases"] = records
+        if save is not None:
+            save(doc)
+
+    def run_probes() -> None:
         sys.path.insert(0, str(REPO))
         from conformance import probes as probes_mod
 
         t1 = time.monotonic()
         doc["probes"] = probes_mod.run_probes(make_plane(plane_name), tag)
         doc["timing"]["probes_s"] = round(time.monotonic() - t1, 2)
+        if save is not None:
+            save(doc)
+
+    if probes and probes_first:
+        run_probes()
+    t0 = time.monotonic()
+    doc["cases"] = run_cases(make_plane(plane_name), cases, tag, grown)
+    doc["timing"]["commands_s"] = round(time.monotonic() - t0, 2)
+    if probes and not probes_first:
+        run_probes()
     return doc
 
 
@@ -412,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="results file (JSON)")
     ap.add_argument("--only", default="", help="comma-separated case names")
     ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--probes-first", action="store_true", help="run the packet probes before the commands")
     a = ap.parse_args(argv)
     def save(doc: dict, out: str = a.out) -> None:
         tmp = Path(out + ".tmp")
@@ -419,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.replace(out)
 
     doc = run_all(a.plane, only=[x for x in a.only.split(",") if x] or None, probes=not a.no_probes,
-                  save=lambda d: save(d, a.out + ".commands"))  # fmt: skip
+                  save=lambda d: save(d, a.out + ".partial"), probes_first=a.probes_first)  # fmt: skip
     save(doc)
     return 0
 
