@@ -49,11 +49,21 @@ class FeatureReport:
     missing_required: list[str] = field(default_factory=list)
     missing_optional: list[str] = field(default_factory=list)
 
-    def line(self) -> str:
-        """One line for a human: what is present and what is missing."""
+    def line(self, dataplane: str | None = None) -> str:
+        """One line for a human: what is present and what is missing. With ``dataplane`` "ebpf"
+        the kernel's missing seg6 is said as such, not as missing and required: that data plane
+        does SRv6 itself."""
+        from substrate.dataplane import KERNEL_SEG6_PROBES
+
         parts = [f"kernel features ok: {', '.join(self.present) or 'none'}"]
-        if self.missing_required:
-            parts.append(f"MISSING (required): {', '.join(self.missing_required)}")
+        required = self.missing_required
+        if dataplane == "ebpf":
+            seg6 = [m for m in required if m in KERNEL_SEG6_PROBES]
+            required = [m for m in required if m not in KERNEL_SEG6_PROBES]
+            if seg6:
+                parts.append(f"no kernel seg6 ({', '.join(seg6)}): not needed on the eBPF data plane")
+        if required:
+            parts.append(f"MISSING (required): {', '.join(required)}")
         if self.missing_optional:
             parts.append(f"missing (optional, not used): {', '.join(self.missing_optional)}")
         return "; ".join(parts)

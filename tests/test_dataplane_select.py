@@ -47,3 +47,16 @@ def test_a_lab_is_refused_in_one_line_naming_the_data_plane_when_none_can_run() 
     with pytest.raises(EnvironmentProblem) as e:
         require()
     assert "data plane: NONE usable" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_feature_line_of_an_ebpf_lab_does_not_call_the_kernels_seg6_required() -> None:
+    """On the eBPF data plane the kernel's missing seg6 is said as not needed (a new user read
+    "MISSING (required): seg6-encap ..." on a lab that ran)."""
+    from substrate.features import probe
+
+    rep = probe()
+    line = rep.line("ebpf")
+    seg6 = [m for m in rep.missing_required if m in dataplane.KERNEL_SEG6_PROBES]
+    assert not any(f"MISSING (required): {m}" in line for m in seg6), line
+    if seg6:
+        assert "not needed on the eBPF data plane" in line and "MISSING (required)" in rep.line()

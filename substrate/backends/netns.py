@@ -185,7 +185,7 @@ class NetnsBackend:
 
         rec, topo = lab.record, lab.topology
         choice = select()
-        rec.features = f"{probe().line()}; {choice.line()}"
+        rec.features = f"{probe().line(choice.dataplane)}; {choice.line()}"
         rec.dataplane = choice.dataplane or "kernel"
         limits = confine.node_limits()
         rec.node_limits = limits.model_dump()
