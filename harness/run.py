@@ -61,7 +61,7 @@ class RunSpec(BaseModel):
     mode: str | None = Field(default=None, description="Agent mode of a model-driven agent (None: its default).")
     density: int
     fault_rate: float = 0.0
-    budget_steps: int = 40
+    budget_steps: int = 60
     budget_tokens: int | None = Field(default=None, ge=1, description="Token budget, enforced by the agent adapter.")
     wall_cap_s: float = 600.0
     run_dir: Path

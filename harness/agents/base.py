@@ -45,7 +45,7 @@ class AgentContext:
     workdir: Path
     server: Any = None
     serve_argv: list[str] = field(default_factory=list)
-    budget_steps: int = 40
+    budget_steps: int = 60
     budget_tokens: int | None = None
     deadline: float = float("inf")
     on_step: Callable[[int], None] = lambda _step: None

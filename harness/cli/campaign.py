@@ -64,7 +64,7 @@ def campaign(
         "with recovery or as MODE-norecovery (default react).")] = None,
     faults: Annotated[float, typer.Option(min=0, max=1, help="Fault rate lambda, in faults per agent step.")] = 0.0,
     density: Annotated[int, typer.Option(min=1, help="State density of the brownfield.")] = 2,
-    budget_steps: Annotated[int, typer.Option(min=1, help="Step budget per run (matched across settings).")] = 40,
+    budget_steps: Annotated[int, typer.Option(min=1, help="Step budget per run (matched across settings).")] = 60,
     budget_tokens: Annotated[int | None, typer.Option(
         min=1, help="Token budget per run (prompt + completion), enforced by the agent adapter; a run that "
         "spends it ends as 'budget hit'.")] = None,

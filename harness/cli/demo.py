@@ -43,7 +43,7 @@ def demo(
         for agent in ("scripted", "noisy"):
             spec = make_spec(ani=ani.split(","), agent=[agent], model=[None], task=task, variants=variants,
                              manifest=_manifest_path(DEFAULT_MANIFEST), seed=7, density=density, fault_rate=faults,
-                             budget_steps=40, wall_cap_s=300, agent_options={}, campaign_id=f"demo-{agent}-{stamp}",
+                             budget_steps=60, wall_cap_s=300, agent_options={}, campaign_id=f"demo-{agent}-{stamp}",
                              dataplane=_dataplane("local"))
             out.rule(f"campaign {spec.campaign_id}: {agent} agent, {' vs '.join(spec.settings)}, {task} x {variants}")
 
