@@ -66,7 +66,9 @@ def _mac_str(m: bytes) -> str:
 # -- packets --------------------------------------------------------------------------------------
 
 
-def _csum(data: bytes) -> int:
+def checksum(data: bytes) -> int:
+    """The Internet checksum of ``data`` (RFC 1071: ones' complement of the ones' complement sum
+    of 16-bit words, an odd byte padded with zero), as IPv4, UDP and ICMPv6 headers carry it."""
     if len(data) % 2:
         data += b"\0"
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
@@ -89,7 +91,7 @@ def icmp6_echo(src: str, dst: str, ident: int, seq: int, *, size: int = 56, **kw
     data = bytes((i * 7) & 0xFF for i in range(size))
     body = struct.pack("!BBHHH", 128, 0, 0, ident, seq) + data
     pseudo = _a6(src) + _a6(dst) + struct.pack("!I3xB", len(body), 58)
-    body = body[:2] + struct.pack("!H", _csum(pseudo + body)) + body[4:]
+    body = body[:2] + struct.pack("!H", checksum(pseudo + body)) + body[4:]
     return ipv6(src, dst, 58, body, **kw)
 
 
@@ -98,14 +100,14 @@ def ipv4(src: str, dst: str, proto: int, payload: bytes, *, ttl: int = 64, tos: 
     """An IPv4 header (checksummed) and ``payload``."""
     h = struct.pack("!BBHHHBBH4s4s", 0x45, tos, 20 + len(payload), ident, 0x4000 if df else 0, ttl, proto, 0,
                     socket.inet_aton(src), socket.inet_aton(dst))  # fmt: skip
-    return h[:10] + struct.pack("!H", _csum(h)) + h[12:] + payload
+    return h[:10] + struct.pack("!H", checksum(h)) + h[12:] + payload
 
 
 def icmp4_echo(src: str, dst: str, echo_id: int, seq: int, *, size: int = 56, **kw: int) -> bytes:
     """An ICMP echo request in IPv4."""
     data = bytes((i * 5) & 0xFF for i in range(size))
     body = struct.pack("!BBHHH", 8, 0, 0, echo_id, seq) + data
-    body = body[:2] + struct.pack("!H", _csum(body)) + body[4:]
+    body = body[:2] + struct.pack("!H", checksum(body)) + body[4:]
     return ipv4(src, dst, 1, body, **kw)
 
 

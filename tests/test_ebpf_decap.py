@@ -35,6 +35,7 @@ pytestmark = [pytest.mark.dataplane]
 if os.geteuid() != 0 or shutil.which("clang") is None:  # pragma: no cover
     pytest.skip("needs root and clang", allow_module_level=True)
 
+from conformance.probes import checksum as _csum  # noqa: E402
 from substrate.dataplane.ebpf import decap, loader  # noqa: E402
 
 PORT = 7777
@@ -50,15 +51,6 @@ SIDS = {
 
 
 # ------------------------------------------------------------------------------------ packets
-
-
-def _csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
 
 
 def udp6(src: str, dst: str, payload: bytes, hl: int = 64) -> bytes:
