@@ -40,6 +40,20 @@ def test_registry_lists_every_class_and_refuses_a_second_of_a_name() -> None:
     assert skipped_levels("troubleshooting", ["A1+blocklist", "A3-T"]) == {"A3-T": TASK_CLASSES["troubleshooting"].inexpressible["A3-T"]}
 
 
+def test_campaign_help_lists_every_registered_task_class(monkeypatch) -> None:
+    """``harness campaign --help`` named three of the seven classes (new-user finding, issue 34):
+    its ``--task`` help is read off the registry when shown, a class registered later included."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    monkeypatch.setitem(TASK_CLASSES, "late-class", TaskClass(name="late-class", prompt="", make=lambda *a: None))  # type: ignore[arg-type,return-value]
+    res = CliRunner().invoke(app, ["campaign", "--help"], env={"COLUMNS": "200"})
+    words = " ".join(w for w in res.output.split() if w != "\u2502")
+    assert res.exit_code == 0, res.output
+    assert f"Task class: {', '.join(TASK_CLASSES)}; or a protocol template" in words
+
+
 @pytest.mark.parametrize("task_class", NEW)
 def test_variants_are_deterministic_hidden_and_split(task_class: str) -> None:
     sc = _sc()

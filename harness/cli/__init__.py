@@ -26,7 +26,7 @@ app.command("serve")(serve_cli.serve)
 app.command("mcp-config")(serve_cli.mcp_config)
 app.command("report")(report_cli.report)
 app.command("export")(export_cli.export)
-app.command("campaign")(campaign_cli.campaign)
+app.command("campaign", cls=campaign_cli.CampaignCommand)(campaign_cli.campaign)
 app.add_typer(campaign_cli.task_app, name="task")
 
 

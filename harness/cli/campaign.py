@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from typer.core import TyperCommand
 
 from harness.cli.common import DataplaneOption, err, fail, friendly_errors, out, use_dataplane
 
@@ -51,11 +52,30 @@ def _manifest_path(manifest: str) -> str:
     return manifest
 
 
+def task_help() -> str:
+    """The help of ``harness campaign --task``: every registered task class
+    (:data:`harness.tasks.TASK_CLASSES`, in registration order), so that it follows the registry."""
+    from harness.tasks import TASK_CLASSES
+
+    return f"Task class: {', '.join(TASK_CLASSES)}; or a protocol template (harness task list)."
+
+
+class CampaignCommand(TyperCommand):
+    """``harness campaign``, whose ``--task`` help is :func:`task_help`, filled in when the help
+    is shown (importing the registry at start-up would cost every command half a second)."""
+
+    def format_help(self, ctx, formatter) -> None:  # noqa: ANN001
+        for p in self.params:
+            if p.name == "task":
+                p.help = task_help()
+        super().format_help(ctx, formatter)
+
+
 @friendly_errors
 def campaign(
     ani: Annotated[str, typer.Option(help="ANI level(s), comma-separated, e.g. A0,A3-T; a level with an ablation "
                                      "is a setting of its own: A1,A1+blocklist.")] = "A0,A3-T",
-    task: Annotated[str, typer.Option(help="Task class: onboarding, change-set, decommissioning.")] = "change-set",
+    task: Annotated[str, typer.Option(help="Task class (harness task list).")] = "change-set",  # CampaignCommand
     variants: Annotated[int, typer.Option(min=1, help="Task variants (each replayed across the settings).")] = 6,
     agent: Annotated[str, typer.Option(help="Agent(s): scripted, noisy, openai, command.")] = "scripted",
     model: Annotated[str | None, typer.Option(help="Model(s) for model-driven agents, comma-separated.")] = None,
