@@ -14,7 +14,8 @@ The page holds, in order:
   run ended as it did, then lists the request, every tool call with its arguments and an excerpt
   of its result, the fault injections and the agent's own events (plans, malformed calls, its
   stop) interleaved at the step where they happened (:func:`harness.runfiles.timeline`), and the
-  verdicts: every test case, every violated baseline invariant with its evidence;
+  verdicts: every test case, every violated baseline invariant with its evidence (a run the
+  harness could not complete checked none: its page says so, with the harness error);
 - the campaign's specification as JSON, so the page alone says what was run.
 
 No script, no remote resource: the file can be mailed, archived and opened offline. Trajectory
@@ -280,15 +281,22 @@ def trajectory_section(run: RunSummary, files: RunFiles | None = None) -> str:
     parts.append("</tbody></table>")
     head = '<thead><tr><th scope="col">verdict</th><th scope="col">check</th><th scope="col">detail</th>' \
            '<th scope="col">evidence</th></tr></thead>'
-    parts.append(f'<h3>Test cases ({run.test_cases_passed}/{run.test_cases_total} passed)</h3>'
-                 f'<table class="verdicts tests">{head}<tbody>{_verdict_rows(tests, only_failed=False)}</tbody></table>')
+    if run.test_cases_total is None:  # no verdict: the harness failed before checking (or an old record)
+        first = (run.error or "?").split("\n")[0]  # the paragraph above has all of it
+        cause = f" (harness error: {first[:160]}{'...' if len(first) > 160 else ''})" if run.status != "done" else ""
+        parts.append(f"<h3>Test cases: not checked{_e(cause)}</h3>")
+    else:
+        parts.append(f'<h3>Test cases ({run.test_cases_passed}/{run.test_cases_total} passed)</h3>'
+                     f'<table class="verdicts tests">{head}<tbody>{_verdict_rows(tests, only_failed=False)}</tbody></table>')
     violated_checks = _verdict_rows(damage, only_failed=True)
     others = [v for v in run.violated_invariants if v not in {d.get("id") for d in damage}]
     extra = "".join(f'<tr class="verdict"><td><span class="fail">FAIL</span></td><td>{_e(v)}</td>'
                     f"<td>processes the agent left running in the node (killed before observing)</td><td></td></tr>"
                     for v in others)
     passed = sum(1 for d in damage if d.get("ok"))
-    parts.append(f"<h3>Damage checks: {len(run.violated_invariants)} violated, {passed} passed</h3>"
+    counts = (f"{len(run.violated_invariants)} violated, {passed} passed" if run.status == "done" or damage
+              or run.violated_invariants else "not checked")
+    parts.append(f"<h3>Damage checks: {counts}</h3>"
                  f'<table class="verdicts damage">{head}<tbody>{violated_checks}{extra}</tbody></table></section>')
     return "".join(parts)
 

@@ -356,3 +356,22 @@ def test_reconciles_and_drift_events_are_reported_for_reconciled_levels(tmp_path
     console.print(rep)
     assert "Reconciled source of truth" not in console.export_text() and 'id="reconcile"' not in to_html(rep)
     store.close()
+
+
+def test_the_page_of_a_harness_failure_says_its_test_cases_were_not_checked() -> None:
+    """A run the harness could not complete has no verdict: its page said "Test cases (None/None
+    passed)" and "Damage checks: 0 violated, 0 passed" (new-user finding, issue 34); it says that
+    neither was checked, and the harness error."""
+    from harness.report import RunSummary
+    from harness.report_html import trajectory_section
+    from harness.runfiles import RunFiles
+
+    failed = RunSummary.of(make_record(CID, "A1", 5, status="failed", error="lab reset: r4 did not converge\nmore",
+                                       task_pass=None, test_case_score=None, test_cases_passed=None,
+                                       test_cases_total=None, damage_free=None, completion_mode=None))
+    heads = [h.all_text() for h in parse(trajectory_section(failed, RunFiles(None))).find("h3")]
+    assert "Test cases: not checked (harness error: lab reset: r4 did not converge)" in heads, heads
+    assert "Damage checks: not checked" in heads and not [h for h in heads if "None" in h], heads
+    done = RunSummary.of(make_record(CID, "A1", 0, test_cases_passed=3))
+    heads = [h.all_text() for h in parse(trajectory_section(done, RunFiles(None))).find("h3")]
+    assert "Test cases (3/4 passed)" in heads and "Damage checks: 0 violated, 0 passed" in heads, heads
