@@ -259,6 +259,8 @@ def trajectory_section(run: RunSummary, files: RunFiles | None = None) -> str:
              ("test cases", f"{run.test_cases_passed}/{run.test_cases_total}" if run.test_cases_total is not None else "–"),
              ("steps", str(run.steps)), ("tokens", NOT_MEASURED if run.tokens is None else f"{run.tokens:,}"), ("seconds", f"{run.wall_s:.1f}"),
              ("trajectory file", run.trajectory_path or "–")]
+    if files.mistakes is not None:  # the noisy agent's record of the mistakes it made
+        facts.append(("mistakes file", str(files.mistakes)))
     if run.agent_error:
         facts.insert(8, ("agent error", agent_error_line(run, "")[2:]))
     parts = [f'<section class="run" id="{_e(anchor)}"><h2>Run {_e(run.run_key)}</h2>',

@@ -6,8 +6,9 @@ A run directory (``results/runs/CAMPAIGN/SETTING/vN/``, :func:`harness.run.execu
 ``trajectory.jsonl`` (every tool call, recorded by the ANI server), ``verdicts.json`` (every verdict
 of the observer: the task's test cases first, then the damage checks), ``agent.json`` (what the
 agent said about itself: tokens, mode, stop reason, events), ``hai.json`` (the request: prompt and
-files) and ``tools.json`` (the server's instructions and tools). Runs stored before some of these
-files existed lack them: every reader says what is missing instead of failing.
+files), ``tools.json`` (the server's instructions and tools) and, for the noisy agent,
+``mistakes.json`` (the mistakes it made, :data:`harness.agents.mistakes.MISTAKES_FILE`). Runs stored
+before some of these files existed lack them: every reader says what is missing instead of failing.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class RunFiles:
     agent: dict[str, Any] = field(default_factory=dict)
     hai: dict[str, Any] | None = None
     tools: dict[str, Any] | None = None
+    mistakes: Path | None = None
+    """The noisy agent's ``mistakes.json`` when the run has one (other agents write none: not missing)."""
     missing: list[str] = field(default_factory=list)
 
 
@@ -39,6 +42,7 @@ def load_run_files(trajectory_path: str | None) -> RunFiles:
     valid Unicode (a lone surrogate a model wrote, kept as a ``\\udXXX`` escape in a JSON file) is
     read as its escape (:func:`servers.common.recorder.valid_unicode`), so that every reader can
     write what it read as UTF-8."""
+    from harness.agents.mistakes import MISTAKES_FILE
     from harness.run import AGENT_FILE, HAI_FILE, TOOLS_FILE, VERDICTS_FILE
     from servers.common import read_trajectory
     from servers.common.recorder import valid_unicode
@@ -63,6 +67,8 @@ def load_run_files(trajectory_path: str | None) -> RunFiles:
     out.agent = read(AGENT_FILE) or {}
     out.hai = read(HAI_FILE)
     out.tools = read(TOOLS_FILE)
+    if (path.parent / MISTAKES_FILE).is_file():
+        out.mistakes = path.parent / MISTAKES_FILE
     return out
 
 

@@ -375,3 +375,27 @@ def test_the_page_of_a_harness_failure_says_its_test_cases_were_not_checked() ->
     done = RunSummary.of(make_record(CID, "A1", 0, test_cases_passed=3))
     heads = [h.all_text() for h in parse(trajectory_section(done, RunFiles(None))).find("h3")]
     assert "Test cases (3/4 passed)" in heads and "Damage checks: 0 violated, 0 passed" in heads, heads
+
+
+
+def test_the_page_of_a_run_links_the_noisy_agents_mistakes_file_when_it_has_one(tmp_path: Path) -> None:
+    """The noisy agent's ``mistakes.json`` was not on its run's page (new-user finding, issue 34):
+    it is listed with the run's trajectory file; a run without one neither lists it nor calls it missing."""
+    from harness.report import RunSummary
+    from harness.report_html import trajectory_section
+
+    def facts(run_dir: Path) -> tuple[dict[str, str], str]:
+        (run_dir / "trajectory.jsonl").write_text("")
+        run = RunSummary.of(make_record(CID, "A1", 0, agent="noisy", trajectory_path=str(run_dir / "trajectory.jsonl")))
+        page = parse(trajectory_section(run))
+        kv = page.find("table", cls="kv")[0]
+        return {tr.find("th")[0].all_text(): tr.find("td")[0].all_text() for tr in kv.find("tr")}, page.all_text()
+
+    (clean := tmp_path / "clean").mkdir()
+    rows, text = facts(clean)
+    assert "mistakes file" not in rows and "mistakes.json" not in text, rows
+    (noisy := tmp_path / "noisy").mkdir()
+    (noisy / "mistakes.json").write_text('{"rate": 0.5, "kind": null, "inexpressible": {}, "made": []}')
+    rows, _ = facts(noisy)
+    assert rows["mistakes file"] == str(noisy / "mistakes.json")
+    assert rows["trajectory file"] == str(noisy / "trajectory.jsonl")

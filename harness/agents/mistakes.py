@@ -77,6 +77,8 @@ INEXPRESSIBLE: dict[tuple[str, str], str] = {
 }
 #: Kinds whose intent rendering needs other tenants' sites (read from the level's tools).
 NEEDS_OTHERS = frozenset({"wrong_table", "other_tenant"})
+#: The file of a run directory the noisy agent writes its mistakes to (:meth:`Mistakes.to_json`).
+MISTAKES_FILE = "mistakes.json"
 
 _PREFIX = re.compile(r"(fd10:[0-9a-f:]*::/64|\d+\.\d+\.\d+\.\d+/24)")
 _ADDRESS_LINE = re.compile(r"^(no )?(ip|ipv6) address \S+$")
@@ -162,7 +164,7 @@ class Mistakes:
         return ",".join(f"{m.kind}@{m.where}{'!' if m.refused else ''}" for m in self.made)
 
     def to_json(self) -> dict[str, Any]:
-        """What the noisy agent writes to ``mistakes.json`` in its run directory."""
+        """What the noisy agent writes to :data:`MISTAKES_FILE` in its run directory."""
         return {"rate": self.rate, "kind": self.kind, "inexpressible": self.inexpressible,
                 "made": [{"kind": m.kind, "where": m.where, "refused": m.refused} for m in self.made]}
 

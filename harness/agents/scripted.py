@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from harness.agents.base import AgentContext, AgentOutcome, Reply, ToolSession
-from harness.agents.mistakes import DeviceEnv, Mistakes, device_mistake, noisy_ops
+from harness.agents.mistakes import MISTAKES_FILE, DeviceEnv, Mistakes, device_mistake, noisy_ops
 from substrate import addressing
 from substrate.scenario.apply import ConfigDelta, config_delta
 from substrate.scenario.layers.l3vpn import render_tenant
@@ -459,7 +459,7 @@ class ScriptedAgent:
             return await self._run(ctx, mistakes)
         finally:
             if self.mistakes_rate > 0 or self.kind:
-                (ctx.workdir / "mistakes.json").write_text(json.dumps(mistakes.to_json(), indent=1))
+                (ctx.workdir / MISTAKES_FILE).write_text(json.dumps(mistakes.to_json(), indent=1))
 
     async def _run(self, ctx: AgentContext, mistakes: Mistakes) -> AgentOutcome:
         from mcp import Client
