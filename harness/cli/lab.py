@@ -266,13 +266,16 @@ def import_(
 @friendly_errors
 def cleanup(
     all_labs: Annotated[bool, typer.Option("--all", help="Also remove running labs, not only leftovers.")] = False,
+    prefix: Annotated[str, typer.Option(
+        "--prefix", help="Only labs whose name starts with PREFIX, with their namespaces and cgroups (on a shared "
+        "machine: your own leftovers). Default: every lab.")] = "",
 ) -> None:
     """Remove what crashed labs left behind (anibench's namespaces, processes, run dirs only)."""
     from substrate import cleanup as do_cleanup
     from substrate.features import check_root_and_tools
 
     check_root_and_tools(need_frr=False)
-    rep = do_cleanup(all_labs=all_labs)
+    rep = do_cleanup(all_labs=all_labs, prefix=prefix)
     out.print(rep.summary(), highlight=False)
 
 
