@@ -594,7 +594,7 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     - damage checks: every baseline invariant not about a changed site, whoever's service it is
       (it still holds after a correct change), and the expected inventory's new invariants that
       are not about a changed site either (facts the generator now samples, true before as after);
-    - an ``nft_chain`` or ``nft_tables`` invariant whose rendered state the change alters (the same-PE hairpin NAT
+    - an ``nft_chain``, ``nft_tables``, ``policy_rules`` or ``local_sids`` invariant whose rendered state the change alters (the hairpin NAT
       of a site moving onto or off a floating IP's PE, an accept rule whose source site is
       removed) is a test case in its new form and no damage check in its old one.
     """
@@ -629,7 +629,7 @@ def split_checks(before: Scenario, after: Scenario, ch: Changes) -> tuple[list[I
     # accept rules of a removed source site) is the task's to make true: a test case, and its
     # old form no damage check (shared chains carry no CE names for the marks to find)
     before_by_id, after_by_id = {i.id: i for i in before.invariants}, {i.id: i for i in after.invariants}
-    rerendered = {iid for iid in set(before_by_id) | set(after_by_id) if {"nft_chain", "nft_tables"} &
+    rerendered = {iid for iid in set(before_by_id) | set(after_by_id) if {"nft_chain", "nft_tables", "policy_rules", "local_sids", "port_state"} &
                   {x.kind for x in (before_by_id.get(iid), after_by_id.get(iid)) if x is not None}
                   and before_by_id.get(iid) != after_by_id.get(iid)}
     tests += [i for i in after.invariants if i.id in rerendered and i not in tests]

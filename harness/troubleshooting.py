@@ -261,6 +261,15 @@ def _variant(sc: Scenario, variant: int, seed: int, rng: random.Random, fault_se
     else:
         raise AnibenchError("troubleshooting needs a scenario with tenants (no breakage of the catalog fits)")
     t = sc.tenant(b.tenant)
+    # a router's whole rule set or SID set (issue 36) is broken with any of its rules or SIDs:
+    # on the routers the breakage changes, a test case too (doing nothing stays a clean failure)
+    touched = {st.node for st in b.steps}
+    own = b.is_test
+
+    def is_test(i: Invariant) -> bool:
+        return own(i) or (i.kind in ("policy_rules", "local_sids", "port_state") and i.params.get("node") in touched)
+
+    b.is_test = is_test
     tests = [i for i in sc.invariants if b.is_test(i)]
     if b.kind == "nat_wrong_ce":
         f = next(x for x in sc.floating_ips if x.id == b.detail["floating_ip"])

@@ -785,7 +785,12 @@ def rule_args(rule: dict[str, Any]) -> str:
     for key, word in (("iif", "iif"), ("oif", "oif"), ("ipproto", "ipproto"), ("tos", "tos"), ("dsfield", "tos"),
                       ("l3mdev", "l3mdev"), ("realms", "realms")):
         if key in rule:
-            parts.append(word if rule[key] is None else f"{word} {rule[key]}")
+            value = rule[key]
+            # `ip -N` prints a protocol as ``ipproto-6``, which `ip rule` does not read back
+            # (issue 36: a reset could not delete an agent's ``ipproto tcp`` rule)
+            if key == "ipproto" and isinstance(value, str) and value.startswith("ipproto-"):
+                value = value[len("ipproto-"):]
+            parts.append(word if value is None else f"{word} {value}")
     if "fwmark" in rule:
         parts.append(f"fwmark {rule['fwmark']}" + (f"/{rule['fwmask']}" if "fwmask" in rule else ""))
     for key in ("sport", "dport"):

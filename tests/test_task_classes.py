@@ -92,7 +92,7 @@ def test_steering_firewall_floating_variants_state_the_change() -> None:
     # (beside the SID and table checks of what the change adds on the waypoint and the ingress PE)
     paths = [{t.params["family"] for t in v.test_cases if t.kind == "steered_path"} for v in st]
     assert all(6 in p for p in paths) and {4, 6} in paths, paths
-    assert all({t.kind for t in v.test_cases} <= {"steered_path", "sid_bound", "table_routes"} for v in st)
+    assert all({t.kind for t in v.test_cases} <= {"steered_path", "sid_bound", "table_routes", "local_sids"} for v in st)
     fw = make_variant("firewall-change", sc, 0)
     got = {(t.params["expect"], t.params["family"]) for t in fw.test_cases if t.id.startswith("task/")}
     assert {("allow", 6), ("deny", 6), ("allow", 4)} <= got
@@ -280,15 +280,16 @@ def test_the_device_level_firewall_and_floating_plans_follow_the_layers_renderin
         pe, dx4, nh4 = find_border(facts)
         assert pe == sc.external.border_pe
         fip = NftTable.parse(FIP_TABLE, sc.node_config[pe].nft.get(FIP_TABLE, ""))
-        ends = {req.get("to_site"), req.get("from_site")}
+        # every PE of the tenant's IPv4 sites translates the address (issue 36)
         hairpins = {p: NftTable.parse(HAIRPIN_TABLE, sc.node_config[p].nft.get(HAIRPIN_TABLE, ""))
-                    for p in {s["pe"] for s in sites if s["site"] in ends}}
+                    for p in {s["pe"] for s in sites if s.get("prefix4")}}
         got = plan_floating(req, sites, facts, Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=sc.external.pe_if,
                                                       rules4=facts[pe].rules4, fip=fip), hairpins)
         assert got and got[pe].nft[FIP_TABLE].split() == want[pe].nft[FIP_TABLE].split()
-        # the hairpin of the site the address reaches (issue 19), and of the one it leaves on a move
-        for p in {s["pe"] for s in sites if s["site"] in (req.get("to_site"), req.get("from_site"))}:
-            assert (got[p].nft.get(HAIRPIN_TABLE) or "").split() == (want[p].nft.get(HAIRPIN_TABLE) or "").split(), p
+        # the hairpin of every PE of the tenant's IPv4 sites (issues 19, 36), changed or not
+        for p in hairpins:
+            have = got[p].nft.get(HAIRPIN_TABLE) if p in got and HAIRPIN_TABLE in got[p].nft else sc.node_config[p].nft.get(HAIRPIN_TABLE)
+            assert (have or "").split() == (want[p].nft.get(HAIRPIN_TABLE) or "").split(), p
 
 
 # -- real lab: a sample (bench/task_classes.py and harness task validate run every variant) ----------

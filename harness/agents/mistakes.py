@@ -9,6 +9,18 @@ could have made instead. Two shapes of change exist:
 - intent levels (A3-T change sets, A4, A3-R records): one op of the change set --
   :func:`intent_mistake`.
 
+The other task classes (issue 36):
+
+- service tickets (steering, firewall, floating IP): the ticket itself first
+  (:func:`ticket_mistake`: a value the request fixed replaced, the wrong device, the new items
+  written over the old ones, the rule set put in another tenant's chain), so that every level
+  carries the same mistake; else the device levels' per-device deltas (:func:`device_mistake`,
+  nft-aware: a removed rule kept, the new IPv4 half left out) and the intent levels' change set
+  (:func:`intent_mistake`: left unapplied or uncommitted, another site or tenant's site deleted);
+- troubleshooting repairs at A0/A1/A2 (:func:`fix_mistake`, placed by :meth:`Mistakes.one` as
+  the repairs are found); at A3-R/A4 the operator makes no change (the reconciler repairs), so
+  no kind is expressible there.
+
 A rendering returns ``None`` where the change cannot carry that kind (nothing to clean up in an
 onboarding, no commit step at A0): the agent then makes no mistake there, and a forced kind is
 put where it can be expressed (:meth:`Mistakes.choose`). Which kinds each level can express:
@@ -139,6 +151,8 @@ class Mistakes:
         Forced mode: ``kind`` at one expressible change (drawn), else recorded inexpressible."""
         if self.kind is None:
             return [k if k is not None and can(i, k) else None for i, k in ((i, self.draw()) for i in range(n))]
+        if any(m.kind == self.kind for m in self.made):  # placed already (on the ticket, :func:`ticket_mistake`)
+            return [None] * n
         ok = [i for i in range(n) if can(i, self.kind)]
         out: list[str | None] = [None] * n
         if ok:
@@ -146,6 +160,24 @@ class Mistakes:
         else:
             self.inexpressible.append(self.kind)
         return out
+
+    def one(self, can: Callable[[str], bool]) -> str | None:
+        """The kind (or None) for the next change of a run whose changes are not known in
+        advance (a troubleshooting repair follows what is read): drawn mode, one draw kept where
+        ``can(kind)``; forced mode, ``kind`` at the first change that can express it. Call
+        :meth:`finish` after the last change."""
+        if self.kind is None:
+            k = self.draw()
+            return k if k is not None and can(k) else None
+        if any(m.kind == self.kind for m in self.made) or not can(self.kind):
+            return None
+        return self.kind
+
+    def finish(self) -> None:
+        """After the last change of :meth:`one`: a forced kind no change could express is
+        recorded inexpressible."""
+        if self.kind is not None and not any(m.kind == self.kind for m in self.made) and self.kind not in self.inexpressible:
+            self.inexpressible.append(self.kind)
 
     def needs_others(self) -> bool:
         """Whether the intent renderings may need other tenants' sites."""
@@ -183,6 +215,8 @@ class DeviceEnv:
     table: int
     rules6: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     used: dict[str, set[int]] = field(default_factory=dict)
+    #: node -> nftables table (``"inet tenant_fw"``) -> its ``nft -f`` text as read (None: none)
+    nft_now: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,6 +256,59 @@ def _function_of(sid: str) -> int:
     return (int(ipaddress.IPv6Network(sid).network_address) >> 64) & 0xFFFF
 
 
+def _nft_rules(table: str, text: str | None) -> dict[str, list[str]]:
+    """Chain -> rule lines (normalized) of one table's ``nft -f`` text."""
+    from substrate.netconf.device import parse_nft
+
+    fam, name = table.split()
+    t = parse_nft(text or "").get((fam, name)) or {"chains": []}
+    return {c["name"]: [" ".join(r.split()) for r in c["rules"]] for c in t["chains"]}
+
+
+def _nft_kept(table: str, new: str | None, now: str | None) -> str | None:
+    """``new`` (the table's text after the change) with every rule the change removes from
+    ``now`` (the device's table) put back at its place: the clean-up forgotten. ``new`` itself
+    when nothing is removed."""
+    from substrate.netconf.device import parse_nft, render_nft_table
+
+    if now is None:
+        return new
+    fam, name = table.split()
+    cur = _nft_rules(table, now)
+    t = parse_nft(new or "").get((fam, name))
+    if t is None:  # the change deletes the table: it stays as it was
+        return now
+    changed = False
+    for c in t["chains"]:
+        rules = [" ".join(r.split()) for r in c["rules"]]
+        for i, r in enumerate(cur.get(c["name"], [])):
+            if r not in rules:
+                rules.insert(min(i, len(rules)), r)
+                changed = True
+        c["rules"] = rules
+    return render_nft_table(fam, name, t) + "\n" if changed else new
+
+
+def _nft_one_family(table: str, new: str | None, now: str | None) -> str | None:
+    """``new`` without the IPv4 rules (``ip saddr``/``ip daddr``) it adds to ``now``: a rule set
+    written for IPv6 only. None when the change adds no IPv4 rule."""
+    from substrate.netconf.device import parse_nft, render_nft_table
+
+    if new is None:
+        return None
+    fam, name = table.split()
+    cur = {r for rs in _nft_rules(table, now).values() for r in rs}
+    t = parse_nft(new).get((fam, name))
+    if t is None:
+        return None
+    cut = False
+    for c in t["chains"]:
+        keep = [r for r in c["rules"] if " ".join(r.split()) in cur or not re.search(r"\bip [sd]addr\b", r)]
+        cut |= len(keep) != len(c["rules"])
+        c["rules"] = keep
+    return render_nft_table(fam, name, t) + "\n" if cut else None
+
+
 def device_mistake(kind: str, delta: ConfigDelta, pe: str, env: DeviceEnv) -> DeviceMistake | None:
     """``kind`` rendered into ``delta`` (planned for ``pe``; left unchanged: a copy is returned),
     or None where this change cannot carry it (module docstring's table)."""
@@ -255,6 +342,12 @@ def device_mistake(kind: str, delta: ConfigDelta, pe: str, env: DeviceEnv) -> De
             for lines in (d.additions, d.removals):
                 if _sub_first(lines, lambda x: _flip_family(x, present, rules_only)):
                     return DeviceMistake(d, pe)
+        # else an nftables change written for one family only: its new IPv4 lines left out
+        for t, text in d.nft.items():
+            cut = _nft_one_family(t, text, env.nft_now.get(pe, {}).get(t))
+            if cut is not None:
+                d.nft[t] = cut
+                return DeviceMistake(d, pe)
         return None
     if kind == "overwrite_shared_key":
         taken = sorted(env.used.get(pe, set()))
@@ -275,9 +368,10 @@ def device_mistake(kind: str, delta: ConfigDelta, pe: str, env: DeviceEnv) -> De
         return DeviceMistake(d, pe) if _sub_first(d.additions, reuse) else None
     if kind == "forgotten_cleanup":
         kept = [x for x in d.frr if not x.strip().startswith("no ")]
-        if not d.removals and kept == d.frr:
+        nft = {t: _nft_kept(t, text, env.nft_now.get(pe, {}).get(t)) for t, text in d.nft.items()}
+        if not d.removals and kept == d.frr and nft == d.nft:
             return None
-        d.removals, d.frr = [], kept
+        d.removals, d.frr, d.nft = [], kept, nft
         return DeviceMistake(d, pe)
     if kind == "overbroad_delete":
         # only where the table is live (a rule leads into it): flushing the empty table of a PE
@@ -334,8 +428,11 @@ def intent_mistake(kind: str, i: int, ops: list[dict[str, Any]], sites: list[dic
     others = [o for o in others if o.get("tenant") and o["tenant"] not in mine]
     op = copy.deepcopy(ops[i])
     spec = op.get("spec") or {}
+    if op.get("service_class", "tenant_site") != "tenant_site" and kind not in ("uncommitted", "other_tenant", "overbroad_delete", "wrong_table"):
+        return None  # a service op's own values are the ticket's (:func:`ticket_mistake`)
     touched = {o.get("id") for o in ops}
-    untouched = [s["site"] for s in sites if s["site"] not in touched]
+    named = {str(v) for o in ops for v in (o.get("spec") or {}).values() if isinstance(v, str)}
+    untouched = [s["site"] for s in sites if s["site"] not in touched and s["site"] not in named]
     if kind == "spec_deviation":
         if "prefix6" not in spec:
             return None
@@ -397,3 +494,237 @@ def noisy_ops(ops: list[dict[str, Any]], sites: list[dict[str, str]], others: li
         out += m.ops
         unapplied |= m.unapplied
     return out, unapplied
+
+
+# -- service tickets (steering, firewall, floating IP): the request itself, at every level ---------------
+
+#: The service classes whose tickets :func:`ticket_mistake` renders.
+SERVICE_CLASSES = ("steering_policy", "firewall_rule_set", "floating_ip")
+
+
+def _natural(name: str) -> tuple[str, int]:
+    m = re.fullmatch(r"([a-z]+)(\d+)", name)
+    return (m.group(1), int(m.group(2))) if m else (name, -1)
+
+
+def ticket_mistake(kind: str, req: dict[str, Any], sites: list[dict[str, str]],
+                   others: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """``kind`` made in a service ticket (request.yaml of :mod:`harness.service_tasks`, left
+    unchanged: a copy is returned) before the operator plans it, so that every level carries
+    the same mistake: the device levels plan their device changes from it, the intent levels
+    their change set (:func:`harness.agents.scripted.service_ops`). None where the ticket cannot
+    carry it (then a device- or intent-level rendering may: :func:`device_mistake`,
+    :func:`intent_mistake`). ``sites``: the tenant's sites (sites.csv rows); ``others``: other
+    tenants' sites (``{"id", "tenant"}``).
+
+    ====================  =====================================================================
+    kind                  steering / firewall / floating IP
+    ====================  =====================================================================
+    spec_deviation        the waypoint's number typo'd (r5 -> r6) / the protected port replaced
+                          by another / the new address typo'd (an added floating IP)
+    wrong_device          the ingress PE replaced by another PE of the tenant (a new policy), the
+                          waypoint by another PE of the tenant (a changed one) / the protected
+                          site by one on another PE / the site the address goes to by another
+                          IPv4 site (on another PE where there is one)
+    overwrite_shared_key  firewall: the new items written over the first items of the rule set
+                          (the list positions they share) instead of after them
+    overbroad_delete      firewall: the rule set's existing items deleted with the change
+    wrong_table           firewall: the rule set written into another tenant's chain
+    ====================  =====================================================================
+
+    Source: NetConfArena's failure taxonomy (specification deviation, wrong device) and the
+    draft's examples (overwriting a line that shares a key, over-broad delete), issue 19 item 2.
+    """
+    cls, action = req.get("service_class"), req.get("action")
+    r = copy.deepcopy(req)
+    by = {s["site"]: s for s in sites}
+    pes = sorted({s["pe"] for s in sites}, key=_natural)
+    if cls == "steering_policy":
+        ing, dst_pe = r["ingress_pe"], by.get(r["dst_site"], {}).get("pe")
+        if kind == "spec_deviation":
+            # the waypoint's number fat-fingered (r5 -> r6), never onto a router the policy names
+            name, num = _natural(r["waypoint"])
+            taken = {ing, dst_pe, r["waypoint"], r.get("was_waypoint")}
+            alt = [f"{name}{n}" for n in (num + 1, num - 1, num + 2) if n > 0 and f"{name}{n}" not in taken]
+            if num >= 0 and alt:
+                r["waypoint"] = alt[0]
+                return r
+        if kind == "wrong_device":
+            if action == "create":
+                alt = [p for p in pes if p not in (ing, dst_pe, r["waypoint"])]
+                if alt:
+                    r["ingress_pe"] = alt[0]
+                    return r
+            else:
+                alt = [p for p in pes if p not in (ing, dst_pe, r["waypoint"], r.get("was_waypoint"))]
+                if alt:
+                    r["waypoint"] = alt[0]
+                    return r
+        return None
+    if cls == "firewall_rule_set":
+        from substrate.scenario.layers.firewall import PORTS
+
+        rules = r["rules"]
+        if len(rules) < 2:
+            return None
+        new, old = rules[-2:], rules[:-2]
+        dst, port = new[0]["dst_site"], int(new[0]["port"])
+        if kind == "spec_deviation":
+            used = {int(x["port"]) for x in rules if x["dst_site"] == dst}
+            alt = [p for p in PORTS if p not in used]
+            if alt:
+                for x in new:
+                    x["port"] = alt[0]
+                return r
+        if kind == "wrong_device":
+            alt = [s["site"] for s in sites if s["pe"] != by.get(dst, {}).get("pe") and s["site"] not in
+                   {x.get("src_site") for x in new} and (s["site"], port) not in {(x["dst_site"], int(x["port"])) for x in old}]
+            if alt:
+                for x in new:
+                    x["dst_site"] = alt[0]
+                return r
+        if kind == "overwrite_shared_key" and len(old) >= 2:
+            r["rules"] = new + old[2:]
+            return r
+        if kind == "overbroad_delete" and old:
+            r["rules"] = new
+            return r
+        if kind == "wrong_table":
+            other = next((o["tenant"] for o in others or [] if o.get("tenant") and o["tenant"] != r["tenant"]), None)
+            if other:
+                r["tenant"], r["rule_set"] = other, f"fw-{other}"
+                return r
+        return None
+    if cls == "floating_ip":
+        to = by.get(r["to_site"], {})
+        if kind == "spec_deviation" and action == "add":
+            r["address"] = typo_address(r["address"])
+            return r
+        if kind == "wrong_device":  # another CE: on another PE where the tenant has one
+            alt = sorted((s for s in sites if s.get("prefix4") and s["site"] not in (r["to_site"], r.get("from_site"))),
+                         key=lambda s: s["pe"] == to.get("pe"))
+            alt = [s["site"] for s in alt]
+            if alt:
+                r["to_site"] = alt[0]
+                return r
+        return None
+    return None
+
+
+def typo_address(address: str) -> str:
+    """An IPv4 address with one digit changed, within its /24 (bit 5 of the last octet flipped:
+    ``198.51.100.10`` -> ``198.51.100.42``): a fat-fingered host number."""
+    a = ipaddress.IPv4Address(address)
+    return str(ipaddress.IPv4Address(int(a) ^ 32))
+
+
+# -- troubleshooting: the repair the operator applies -------------------------------------------------
+
+
+@dataclass
+class FixEnv:
+    """What a repair's rendering may use: the level, the routers it may confuse the device with
+    (the tenant's PEs, the report's routers), and per device the IPv6 policy rules read
+    (``ip -6 -j rule show``)."""
+
+    level: str
+    routers: list[str]
+    rules6: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: the ticket's tenant's CE ports per device (never "another tenant's")
+    own_ports: dict[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass
+class FixMistake:
+    """A repair made wrong: its kernel commands, FRR lines, links brought up, the device it goes
+    to, and whether it is committed (A2)."""
+
+    kernel: list[str]
+    frr: list[str]
+    links_up: list[str]
+    device: str
+    commit: bool = True
+
+
+_TABLE_REF = re.compile(r"\b(table|lookup) (\d+)\b")
+_ADDR4 = re.compile(r"\b(dnat to|nh4) (\d+\.\d+\.\d+\.\d+)\b")
+
+
+def fix_mistake(kind: str, kernel: list[str], frr: list[str], links_up: list[str], device: str,
+                env: FixEnv) -> FixMistake | None:
+    """``kind`` made in one repair of the troubleshooting operator
+    (:class:`harness.agents.troubleshoot.Fix`: ``ip``/``nft`` commands, FRR lines in
+    configuration mode with ``interface X`` first, ports brought up), or None where this repair
+    cannot carry it:
+
+    - spec_deviation: a prefix typo'd (:func:`typo`), else a NAT target or End.DX4 next hop
+      typo'd (:func:`typo_address`);
+    - wrong_device: the repair sent to another router of ``env.routers``;
+    - wrong_config_mode: an interface line given at the configuration level (ahead of its
+      ``interface`` line), else a tenant route or SID given without its ``table`` (main table);
+    - wrong_family: a policy rule added under the other family's flag;
+    - overwrite_shared_key: not expressible (a repair restores an object; it creates no second
+      entry that could share a key with another);
+    - forgotten_cleanup: the repair's deletions dropped where it also adds (a rule replaced:
+      the wrong one kept);
+    - overbroad_delete: an nft rule delete turned into a flush of its chain; a tenant-table
+      repair preceded by a flush of that table;
+    - wrong_table: a table id replaced by the next one;
+    - uncommitted: A2 only (the edit left in the candidate);
+    - other_tenant: another tenant's circuit rule (priority 1000, another table) deleted on
+      the device beside the repair.
+
+    Source: issue 19 item 2's list of kinds (NetConfArena's taxonomy and the draft's examples)."""
+    k, f = list(kernel), list(frr)
+    if kind == "spec_deviation":
+        if _sub_first(k, _typo_line):
+            return FixMistake(k, f, links_up, device)
+        if _sub_first(k, lambda x: _ADDR4.sub(lambda m: f"{m.group(1)} {typo_address(m.group(2))}", x, count=1)):
+            return FixMistake(k, f, links_up, device)
+        return None
+    if kind == "wrong_device":
+        other = next((r for r in env.routers if r != device), None)
+        return FixMistake(k, f, links_up, other) if other and (k or f or links_up) else None
+    if kind == "wrong_config_mode":
+        if len(f) >= 2 and f[0].startswith("interface "):
+            return FixMistake(k, [f[1], f[0], *f[2:]], links_up, device)
+        if _sub_first(k, lambda x: re.sub(r" table \d+(?= |$)", "", x) if x.startswith("ip ") and " route " in x else None):
+            return FixMistake(k, f, links_up, device)
+        return None
+    if kind == "wrong_family":
+        present = set(k)
+        if _sub_first(k, lambda x: (y if (y := x.replace("ip -6 rule", "ip -4 rule", 1)) not in present else None)
+                      if x.startswith("ip -6 rule add") else None):
+            return FixMistake(k, f, links_up, device)
+        return None
+    if kind == "overwrite_shared_key":
+        return None
+    if kind == "forgotten_cleanup":
+        kept = [x for x in k if not re.search(r"\b(del|delete)\b", x)]
+        return FixMistake(kept, f, links_up, device) if kept and kept != k else None
+    if kind == "overbroad_delete":
+        for i, x in enumerate(k):
+            m = re.fullmatch(r"nft delete rule (\S+) (\S+) (\S+) handle \d+", x)
+            if m:
+                k[i] = f"nft flush chain {m.group(1)} {m.group(2)} {m.group(3)}"
+                return FixMistake(k, f, links_up, device)
+        t = next((m.group(2) for x in k if x.startswith("ip ") and (m := _TABLE_REF.search(x))), None)
+        if t is not None and t != "main":
+            return FixMistake([f"ip -6 route flush table {t}", *k], f, links_up, device)
+        return None
+    if kind == "wrong_table":
+        if _sub_first(k, lambda x: _TABLE_REF.sub(lambda m: f"{m.group(1)} {int(m.group(2)) + 1}", x, count=1)
+                      if x.startswith("ip ") else None):
+            return FixMistake(k, f, links_up, device)
+        return None
+    if kind == "uncommitted":
+        return FixMistake(k, f, links_up, device, commit=False) if env.level == "A2" and k else None
+    if kind == "other_tenant":
+        mine = {m.group(2) for x in k if (m := _TABLE_REF.search(x))}
+        for r in env.rules6.get(device, []):
+            tbl = str(r.get("table", ""))
+            if r.get("iif") and tbl.isdigit() and tbl not in mine and r.get("priority") == 1000 \
+                    and r["iif"] not in env.own_ports.get(device, set()):
+                return FixMistake([*k, f"ip -6 rule del priority 1000 iif {r['iif']} lookup {tbl}"], f, links_up, device)
+        return None
+    raise ValueError(f"unknown mistake kind {kind!r}; known: {', '.join(KINDS)}")

@@ -473,7 +473,7 @@ class ScriptedAgent:
                 return await run_reference(tools, ctx, *ticket)
             kind = _kind_of(ctx.files)
             if kind == "troubleshooting":
-                return await self._troubleshoot(tools, ctx)
+                return await self._troubleshoot(tools, ctx, mistakes)
             if kind == "service":
                 return await self._service(tools, ctx, mistakes)
             try:
@@ -504,15 +504,17 @@ class ScriptedAgent:
         (``harness.service_tasks.INEXPRESSIBLE``) and submit with an error saying so."""
         try:
             ticket = yaml.safe_load(ctx.files["request.yaml"])
-            ops = service_ops(ticket)
+            sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
             # the ticket's tenant, so that a mistake meant for another tenant's object picks another
-            req = Request(tenant=str(ticket.get("tenant") or ""), sites=[])
+            req = Request(tenant=str(ticket.get("tenant") or ""), sites=sites)
+            ticket = await self._ticket_mistake(tools, ticket, req, mistakes, ctx.level)
+            ops = service_ops(ticket)
             if ctx.level in ("A3-T", "A4"):
                 await self._intent(tools, req, mistakes, ctx.level, ops=ops)
             elif ctx.level == "A3-R":
                 await self._records(tools, req, mistakes, ops=ops)
             elif ctx.level in ("A0", "A1", "A2") and ops[0]["service_class"] in DEVICE_SERVICE_CLASSES:
-                await getattr(self, DEVICE_SERVICE_CLASSES[ops[0]["service_class"]])(tools, ctx, ctx.level)
+                await getattr(self, DEVICE_SERVICE_CLASSES[ops[0]["service_class"]])(tools, ctx, ctx.level, ticket, mistakes)
             else:
                 await tools.call("submit", {})
                 return AgentOutcome(error=f"no scripted reference of this service change at {ctx.level}")
@@ -522,12 +524,54 @@ class ScriptedAgent:
         await tools.call("submit", {})
         return AgentOutcome(note=mistakes.note())
 
-    async def _steering_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+    async def _ticket_mistake(self, tools: ToolSession, ticket: dict[str, Any], req: Request, mistakes: Mistakes,
+                              level: str) -> dict[str, Any]:
+        """The service ticket with the noisy agent's mistake made in it where the ticket can
+        carry the kind (:func:`harness.agents.mistakes.ticket_mistake`; forced kind, or one
+        draw at ``rate``), recorded; else the ticket as it is."""
+        from harness.agents.mistakes import ticket_mistake
+
+        if not (mistakes.rate > 0 or mistakes.kind):
+            return ticket
+        kind = mistakes.kind or mistakes.draw()
+        if kind is None:
+            return ticket
+        others = await self._others(tools, req, mistakes, records=level == "A3-R") \
+            if kind == "wrong_table" and level in ("A3-T", "A4", "A3-R") else []
+        wrong = ticket_mistake(kind, ticket, req.sites, others)
+        if wrong is None:
+            return ticket
+        mistakes.record(kind, str(ticket.get("policy") or ticket.get("rule_set") or ticket.get("floating_ip") or "ticket"))
+        return wrong
+
+    async def _apply_noisy(self, tools: ToolSession, deltas: dict[str, ConfigDelta], level: str, mistakes: Mistakes | None,
+                           env: DeviceEnv, nft_now: dict[str, dict[str, Any]]) -> None:
+        """Apply a service change's per-device deltas at ``level`` with the noisy agent's
+        mistakes made in them (:func:`harness.agents.mistakes.device_mistake`, ``env`` as read;
+        ``nft_now``: node -> table -> :class:`~harness.agents.service_devices.NftTable` read)."""
+        from harness.agents.service_devices import nft_text
+
+        items = list(deltas.items())
+        kinds: list[str | None] = [None] * len(items)
+        if mistakes is not None and (mistakes.rate > 0 or mistakes.kind):
+            env.nft_now = {n: {t: nft_text(t, tb.table) for t, tb in tabs.items()} for n, tabs in nft_now.items()}
+            kinds = mistakes.choose(len(items), lambda i, k: device_mistake(k, items[i][1], items[i][0], env) is not None)
+        for (node, delta), kind in zip(items, kinds, strict=True):
+            m = device_mistake(kind, delta, node, env) if kind else None
+            target, commit = node, True
+            if m is not None:
+                mistakes.record(kind, node)  # type: ignore[union-attr]
+                delta, target, commit = m.delta, m.target, m.commit
+            await self._apply_delta(tools, target, delta, level, nft_now=nft_now.get(node), commit=commit)
+
+    async def _steering_devices(self, tools: ToolSession, ctx: AgentContext, level: str, req: dict[str, Any] | None = None,
+                                mistakes: Mistakes | None = None) -> None:
         """A steering request at A0/A1/A2 (:mod:`harness.agents.steering_ops`): read the routers
-        involved, derive each one's change, apply it device by device."""
+        involved, derive each one's change, apply it device by device (``req``: the ticket,
+        default request.yaml; ``mistakes``: the noisy agent's, :meth:`_apply_noisy`)."""
         from harness.agents.steering_ops import plan_steering
 
-        req = yaml.safe_load(ctx.files["request.yaml"])
+        req = req or yaml.safe_load(ctx.files["request.yaml"])
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
         dst = next(s for s in sites if s["site"] == req["dst_site"])
         nodes = sorted({req["ingress_pe"], req["waypoint"], dst["pe"]} | ({req["was_waypoint"]} if req.get("was_waypoint") else set()))
@@ -537,32 +581,48 @@ class ScriptedAgent:
         routes: list[dict[str, Any]] = []
         if table is not None and req.get("was_waypoint"):
             routes = await self._table_routes(tools, req["ingress_pe"], table, level)
-        for node, delta in plan_steering(req, sites, facts, routes).items():
-            await self._apply_delta(tools, node, delta, level)
+        tenant_pes = sorted({s["pe"] for s in sites}, key=node_id)
+        env = DeviceEnv(level=level, pes=tenant_pes, table=table if table is not None else -1,
+                        rules6={n: f.rules6 for n, f in facts.items()}, used={n: f.used_functions(n) for n, f in facts.items()})
+        await self._apply_noisy(tools, plan_steering(req, sites, facts, routes), level, mistakes, env, {})
 
-    async def _firewall_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+    async def _firewall_devices(self, tools: ToolSession, ctx: AgentContext, level: str, req: dict[str, Any] | None = None,
+                                mistakes: Mistakes | None = None) -> None:
         """A firewall ticket at A0/A1/A2 (:func:`harness.agents.service_devices.plan_firewall`):
         read the shared firewall table of every PE of the tenant, splice the tenant's new rule
-        set in, apply it PE by PE, and list the chain of the first changed PE."""
+        set in, apply it PE by PE, and list the chain of the first changed PE (``req``: the
+        ticket, default request.yaml; ``mistakes``: the noisy agent's, :meth:`_apply_noisy`; the
+        wrong tenant's chain is one of those the tables show)."""
+        from harness.agents.mistakes import ticket_mistake
         from harness.agents.service_devices import FW_TABLE, plan_firewall
 
-        req = yaml.safe_load(ctx.files["request.yaml"])
+        req = req or yaml.safe_load(ctx.files["request.yaml"])
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
         pes = sorted({s["pe"] for s in sites})
         tables = {pe: await self._nft_table(tools, pe, FW_TABLE, level) for pe in pes}
+        if mistakes is not None and mistakes.kind == "wrong_table" and not mistakes.made:
+            chains = sorted({c["name"] for t in tables.values() for c in (t.table or {}).get("chains", [])
+                             if not c.get("type") and c["name"] != req["tenant"]})
+            wrong = ticket_mistake("wrong_table", req, sites, [{"id": "", "tenant": c} for c in chains])
+            if wrong is not None:
+                mistakes.record("wrong_table", str(req.get("rule_set")))
+                req = wrong
         deltas = plan_firewall(req, sites, tables)
-        for pe, delta in deltas.items():
-            await self._apply_delta(tools, pe, delta, level, nft_now={FW_TABLE: tables[pe]})
+        env = DeviceEnv(level=level, pes=pes, table=-1)
+        await self._apply_noisy(tools, deltas, level, mistakes, env, {pe: {FW_TABLE: tables[pe]} for pe in deltas})
         if deltas:
             await self._nft_table(tools, sorted(deltas)[0], FW_TABLE, level)
 
-    async def _floating_devices(self, tools: ToolSession, ctx: AgentContext, level: str) -> None:
+    async def _floating_devices(self, tools: ToolSession, ctx: AgentContext, level: str, req: dict[str, Any] | None = None,
+                                mistakes: Mistakes | None = None) -> None:
         """A floating-IP ticket at A0/A1/A2 (:func:`harness.agents.service_devices.plan_floating`):
         find the border PE (the End.DX4 SID toward the external segment), read it and the
-        tenant's PEs, derive the NAT, mark, rule and route changes, apply them device by device."""
+        tenant's PEs, derive the NAT, mark, rule and route changes, apply them device by device
+        (``req``: the ticket, default request.yaml; ``mistakes``: the noisy agent's,
+        :meth:`_apply_noisy`)."""
         from harness.agents.service_devices import FIP_TABLE, HAIRPIN_TABLE, Border, external_port, find_border, plan_floating
 
-        req = yaml.safe_load(ctx.files["request.yaml"])
+        req = req or yaml.safe_load(ctx.files["request.yaml"])
         sites = list(csv.DictReader(io.StringIO(ctx.files.get("sites.csv", ""))))
         facts = await self._node_facts(tools, sorted({s["pe"] for s in sites}), level)
         found = find_border(facts)
@@ -583,15 +643,16 @@ class ScriptedAgent:
         if port is None:
             raise ValueError(f"cannot tell {pe}'s port toward the external segment")
         border = Border(pe=pe, dx4_function=dx4, nh4=nh4, pe_if=port, rules4=facts[pe].rules4, fip=fip)
-        # the hairpin translation changes on the PEs of the site the address reaches and of the one
-        # it leaves (a move); reading only those keeps a large tenant within the step budget
-        ends = {req.get("to_site"), req.get("from_site")}
+        # the hairpin translation changes on every PE of the tenant's IPv4 sites: each translates
+        # the floating address for its IPv4 CE ports (issue 36)
         hairpins = {p: await self._nft_table(tools, p, HAIRPIN_TABLE, level)
-                    for p in sorted({s["pe"] for s in sites if s["site"] in ends and s.get("prefix4")})}
+                    for p in sorted({s["pe"] for s in sites if s.get("prefix4")}, key=node_id)}
         now: dict[str, dict[str, Any]] = {p: {HAIRPIN_TABLE: t} for p, t in hairpins.items()}
         now.setdefault(pe, {})[FIP_TABLE] = fip
-        for node, delta in plan_floating(req, sites, facts, border, hairpins).items():
-            await self._apply_delta(tools, node, delta, level, nft_now=now.get(node))
+        tenant_pes = sorted({s["pe"] for s in sites}, key=node_id)
+        env = DeviceEnv(level=level, pes=tenant_pes, table=-1, rules6={n: f.rules6 for n, f in facts.items()},
+                        used={n: f.used_functions(n) for n, f in facts.items()})
+        await self._apply_noisy(tools, plan_floating(req, sites, facts, border, hairpins), level, mistakes, env, now)
 
     # -- device reads and writes at A0 / A1 / A2 (the service-change references) ----------------------
 
@@ -667,7 +728,8 @@ class ScriptedAgent:
             text = (r.data or {}).get("stdout") or "" if r.ok else ""
         return NftTable.parse(table, _table_block(text, table))
 
-    async def _apply_delta(self, tools: ToolSession, node: str, delta: ConfigDelta, level: str, *, nft_now: Any = None) -> None:
+    async def _apply_delta(self, tools: ToolSession, node: str, delta: ConfigDelta, level: str, *, nft_now: Any = None,
+                           commit: bool = True) -> None:
         """Apply one device's change at ``level``: A0 one shell script, A1 its ip/FRR commands and
         (``nft_now``: table -> the device's table as read, every table the delta names) the nft
         commands that splice it, A2 one edit-config and commit (a refused edit or commit is
@@ -681,6 +743,8 @@ class ScriptedAgent:
             r = await tools.call("edit_config", {"device": node, "config": edit_payload(delta)})
             if not r.ok:
                 await tools.call("discard_changes", {"device": node})
+                return
+            if not commit:  # the edit left in the candidate (the noisy agent's uncommitted mistake)
                 return
             r = await self._mutate(tools, "commit", {"device": node}, has_wait=True)
             if not r.ok:
@@ -700,7 +764,7 @@ class ScriptedAgent:
         else:
             await self._mutate(tools, "run_shell", {"device": node, "command": a0_script(delta)}, has_wait=False)
 
-    async def _troubleshoot(self, tools: ToolSession, ctx: AgentContext) -> AgentOutcome:
+    async def _troubleshoot(self, tools: ToolSession, ctx: AgentContext, mistakes: Mistakes | None = None) -> AgentOutcome:
         """A troubleshooting ticket (:mod:`harness.agents.troubleshoot`): diagnose and repair at
         A0/A1/A2, confirm the reconciler's repair at A3-R/A4; other levels have no reference
         (``harness.troubleshooting.INEXPRESSIBLE``) and submit with an error saying so."""
@@ -711,8 +775,11 @@ class ScriptedAgent:
                 async def get_config(device: str, flt: str) -> str:
                     return await self._get_config(tools, device, flt)
 
-                done = await troubleshoot(tools, ctx.files, ctx.level, get_config=get_config)
+                noisy = mistakes if mistakes is not None and (mistakes.rate > 0 or mistakes.kind) else None
+                done = await troubleshoot(tools, ctx.files, ctx.level, get_config=get_config, mistakes=noisy)
                 note = "; ".join(done) or "nothing found to repair"
+                if noisy is not None and noisy.made:
+                    note += f" (mistakes: {noisy.note()})"
             elif ctx.level in ("A3-R", "A4"):
                 # within the run's wall time and step budget (a poll is a step; submit is one more)
                 bound = min(RECONCILE_WAIT_S, ctx.time_left() - 10.0, (ctx.budget_steps - 2) * RECONCILE_POLL_S)
@@ -920,9 +987,9 @@ class ScriptedAgent:
                         level: str, fw: dict[str, Any]) -> tuple[dict[str, ConfigDelta], dict[str, dict[str, Any]]]:
         """The site change's per-PE deltas with the nftables state it alters:
 
-        - the same-PE hairpin NAT (:func:`harness.agents.service_devices.plan_hairpins`): the
-          ``ip fip_hairpin`` table of each PE where the tenant's IPv4 circuits change
-          (:func:`~harness.agents.service_devices.hairpin_pes`) is read and the tenant's part
+        - the hairpin NAT (:func:`harness.agents.service_devices.plan_hairpins`): the
+          ``ip fip_hairpin`` table of each PE of the tenant's IPv4 sites, before and after
+          (:func:`~harness.agents.service_devices.hairpin_pes`), is read and the tenant's part
           re-rendered and spliced in;
         - the accept rules whose source is a removed site, gone from the tenant's chains of
           ``inet tenant_fw`` (``fw``: PE -> that table as read, every PE of the remaining sites;

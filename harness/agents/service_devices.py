@@ -408,55 +408,54 @@ def plan_floating(req: dict[str, Any], sites: list[dict[str, str]], facts: dict[
 
 
 def hairpin_pes(before: Tenant, after: Tenant) -> list[str]:
-    """The PEs whose same-PE hairpin NAT (``ip fip_hairpin``) a site change may alter: those
-    holding IPv4 sites of the tenant before and after the change whose IPv4 circuits differ (a
-    floating IP's site stays where it is -- its address is pinned to it -- so a PE the tenant
-    joins or leaves holds none of its floating IPs' sites)."""
-    def circuits(t: Tenant) -> dict[str, set[tuple[str, str]]]:
-        out: dict[str, set[tuple[str, str]]] = {}
-        for x in t.sites:
-            if x.prefix4:
-                out.setdefault(x.pe, set()).add((x.pe_if, x.prefix4))
-        return out
-
-    b, a = circuits(before), circuits(after)
-    return sorted((pe for pe in set(b) & set(a) if b[pe] != a[pe]), key=node_id)
+    """The PEs whose hairpin NAT (``ip fip_hairpin``) a site change of the tenant may alter, and
+    whose tables tell the tenant's floating IPs: every PE holding an IPv4 site of the tenant
+    before or after the change (each such PE translates the floating addresses for its IPv4 CE
+    ports, :func:`substrate.scenario.layers.floating_ip.render_hairpins`; the floating IPs
+    themselves are read off these tables, :func:`hairpin_fips`). None when the tenant has no IPv4
+    site."""
+    pes = {x.pe for t in (before, after) for x in t.sites if x.prefix4}
+    return sorted(pes, key=node_id)
 
 
 def hairpin_fips(tenant: Tenant, pe: str, table: NftTable) -> list[FloatingIP]:
-    """The tenant's floating IPs whose site is on ``pe``, as the PE's hairpin table shows them:
-    a DNAT rule of chain ``prerouting`` to the CE address of one of the tenant's IPv4 sites there
-    (an IPv4 prefix is attached once per PE, so the CE address names the site)."""
-    by_ce4 = {ce_addr(x.prefix4, 2): x for x in tenant.sites if x.pe == pe and x.prefix4}
+    """The tenant's floating IPs as ``pe``'s hairpin table shows them: a DNAT rule of chain
+    ``prerouting`` from one of the tenant's IPv4 CE ports on ``pe`` to the CE address of one of
+    the tenant's IPv4 sites (an IPv4 prefix is unique within a tenant, so the CE address names
+    the site; the port keeps another tenant's rules with an equal address apart)."""
+    by_ce4 = {ce_addr(x.prefix4, 2): x for x in tenant.sites if x.prefix4}
+    ports = {x.pe_if for x in tenant.sites if x.pe == pe and x.prefix4}
     out: dict[str, FloatingIP] = {}
     for r in (_chain(table.table, "prerouting") or {}).get("rules", []):
-        m = _DNAT.search(r)
-        if m and m.group(2) in by_ce4 and m.group(1) not in out:
+        m, i = _DNAT.search(r), _IIF.search(r)
+        if m and i and i.group(1) in ports and m.group(2) in by_ce4 and m.group(1) not in out:
             out[m.group(1)] = FloatingIP(id=f"fip-{m.group(1)}", tenant=tenant.id, site=by_ce4[m.group(2)].id,
                                          address=m.group(1), mark=0)
     return list(out.values())
 
 
 def plan_hairpins(before: Tenant, after: Tenant, tables: dict[str, NftTable]) -> dict[str, ConfigDelta]:
-    """Per-PE changes of the same-PE hairpin NAT that a site change of the tenant needs (issue
-    19: the references moved a site onto or off a floating IP's PE and left its hairpin rules as
-    they were): on each PE of ``tables`` (``ip fip_hairpin`` as read, at least
-    :func:`hairpin_pes`), the tenant's floating IPs there (:func:`hairpin_fips`) rendered with
-    the floating-IP layer's :func:`render_hairpins` for the tenant before and after the change,
-    the difference spliced into the device's table (:func:`device_deltas`)."""
-    b_cfg: dict[str, NodeConfig] = {}
-    a_cfg: dict[str, NodeConfig] = {}
-    staying = {x.id for x in after.sites}
+    """Per-PE changes of the hairpin NAT that a site change of the tenant needs (issue 19: the
+    references moved a site onto or off a floating IP's PE and left its hairpin rules as they
+    were; issue 36: every IPv4 CE port of the tenant translates its floating addresses): the
+    tenant's floating IPs, read off every table of ``tables`` (``ip fip_hairpin`` as read, at
+    least :func:`hairpin_pes`; :func:`hairpin_fips`), rendered with the floating-IP layer's
+    :func:`render_hairpins` for the tenant before and after the change (a floating IP whose
+    site goes goes with it), the difference spliced into each device's table
+    (:func:`device_deltas`)."""
+    fips: dict[str, FloatingIP] = {}
     for pe in sorted(tables, key=node_id):
-        fips = hairpin_fips(before, pe, tables[pe])
-        if not fips:
-            continue
-        for cfg, t, kept in ((b_cfg, before, fips), (a_cfg, after, [f for f in fips if f.site in staying])):
-            out: dict[str, NodeConfig] = {}
-            render_hairpins(_operator_scenario(t, fips=kept), out)
-            if pe in out:
-                cfg[pe] = NodeConfig(nft={HAIRPIN_TABLE: out[pe].nft[HAIRPIN_TABLE]})
-    return device_deltas(b_cfg, a_cfg, {pe: {HAIRPIN_TABLE: t} for pe, t in tables.items()})
+        for f in hairpin_fips(before, pe, tables[pe]):
+            fips.setdefault(f.address, f)
+    if not fips:
+        return {}
+    staying = {x.id for x in after.sites}
+    cfgs: list[dict[str, NodeConfig]] = []
+    for t, kept in ((before, list(fips.values())), (after, [f for f in fips.values() if f.site in staying])):
+        out: dict[str, NodeConfig] = {}
+        render_hairpins(_operator_scenario(t, fips=kept), out)
+        cfgs.append({pe: NodeConfig(nft={HAIRPIN_TABLE: out[pe].nft[HAIRPIN_TABLE]}) for pe in tables if pe in out})
+    return device_deltas(cfgs[0], cfgs[1], {pe: {HAIRPIN_TABLE: t} for pe, t in tables.items()})
 
 
 def merge_deltas(deltas: dict[str, ConfigDelta], more: dict[str, ConfigDelta]) -> dict[str, ConfigDelta]:

@@ -158,7 +158,9 @@ class NetconfHands(Hands):
             return [r for r in routes if (":" in (r.get("dst") or "")) == (fam == 6)]
         return []
 
-    async def apply(self, fix: Fix) -> None:
+    async def apply(self, fix: Fix, commit: bool = True) -> None:
+        """The repair as one edit-config, committed (``commit=False``: left in the candidate,
+        the noisy agent's uncommitted mistake); a refused edit or commit is discarded."""
         from harness.agents.a2_operator import edit_payload
         from substrate.netconf.device import render_nft_table
         from substrate.scenario.apply import ConfigDelta
@@ -190,6 +192,8 @@ class NetconfHands(Hands):
         if d.empty():
             return
         r = await self.tools.call("edit_config", {"device": fix.device, "config": edit_payload(d)})
+        if r.ok and not commit:
+            return
         if r.ok:
             r = await self.tools.call("commit", {"device": fix.device})
         if not r.ok:
@@ -369,16 +373,70 @@ def isis_fix(me: str, mine: dict[str, list[str]], peer: str, theirs: dict[str, l
     return [f"interface {a}", *missing, "exit"] if missing else []
 
 
-async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str, *, get_config: Any = None) -> list[str]:
+class NoisyHands:
+    """Hands that make the noisy agent's mistakes in the repairs they apply
+    (:func:`harness.agents.mistakes.fix_mistake`, placed by :meth:`Mistakes.one`); reads pass
+    through. ``env`` is filled as the operator reads (the tenant's rules)."""
+
+    def __init__(self, hands: Hands, mistakes: Any, env: Any):
+        self.hands, self.mistakes, self.env = hands, mistakes, env
+        self.level, self.tools = hands.level, hands.tools
+
+    async def read(self, device: str, command: str) -> str:
+        return await self.hands.read(device, command)
+
+    async def json(self, device: str, command: str) -> Any:
+        return await self.hands.json(device, command)
+
+    async def apply(self, fix: Fix, commit: bool = True) -> None:
+        from harness.agents.mistakes import fix_mistake
+
+        def render(k: str) -> Any:
+            return fix_mistake(k, fix.kernel, fix.frr, fix.links_up, fix.device, self.env)
+
+        kind = self.mistakes.one(lambda k: render(k) is not None)
+        m = render(kind) if kind else None
+        if m is None:
+            await self.hands.apply(fix)
+            return
+        self.mistakes.record(kind, fix.device)
+        wrong = Fix(device=m.device, kernel=m.kernel, frr=m.frr, links_up=m.links_up, why=fix.why)
+        if isinstance(self.hands, NetconfHands):
+            await self.hands.apply(wrong, commit=m.commit)
+        else:
+            await self.hands.apply(wrong)
+
+
+async def troubleshoot(tools: ToolSession, files: dict[str, str], level: str, *, get_config: Any = None,
+                       mistakes: Any = None) -> list[str]:
     """Diagnose and repair at A0, A1 or A2 (see module docstring; A2 reads through
-    ``get_config(device, filter) -> xml``, :class:`NetconfHands`). Returns what was repaired."""
+    ``get_config(device, filter) -> xml``, :class:`NetconfHands`). Returns what was repaired.
+    ``mistakes`` (:class:`harness.agents.mistakes.Mistakes`): the noisy agent's, made in the
+    repairs (:class:`NoisyHands`)."""
+    from harness.agents.mistakes import FixEnv
+
     rep = read_report(files)
-    hands = NetconfHands(tools, get_config) if level == "A2" else Hands(tools, level)
+    hands: Any = NetconfHands(tools, get_config) if level == "A2" else Hands(tools, level)
     done: list[str] = []
     named = [s for s in (rep.from_site, rep.to_site) if s and s in rep.sites]
     tenant_pes = sorted({s["pe"] for s in rep.sites.values()})
+    if mistakes is not None:
+        own: dict[str, set[str]] = {}
+        for s in rep.sites.values():
+            own.setdefault(s["pe"], set()).add(s["pe_port"])
+        hands = NoisyHands(hands, mistakes, FixEnv(level=level, routers=[*tenant_pes, *rep.routers], own_ports=own))
+    try:
+        return await _troubleshoot(hands, rep, named, tenant_pes, done)
+    finally:
+        if mistakes is not None:
+            mistakes.finish()
+
+
+async def _troubleshoot(hands: Any, rep: Report, named: list[str], tenant_pes: list[str], done: list[str]) -> list[str]:
     if rep.sites:
         rules6 = {pe: await hands.json(pe, "ip -6 -j rule show") for pe in tenant_pes}
+        if isinstance(hands, NoisyHands):
+            hands.env.rules6 = rules6
         table = tenant_table(rep.sites, rules6)
         for sid in named:
             s = rep.sites[sid]

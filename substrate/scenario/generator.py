@@ -37,12 +37,25 @@ def render_scenario(sc: Scenario) -> dict[str, NodeConfig]:
     return result
 
 
+#: The MTU of every lab link (substrate.backends: veth pairs at the kernel's default).
+PORT_MTU = 1500
+
+
 def device_invariants(sc: Scenario) -> list[Invariant]:
-    """State invariants of each provider router as a whole, whatever the classes render on it:
-    ``nft_tables`` (id ``device/<node>/nft_tables``, service ``device/<node>``) -- the node holds
-    exactly the nftables tables the scenario renders there (``sc.node_config``), none elsewhere.
-    Issue 19: each class checks its own tables where it renders them, so a NAT table on a PE that
-    is not the border, or a table under another name, failed no check."""
+    """State invariants of each provider router as a whole, whatever the classes render on it
+    (service ``device/<node>``):
+
+    - ``nft_tables`` (id ``device/<node>/nft_tables``) -- the node holds exactly the nftables
+      tables the scenario renders there (``sc.node_config``), none elsewhere. Issue 19: each class
+      checks its own tables where it renders them, so a NAT table on a PE that is not the border,
+      or a table under another name, failed no check;
+    - ``policy_rules`` (``device/<node>/rules/<6|4>``) -- exactly the rendered policy rules plus
+      the kernel's defaults (issue 36);
+    - ``local_sids`` (``device/<node>/sids``) -- exactly the rendered local SID behaviours (the
+      ``/64`` seg6local routes: action and parameters, as a multiset; which free function serves
+      one is the operator's choice) (issue 36);
+    - ``port_state`` (``device/<node>/ports``, PEs) -- each customer-facing port (sites', the
+      external segment's) has the links' MTU and the root qdisc rendered there (issue 36)."""
     out: list[Invariant] = []
     for n in sc.topology.routers:
         if n.role not in (Role.P, Role.PE):
@@ -53,6 +66,35 @@ def device_invariants(sc: Scenario) -> list[Invariant]:
             id=f"device/{n.name}/nft_tables", kind="nft_tables", service=f"device/{n.name}",
             params={"node": n.name, "tables": tables},
             description=f"{n.name} holds exactly the nftables tables rendered there: " + (", ".join(tables) or "none"),
+        ))
+        # issue 36 (adversarial findings A1, A2): a policy rule or a SID no service renders (a
+        # tenant's port leaked into another table, a backdoor End.DT6 into a tenant's table)
+        # broke no probe. A task whose change alters them counts them as its own
+        # (harness.tasks.split_checks: re-rendered state)
+        for fam in (6, 4):
+            rules = list(getattr(cfg, f"rules{fam}")) if cfg else []
+            out.append(Invariant(
+                id=f"device/{n.name}/rules/{fam}", kind="policy_rules", service=f"device/{n.name}",
+                params={"node": n.name, "family": fam, "rules": rules},
+                description=f"{n.name} holds exactly the IPv{fam} policy rules rendered there ({len(rules)}) and the kernel's defaults",
+            ))
+        ports = sorted({x.pe_if for x in sc.all_sites() if x.pe == n.name}
+                       | ({sc.external.pe_if} if sc.external and sc.external.border_pe == n.name else set()))
+        if ports:
+            # issue 36 (adversarial findings A5, A6): a shaper or a lowered MTU on a customer-facing
+            # port passed every probe (pings and TCP handshakes are small and few)
+            want = {pt: {"mtu": PORT_MTU, "qdisc": (cfg.qdiscs.get(pt) if cfg else None) or "noqueue"} for pt in ports}
+            out.append(Invariant(
+                id=f"device/{n.name}/ports", kind="port_state", service=f"device/{n.name}",
+                params={"node": n.name, "ports": want},
+                description=f"{n.name}'s customer-facing ports {', '.join(ports)} have MTU {PORT_MTU} and the root qdisc rendered "
+                            "(a rate limit's shaper, else the device's default)",
+            ))
+        sids = [x for x in (cfg.routes6 if cfg else []) if "seg6local" in x.split()]
+        out.append(Invariant(
+            id=f"device/{n.name}/sids", kind="local_sids", service=f"device/{n.name}",
+            params={"node": n.name, "sids": sids},
+            description=f"{n.name} binds exactly the local SID behaviours rendered there ({len(sids)}), whatever functions serve them",
         ))
     return out
 

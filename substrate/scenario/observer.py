@@ -4,7 +4,9 @@ returns a verdict with evidence (command, exit code, output excerpt) for each.
 
 Check kinds (``Invariant.kind``):
 
-- ``reach`` {src, dst, family}: real pings from host ``src`` reach ``dst`` (retried);
+- ``reach`` {src, dst, family, dst_node}: real pings from host ``src`` reach ``dst`` (retried);
+  with ``dst_node``, they must also arrive at that host, counted there like ``reach_at`` (a
+  router answering for the address is not the site: issue 36);
 - ``reach_at`` {src, dst, family, dst_node, dst_at}: pings from ``src`` to ``dst`` get replies and
   arrive at host ``dst_node`` addressed to ``dst_at`` (after any NAT; default ``dst``);
 - ``isolated`` {src, dst, family, dst_node}: no ping from ``src`` gets an answer from ``dst``,
@@ -48,6 +50,12 @@ Check kinds (``Invariant.kind``):
   canonical); without ``chain``, the table holds exactly the chains ``chains`` (none: no such
   table). Reach and deny probes sample ports and pairs; a rule added where none samples (a drop
   on another port, a table on a PE that has none, a DNAT of a spare address) fails these;
+- ``policy_rules`` {node, family, rules}: the node's policy rules are exactly the rendered ones
+  plus the kernel's defaults (:func:`check_policy_rules`; issue 36);
+- ``local_sids`` {node, sids}: the node's ``/64`` SIDs bind exactly the rendered behaviours,
+  whatever function serves each (:func:`check_local_sids`; issue 36);
+- ``port_state`` {node, ports}: each customer-facing port has the links' MTU and the root qdisc
+  kind rendered there (:func:`check_port_state`; issue 36);
 - ``address_bound`` {node, interface, addresses}: the interface holds every address
   (``ADDR/LEN``), e.g. a PE's end of an attachment circuit -- which a CE's neighbour cache can
   hide the loss of (issue 19).
@@ -347,7 +355,13 @@ def _spaced(attempt: Callable[[], tuple[bool, str, list[Evidence], bool]]) -> tu
 
 
 def check_reach(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """Pings from ``src`` to ``dst`` get replies; when the invariant names the destination host
+    (``dst_node``), they must also arrive there (:func:`check_reach_at`): a router answering
+    for the address (the CE's address put on a PE, a ``local`` route in a tenant table) is not
+    the site (issue 36, adversarial finding A3). Retried (:func:`_spaced`)."""
     p = inv.params
+    if p.get("dst_node"):
+        return check_reach_at(ctx, inv)
 
     def attempt() -> tuple[bool, str, list[Evidence], bool]:
         r = _ping(ctx, p["src"], p["dst"], int(p.get("family", 6)), 2, 1.0)
@@ -616,6 +630,180 @@ def check_table_routes(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, 
     return True, f"{p['node']} table {table} (IPv{fam}): {len(have)} routes, as rendered", ev
 
 
+#: Policy rules the kernel installs in every namespace (ip-rule(8)): priority -> table.
+DEFAULT_RULES = {6: {0: "local", 32766: "main"}, 4: {0: "local", 32766: "main", 32767: "default"}}
+#: Rule selectors compared (iproute2's JSON keys); any other key but these is compared too, so an
+#: unknown selector is never dropped silently.
+_RULE_IGNORED = {"priority", "table", "protocol", "src", "srclen", "dst", "dstlen", "fwmark", "fwmask", "action"}
+_TABLE_NAMES = {"254": "main", "255": "local", "253": "default"}
+
+
+def _rule_shape(priority: int, sel: dict[str, str], action: str) -> str:
+    return f"{priority}: " + " ".join(f"{k} {v}" for k, v in sorted(sel.items())) + f" -> {action}"
+
+
+def rendered_rule_shape(family: int, args: str) -> str:
+    """A rendered ``ip rule add`` argument string (``priority 1000 iif eth3 lookup 100``) as a
+    comparable shape: priority, selectors (a firewall mark as ``*``: which free mark serves a
+    floating IP is the operator's choice), action."""
+    w = args.split()
+    sel: dict[str, str] = {}
+    prio, action = -1, "?"
+    i = 0
+    while i < len(w):
+        k = w[i]
+        v = w[i + 1] if i + 1 < len(w) else ""
+        if k in ("priority", "pref", "preference"):
+            prio = int(v)
+        elif k in ("lookup", "table"):
+            action = f"table {_TABLE_NAMES.get(v, v)}"
+        elif k in ("unreachable", "blackhole", "prohibit"):
+            action, i = k, i - 1
+        elif k == "from":
+            if v != "all":
+                sel["from"] = str(ipaddress.ip_network(v, strict=False))
+        elif k == "to":
+            if v != "all":
+                sel["to"] = str(ipaddress.ip_network(v, strict=False))
+        elif k == "fwmark":
+            sel["fwmark"] = "*"
+        else:
+            sel[k] = v
+        i += 2
+    return _rule_shape(prio, sel, action)
+
+
+def kernel_rule_shape(family: int, rule: dict[str, Any]) -> str:
+    """:func:`rendered_rule_shape` of one rule of ``ip -j rule show``."""
+    sel = {k: str(v) for k, v in rule.items() if k not in _RULE_IGNORED}
+    if rule.get("src") not in (None, "all"):
+        sel["from"] = str(ipaddress.ip_network(f"{rule['src']}/{rule.get('srclen', 128 if family == 6 else 32)}", strict=False))
+    if rule.get("dst") not in (None, "all"):
+        sel["to"] = str(ipaddress.ip_network(f"{rule['dst']}/{rule.get('dstlen', 128 if family == 6 else 32)}", strict=False))
+    if "fwmark" in rule:
+        sel["fwmark"] = "*"
+    action = f"table {_TABLE_NAMES.get(str(rule['table']), str(rule['table']))}" if "table" in rule else str(rule.get("action", "?"))
+    return _rule_shape(int(rule.get("priority", -1)), sel, action)
+
+
+def check_policy_rules(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """The node's policy rules of ``family`` are exactly ``rules`` (rendered ``ip rule add``
+    arguments) plus the kernel's defaults (:data:`DEFAULT_RULES`), compared as a multiset of
+    shapes (:func:`rendered_rule_shape`): an extra rule (a tenant port sent into another table,
+    or into the provider's main table) fails it as a missing one does (issue 36)."""
+    from collections import Counter
+
+    p = inv.params
+    fam = int(p["family"])
+    r = ctx.shared(p["node"], ["ip", f"-{fam}", "-j", "rule", "show"])
+    try:
+        rules = json.loads(r.stdout or "[]")
+    except ValueError:
+        return False, f"{p['node']}: ip -{fam} -j rule show did not answer JSON", [_ev(r)]
+    have = Counter(kernel_rule_shape(fam, x) for x in rules)
+    want = Counter([rendered_rule_shape(fam, x) for x in p["rules"]] +
+                   [_rule_shape(pr, {}, f"table {t}") for pr, t in DEFAULT_RULES[fam].items()])
+    missing, extra = sorted((want - have).elements()), sorted((have - want).elements())
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
+    ev = [Evidence(node=p["node"], command=f"ip -{fam} -j rule show", exit_code=r.returncode,
+                   output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{sum(have.values())} rules")[:EXCERPT])]
+    if missing or extra:
+        parts = ([f"lacks {'; '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {'; '.join(extra[:3])}"] if extra else [])
+        return False, f"{p['node']} IPv{fam} rules: " + "; ".join(parts), ev
+    return True, f"{p['node']} IPv{fam} rules: {sum(have.values())}, as rendered", ev
+
+
+_SID_KEYS = ("action", "table", "vrftable", "nh4", "nh6", "oif", "flavors", "lblen", "nflen")
+
+
+def _sid_shape(fields: dict[str, str]) -> str:
+    return " ".join(f"{k} {fields[k]}" for k in _SID_KEYS if fields.get(k) not in (None, ""))
+
+
+def rendered_sid_shape(args: str) -> str | None:
+    """A rendered seg6local route (``SID/64 metric 1024 encap seg6local action End.DT6 table
+    100 count dev sr0``) as its behaviour, without the SID (its function is the operator's
+    choice); None for a route that is no local SID (not a ``/64``)."""
+    w = args.split()
+    if not w or not w[0].endswith("/64") or "seg6local" not in w:
+        return None
+    w = w[w.index("seg6local") + 1:]
+    fields: dict[str, str] = {}
+    i = 0
+    while i < len(w):
+        if w[i] in _SID_KEYS and i + 1 < len(w):
+            fields[w[i]] = w[i + 1]
+            i += 2
+        else:
+            i += 1
+    return _sid_shape(fields)
+
+
+def kernel_sid_shape(route: dict[str, Any]) -> str | None:
+    """:func:`rendered_sid_shape` of one route of ``ip -6 -d -j route show table main``."""
+    dst = str(route.get("dst", ""))
+    if route.get("encap") != "seg6local" or not dst.endswith("/64"):
+        return None
+    fields = {k: route[k] for k in _SID_KEYS if k in route}
+    if isinstance(fields.get("flavors"), list):
+        fields["flavors"] = ",".join(fields["flavors"])
+    return _sid_shape({k: str(v) for k, v in fields.items()})
+
+
+def check_local_sids(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """The node's local SIDs (``/64`` seg6local routes of the main table) bind exactly the
+    behaviours of ``sids`` (rendered routes), as a multiset of behaviours whatever function
+    serves each (:func:`rendered_sid_shape`): a second End.DT6 into a tenant's table (a backdoor
+    any SRv6 packet can use) fails it (issue 36). The node's locator End SID (a ``/48``) is the
+    underlay's and not counted."""
+    from collections import Counter
+
+    p = inv.params
+    routes, r = _routes(ctx, p["node"])
+    have = Counter(x for e in routes if (x := kernel_sid_shape(e)) is not None)
+    want = Counter(x for a in p["sids"] if (x := rendered_sid_shape(a)) is not None)
+    missing, extra = sorted((want - have).elements()), sorted((have - want).elements())
+    ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
+    ev = [Evidence(node=p["node"], command="ip -6 -d -j route show table main # seg6local /64", exit_code=r.returncode,
+                   output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{sum(have.values())} SIDs")[:EXCERPT])]
+    if missing or extra:
+        parts = ([f"lacks {'; '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {'; '.join(extra[:3])}"] if extra else [])
+        return False, f"{p['node']} local SIDs: " + "; ".join(parts), ev
+    return True, f"{p['node']} local SIDs: {sum(have.values())} behaviours, as rendered", ev
+
+
+def check_port_state(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
+    """Each port of ``ports`` ({port: {mtu, qdisc}}) has that MTU and a root qdisc of that kind
+    (``qdisc``: ``noqueue``, the device's default, or a rendered value such as ``tbf rate
+    8000000bit``, whose kind is compared: the rate is the ``rate`` check's). A shaper or a
+    lowered MTU on a customer's port passes pings (issue 36)."""
+    p = inv.params
+    rl = ctx.shared(p["node"], ["ip", "-j", "link", "show"])
+    rq = ctx.shared(p["node"], ["tc", "-j", "qdisc", "show"])
+    try:
+        links = {x.get("ifname"): x for x in json.loads(rl.stdout or "[]")}
+        roots = {q.get("dev"): q.get("kind") for q in json.loads(rq.stdout or "[]") if q.get("root")}
+    except ValueError:
+        return False, f"{p['node']}: ip -j link show / tc -j qdisc show did not answer JSON", [_ev(rl), _ev(rq)]
+    bad = []
+    for port, want in sorted(p["ports"].items()):
+        link = links.get(port)
+        if link is None:
+            bad.append(f"{port} missing")
+            continue
+        if int(link.get("mtu", 0)) != int(want["mtu"]):
+            bad.append(f"{port} mtu {link.get('mtu')} (expected {want['mtu']})")
+        kind = str(want["qdisc"]).split()[0]
+        if (roots.get(port) or "noqueue") != kind:
+            bad.append(f"{port} root qdisc {roots.get(port) or 'noqueue'} (expected {kind})")
+    ctx.diffs[inv.id] = {"missing": [], "unexpected": bad}
+    ev = [Evidence(node=p["node"], command="ip -j link show; tc -j qdisc show # customer ports", exit_code=rl.returncode or rq.returncode,
+                   output=("; ".join(bad) or f"{len(p['ports'])} ports as rendered")[:EXCERPT])]
+    if bad:
+        return False, f"{p['node']} ports: " + "; ".join(bad[:4]), ev
+    return True, f"{p['node']} ports {', '.join(sorted(p['ports']))}: MTU and root qdisc as rendered", ev
+
+
 def check_address_bound(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
     p = inv.params
     r = ctx.shared(p["node"], ["ip", "-j", "addr", "show"])
@@ -781,6 +969,9 @@ CHECKS: dict[str, Callable[[ObserveContext, Invariant], tuple[bool, str, list[Ev
     "nft_chain": check_nft_chain,
     "nft_tables": check_nft_tables,
     "reach_at": check_reach_at,
+    "policy_rules": check_policy_rules,
+    "local_sids": check_local_sids,
+    "port_state": check_port_state,
 }
 
 

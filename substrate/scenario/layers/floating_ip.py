@@ -13,13 +13,15 @@ Hairpin (inside-out): a CE of the tenant on the site's PE reaching the floating 
 site's own CE included) is translated on that PE -- destination NAT to the site's CE, source NAT
 to the PE's end of the site's circuit, so the reply comes back through the PE's conntrack
 (nftables table ``ip fip_hairpin``; without it the CE's own floating address was unreachable
-from inside, issue 19). CEs of the tenant on other PEs are not translated (their PE would have
-to carry the address into the tenant's table; left open).
+from inside, issue 19). A CE of the tenant on another PE reaching the floating address is
+translated on its own PE -- destination NAT to the site's CE only; the tenant table carries the
+packet to that CE by SRv6 and the reply back through the same PE's conntrack (issue 36).
 
 Invariants (service ``floating_ip/<id>``): the external host's pings to the floating IP get
 replies *and* arrive at the site's CE, counted there after the NAT (``reach_at``: a NAT to
 another CE answers too, from the wrong host); the border PE's NAT still maps it to the right CE;
-and the site's CE reaches its own floating address (``reach_at`` counted at the CE: hairpin).
+and the site's CE, and every other IPv4 CE of the tenant on any PE, reaches the floating address
+(``reach_at`` counted at the site's CE: hairpin).
 State (``nft_chain``, :func:`chain_invariants`): the border PE's ``ip fip`` chains and every PE's
 ``ip fip_hairpin`` chains hold exactly what is rendered (issue 19: a spare public address NATed to
 another tenant's CE broke no reach check).
@@ -122,21 +124,34 @@ def render_floating(sc: Scenario, out: dict[str, NodeConfig]) -> None:
 
 
 def render_hairpins(sc: Scenario, out: dict[str, NodeConfig]) -> None:
-    """The ``ip fip_hairpin`` table of every PE holding a floating IP's site: packets from a CE
-    port of the tenant on that PE to the floating address are translated to the site's CE
-    (prerouting, dstnat) and their source to the PE's end of the site's circuit (postrouting,
-    srcnat, only for connections the hairpin rule translated: ``ct status dnat`` and a source in
-    one of those sites' prefixes), so the CE's reply goes back to the PE and its conntrack."""
+    """The ``ip fip_hairpin`` table of every PE holding an IPv4 site of a tenant that has a
+    floating IP (issue 19, inside-out access):
+
+    - on the floating IP's own PE, packets from a CE port of the tenant there to the floating
+      address are translated to the site's CE (prerouting, dstnat) and their source to the PE's
+      end of the site's circuit (postrouting, srcnat, only for connections the hairpin rule
+      translated: ``ct status dnat`` and a source in one of those sites' prefixes), so the CE's
+      reply goes back to the PE and its conntrack;
+    - on every other PE of the tenant, packets from each IPv4 CE port of the tenant to the
+      floating address are translated to the site's CE (prerouting, dstnat) and then take the
+      tenant table's route to that CE's prefix (SRv6 to its End.DX4); the reply comes back the
+      same way, to the CE's own prefix, through this PE's conntrack (netfilter runs on
+      decapsulated packets: ``nf_hooks_lwtunnel``), which restores the floating address as its
+      source. No source NAT: the CE's prefix is routed to this PE only.
+
+    Rules in floating-IP order, then the tenant's sites in their order."""
     per_pe: dict[str, tuple[list[str], list[str]]] = {}
     for f in sc.floating_ips:
         s = sc.site(f.site)
         assert s.prefix4 is not None
-        inside = [o for o in sc.tenant(f.tenant).sites if o.pe == s.pe and o.prefix4]
-        dnat, snat = per_pe.setdefault(s.pe, ([], []))
         ce = ce_addr(s.prefix4, 2)
-        for o in inside:
+        for o in sc.tenant(f.tenant).sites:
+            if not o.prefix4:
+                continue
+            dnat, snat = per_pe.setdefault(o.pe, ([], []))
             dnat.append(f'\t\tiifname "{o.pe_if}" ip daddr {f.address} dnat to {ce}')
-            snat.append(f'\t\toifname "{s.pe_if}" ip saddr {o.prefix4} ip daddr {ce} ct status dnat snat to {ce_addr(s.prefix4, 1)}')
+            if o.pe == s.pe:
+                snat.append(f'\t\toifname "{s.pe_if}" ip saddr {o.prefix4} ip daddr {ce} ct status dnat snat to {ce_addr(s.prefix4, 1)}')
     for pe, (dnat, snat) in sorted(per_pe.items()):
         node_cfg(out, pe).nft[HAIRPIN_TABLE] = "\n".join([
             f"table {HAIRPIN_TABLE} {{",
@@ -362,6 +377,14 @@ class FloatingIp(Layer):
                 params={"src": s.ce, "dst": f.address, "family": 4, "dst_node": s.ce, "dst_at": ce},
                 description=f"{s.ce} reaches its own floating IP {f.address} from inside the tenant (hairpin NAT on {s.pe})",
             ))
+            for o in sc.tenant(f.tenant).sites:
+                if o.prefix4 and o.id != s.id:
+                    out.append(Invariant(
+                        id=f"floating_ip/{f.id}/hairpin/{o.id}", kind="reach_at", service=f"floating_ip/{f.id}",
+                        params={"src": o.ce, "dst": f.address, "family": 4, "dst_node": s.ce, "dst_at": ce},
+                        description=f"{o.ce} (site {o.id} on {o.pe}) reaches floating IP {f.address} from inside the "
+                                    f"tenant, answered by {s.ce} (hairpin NAT on {o.pe})",
+                    ))  # fmt: skip
             out.append(Invariant(
                 id=f"floating_ip/{f.id}/nat", kind="nft_rule", service=f"floating_ip/{f.id}",
                 params={"node": e.border_pe, "table": TABLE, "contains": [f"ip daddr {f.address}", f"dnat to {ce}"]},

@@ -194,13 +194,13 @@ def reach_invariants(sc: Scenario, t: Tenant, pairs: list[tuple[Site, Site]]) ->
     for x, y in pairs:
         out.append(Invariant(
             id=f"l3vpn/{t.id}/reach/{x.id}->{y.id}/6", kind="reach", service=f"l3vpn/{t.id}",
-            params={"src": x.ce, "dst": ce_addr(y.prefix6, 2), "family": 6},
+            params={"src": x.ce, "dst": ce_addr(y.prefix6, 2), "family": 6, "dst_node": y.ce},
             description=f"{t.name}: site {x.id} ({x.ce}) reaches site {y.id} over IPv6",
         ))
         if x.prefix4 and y.prefix4:
             out.append(Invariant(
                 id=f"l3vpn/{t.id}/reach/{x.id}->{y.id}/4", kind="reach", service=f"l3vpn/{t.id}",
-                params={"src": x.ce, "dst": ce_addr(y.prefix4, 2), "family": 4},
+                params={"src": x.ce, "dst": ce_addr(y.prefix4, 2), "family": 4, "dst_node": y.ce},
                 description=f"{t.name}: site {x.id} ({x.ce}) reaches site {y.id} over IPv4",
             ))
     return out
