@@ -40,7 +40,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from harness.agents.mistakes import INEXPRESSIBLE, KINDS
+from harness.agents.mistakes import CLASS_INEXPRESSIBLE, INEXPRESSIBLE, KINDS
 
 LEVELS = ("A0", "A1", "A2", "A3-T", "A3-R", "A4")
 
@@ -178,6 +178,9 @@ def main() -> None:  # noqa: C901, PLR0915
                     continue
                 quota = cell_quota(kind, args.per_kind) if args.per_kind else None
                 for cls in rotated(classes, kind, level):
+                    if (cls, level) in CLASS_INEXPRESSIBLE:
+                        inexpressible[(kind, level)].add(cls)
+                        continue
                     for v in range(args.variants):
                         if quota is not None and table[kind][level][1] >= quota:
                             break

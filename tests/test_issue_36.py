@@ -4,6 +4,8 @@ non-vacuity test (broken through the substrate, the check fails)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 
@@ -189,3 +191,52 @@ def test_a_rule_on_a_protocol_is_captured_in_a_form_ip_rule_reads_back() -> None
 
     got = rule_args({"priority": 999, "src": "all", "iif": "eth4", "ipproto": "ipproto-6", "dport": 7, "table": "254"})
     assert got == "priority 999 iif eth4 ipproto 6 dport 7 lookup main"
+
+
+_INJECT = """
+import socket, struct, ipaddress, sys
+src, dst, sid = (ipaddress.IPv6Address(a) for a in sys.argv[1:4])
+icmp = struct.pack("!BBHHH", 128, 0, 0, 0x3636, 1) + b"sid-injection" * 4
+def csum(b):
+    s = sum(struct.unpack("!%dH" % (len(b) // 2), b)); s = (s >> 16) + (s & 0xffff); s += s >> 16
+    return (~s) & 0xffff
+ph = src.packed + dst.packed + struct.pack("!I3xB", len(icmp), 58)
+icmp = icmp[:2] + struct.pack("!H", csum(ph + icmp)) + icmp[4:]
+inner = struct.pack("!IHBB", 6 << 28, len(icmp), 58, 64) + src.packed + dst.packed + icmp
+s = socket.socket(socket.AF_INET6, socket.SOCK_RAW, 41)  # the kernel adds the outer header (next header 41)
+for _ in range(3):
+    s.sendto(inner, (str(sid), 0))
+"""
+
+
+@pytest.mark.lab
+@pytest.mark.xfail(strict=True, reason="open (issue 36 attack): PEs do not filter packets from a CE port addressed to "
+                   "the SID block (RFC 8754 section 5.1), so a CE can send IPv6-in-IPv6 to another tenant's End.DT6 SID "
+                   "and reach that tenant's sites; no isolation invariant probes it")
+def test_a_ce_cannot_inject_into_another_tenant_through_its_sid(campaign_lab) -> None:
+    """A CE of tenant A sends an echo request, encapsulated in IPv6 (next header 41), to tenant
+    B's End.DT6 SID on another PE: the rule ``priority 900 to <SID block> lookup main`` of A's
+    PE comes before A's circuit rule, the underlay carries it, and B's PE decapsulates it into
+    B's table, which delivers it to B's CE. Isolation requires that nothing arrives (counted at
+    B's CE, ahead of any filter)."""
+    from substrate.scenario.deploy import reset
+    from substrate.scenario.layers.l3vpn import ce_addr, sid_of
+
+    lab, sc = campaign_lab
+    reset(lab)
+    a = sc.site("t1s2")
+    b_t = next(t for t in sc.tenants if t.id != a.tenant and any(s.pe != a.pe for s in t.sites))
+    b = next(s for s in b_t.sites if s.pe != a.pe and s.prefix6 != a.prefix6)
+    sid = sid_of(sc, b.pe, b_t.dt6_functions[b.pe]).split("/")[0]
+    table = "table inet sidinj {\n chain c {\n  type filter hook prerouting priority -400; policy accept;\n" \
+            "  icmpv6 type echo-request counter\n }\n}\n"
+    try:
+        assert lab.exec(b.ce, ["nft", "-f", "-"], input=table).returncode == 0
+        r = lab.exec(a.ce, ["python3", "-c", _INJECT, ce_addr(a.prefix6, 2), ce_addr(b.prefix6, 2), sid])
+        assert r.returncode == 0, r.stderr
+        got = lab.exec(b.ce, ["nft", "list", "table", "inet", "sidinj"]).stdout
+        arrived = int(re.search(r"counter packets (\d+)", got).group(1))
+        assert arrived == 0, f"{arrived} injected echo requests from {a.ce} ({a.tenant}) arrived at {b.ce} ({b.tenant}) via {sid}"
+    finally:
+        lab.exec(b.ce, ["nft", "delete", "table", "inet", "sidinj"])
+        reset(lab)

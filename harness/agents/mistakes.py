@@ -87,6 +87,10 @@ INEXPRESSIBLE: dict[tuple[str, str], str] = {
     ("uncommitted", "A0"): "a shell command takes effect at once: no commit or save step",
     ("uncommitted", "A1"): "apply_config takes effect at once: no commit or save step",
 }
+#: (task class, level) pairs where the noisy agent changes nothing, so no kind is expressible,
+#: with the reason (bench/sensitivity.py skips them instead of spending a run to find out).
+CLASS_INEXPRESSIBLE: dict[tuple[str, str], str] = {
+    ("troubleshooting", lv): "the operator makes no change: it waits for the reconciler's repair" for lv in ("A3-R", "A4")}
 #: Kinds whose intent rendering needs other tenants' sites (read from the level's tools).
 NEEDS_OTHERS = frozenset({"wrong_table", "other_tenant"})
 #: The file of a run directory the noisy agent writes its mistakes to (:meth:`Mistakes.to_json`).
