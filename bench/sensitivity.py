@@ -22,7 +22,7 @@ Goal (issue 19, issue 36): every kind >= 0.95 detected at every level. Misses ar
 the run directory and the mistake, to find the oracle's blind spot.
 
 Usage: sudo .venv/bin/python bench/sensitivity.py [--levels A0,A1,A2,A3-T,A3-R,A4]
-       [--classes onboarding,...] [--kinds ...] [--variants 1] [--per-kind 10]
+       [--classes onboarding,...] [--kinds ...] [--variants 1] [--first-variant 0] [--per-kind 10]
        [--manifest tests/data/small-campaign.yaml --seed 7 --density 1] [--keep DIR] [--json OUT]
        sudo .venv/bin/python bench/sensitivity.py --merge A.json B.json   (one table of several runs)
 """
@@ -112,6 +112,7 @@ def main() -> None:  # noqa: C901, PLR0915
     ap.add_argument("--classes", default=",".join(TASK_CLASSES))
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--variants", type=int, default=1, help="variants per class (one injection per kind and level each)")
+    ap.add_argument("--first-variant", type=int, default=0, help="the variants are FIRST .. FIRST+VARIANTS-1")
     ap.add_argument("--per-kind", type=int, default=None,
                     help="counted injections per kind, spread over the levels (module docstring); default: every class")
     ap.add_argument("--manifest", default="tests/data/small-campaign.yaml")
@@ -130,7 +131,8 @@ def main() -> None:  # noqa: C901, PLR0915
     root = Path(args.keep or tempfile.mkdtemp(prefix="sens-"))
     root.mkdir(parents=True, exist_ok=True)
     sc = build(load_manifest(Path(args.manifest)), seed=args.seed, density=args.density)
-    variants = {(c, v): make_variant(c, sc, v) for c in classes for v in range(args.variants)}
+    vrange = range(args.first_variant, args.first_variant + args.variants)
+    variants = {(c, v): make_variant(c, sc, v) for c in classes for v in vrange}
     # kind -> level -> [detected, counted]; and the runs left out
     table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     refused: dict[tuple[str, str], int] = defaultdict(int)
@@ -181,7 +183,7 @@ def main() -> None:  # noqa: C901, PLR0915
                     if (cls, level) in CLASS_INEXPRESSIBLE:
                         inexpressible[(kind, level)].add(cls)
                         continue
-                    for v in range(args.variants):
+                    for v in vrange:
                         if quota is not None and table[kind][level][1] >= quota:
                             break
                         if not clean_ok(level, cls, v):
