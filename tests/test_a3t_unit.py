@@ -861,3 +861,24 @@ def test_a_port_the_link_down_fault_set_down_is_not_drift() -> None:
     lines = ["link down: eth1", "link down: eth2", "route missing: ip -6 route x"]
     assert fault_lines([f], "r1", lines) == lines[1:]
     assert fault_lines([f], "r2", lines) == lines and fault_lines([], "r1", lines) == lines
+
+
+def test_a_device_check_failing_before_is_judged_on_what_the_change_set_adds() -> None:
+    """Active validation (servers.a3_intent.transaction, step 7): a device's whole-state check
+    that already failed at the pre-check (a SID another level bound on the PE) is not held
+    against the change set unless it now lacks or holds more than it did (issue 36); another
+    invariant failing before is reported, not judged; one that held before is judged."""
+    from servers.a3_intent.transaction import _judged
+    from substrate.scenario.observer import Verdict
+
+    def v(iid: str, ok: bool, unexpected: list[str] | None = None) -> Verdict:
+        return Verdict(id=iid, kind="local_sids", service="device/r6", ok=ok,
+                       diff=None if unexpected is None else {"missing": [], "unexpected": unexpected})
+
+    pre = [v("device/r6/sids", False, ["action End"]), v("device/r6/rules/6", True, []), v("l3vpn/t1/reach/a", False)]
+    judged = _judged(pre, {x.id for x in pre})
+    assert not judged(v("device/r6/sids", False, ["action End"]))  # the same drift: not the change set's
+    assert judged(v("device/r6/sids", False, ["action End", "action End.DT6 table 100"]))  # it added one
+    assert judged(v("device/r6/rules/6", False, ["900: iif eth4 -> table main"]))  # held before
+    assert not judged(v("l3vpn/t1/reach/a", False))  # failing before: reported, not judged
+    assert judged(v("l3vpn/t3/reach/b", False))  # new to the change set

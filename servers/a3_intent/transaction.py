@@ -222,6 +222,30 @@ class TransactionError(Exception):
 # -- engine ----------------------------------------------------------------------------------------
 
 
+def _judged(pre_verdicts: list[Verdict], pre_ids: set[str]) -> Callable[[Verdict], bool]:
+    """Whether a failing verdict of active validation is held against the change set (step 7
+    of the module docstring): an invariant new to it, or one that held at the pre-check. One
+    that already failed there is not -- except a device's whole-state check (``device/...``,
+    whose :attr:`Verdict.diff` lists what is missing and unexpected), which is judged on what
+    it lacks or has beyond what it already lacked or had before (issue 36: a SID another level
+    bound on the PE no longer makes every later change set on that PE roll back, and a change
+    set adding a stray rule there is still judged)."""
+    held = {v.id for v in pre_verdicts if v.ok}
+    before = {v.id: v.diff for v in pre_verdicts if not v.ok}
+
+    def items(diff: dict[str, list[str]] | None) -> set[tuple[str, str]]:
+        return {(k, x) for k, xs in (diff or {}).items() for x in xs}
+
+    def judged(v: Verdict) -> bool:
+        if v.id not in pre_ids or v.id in held:
+            return True
+        if v.id.startswith("device/") and v.diff is not None and before.get(v.id) is not None:
+            return bool(items(v.diff) - items(before[v.id]))
+        return False
+
+    return judged
+
+
 @dataclass
 class EngineOptions:
     lock_timeout_s: float = 5.0
@@ -645,6 +669,12 @@ class Engine:
         old = {i.id: i for i in p.old.invariants}
         changed = set(p.changed_services)
         pre = [i for i in p.invariants if old.get(i.id) == i and i.service not in changed]
+        # a device's whole-state checks (``device/<node>/...``: exactly the rules, SIDs, tables
+        # rendered there) are re-rendered by the change set; their old form is pre-checked too,
+        # so that drift already on the device (another level's SID) is told from what the
+        # change set adds (see _judged)
+        seen = {i.id for i in pre}
+        pre += [old[i.id] for i in p.invariants if i.id.startswith("device/") and i.id in old and i.id not in seen]
         t0 = time.monotonic()
 
         def snap(n: str) -> jr.DeviceRecord | str:
@@ -701,10 +731,10 @@ class Engine:
                 t5 = time.monotonic()
                 verdicts = self._settled(observe(self.lab, p.invariants), p.invariants)
                 t.validation_s += time.monotonic() - t5
-                held = {v.id for v in pre_verdicts if v.ok}
                 pre_ids = {i.id for i in pre}
-                failed = [v for v in verdicts if not v.ok and (v.id not in pre_ids or v.id in held)]
-                already_failing = [v for v in verdicts if not v.ok and v.id in pre_ids and v.id not in held]
+                judged = _judged(pre_verdicts, pre_ids)
+                failed = [v for v in verdicts if not v.ok and judged(v)]
+                already_failing = [v for v in verdicts if not v.ok and not judged(v)]
                 report = ValidationReport(
                     checked=len(verdicts), passed=sum(v.ok for v in verdicts), failed=[_failure(v) for v in failed[:MAX_FAILURES]],
                     already_failing=[_failure(v) for v in already_failing[:MAX_FAILURES]], pre_checked=len(pre),
