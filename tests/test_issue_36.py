@@ -240,3 +240,22 @@ def test_a_ce_cannot_inject_into_another_tenant_through_its_sid(campaign_lab) ->
     finally:
         lab.exec(b.ce, ["nft", "delete", "table", "inet", "sidinj"])
         reset(lab)
+
+
+def test_nft_rules_in_another_order_pass_only_where_no_packet_matches_both() -> None:
+    """nft evaluates a chain in order, first verdict wins: a reordering between rules that test
+    one key for different values changes nothing (the reference operator appended r22's hairpin
+    DNAT where the renderer sorts it, and failed); between overlapping rules it is a change."""
+    from substrate.scenario.observer import same_behaviour_order
+
+    head = "type nat hook prerouting priority dstnat; policy accept;"
+    a = 'iifname "eth6" ip daddr 198.51.100.10 dnat to 10.0.7.2'
+    b = 'iifname "eth5" ip daddr 198.51.100.11 dnat to 10.0.17.2'
+    assert same_behaviour_order([head, a, b], [head, b, a])
+    assert not same_behaviour_order([head, a, b], [a, head, b])  # the chain's header is no rule
+    accept, drop = "ip6 saddr fd10::/64 tcp dport 22 accept", "tcp dport 22 drop"
+    assert not same_behaviour_order([accept, drop], [drop, accept])  # the drop now wins
+    # a statement is no match: "meta mark set" tests nothing
+    m1, m2 = 'iifname "eth3" meta mark set 0x1', 'iifname "eth3" meta mark 0x2 accept'
+    assert not same_behaviour_order([m1, m2], [m2, m1])
+    assert not same_behaviour_order([a, a, b], [b, a, a])  # duplicates: not told apart
