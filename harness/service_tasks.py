@@ -200,9 +200,14 @@ def _floating(sc: Scenario, variant: int, rng: random.Random) -> tuple[dict[str,
     if sc.external is None:
         raise AnibenchError("floating-ip-change needs a scenario with the floating_ip layer (an external segment)")
     taken = {f.site for f in sc.floating_ips}
-    v4 = [s for s in sc.all_sites() if s.prefix4 and s.id not in taken]
+    border = sc.external.border_pe
+    # a site the planner accepts as a floating IP's: no other site on the border PE has its IPv4
+    # prefix (substrate.scenario.layers.floating_ip._integrity: the NATed traffic could not tell
+    # them apart; tenants may reuse address space)
+    v4 = [s for s in sc.all_sites() if s.prefix4 and s.id not in taken
+          and not any(o.pe == border and o.prefix4 == s.prefix4 and o.id != s.id for o in sc.all_sites())]
     if not v4:
-        raise AnibenchError("floating-ip-change needs an IPv4 site without a floating IP")
+        raise AnibenchError("floating-ip-change needs an IPv4 site without a floating IP whose prefix no other site on the border PE has")
     if variant % 2 == 1 and sc.floating_ips:
         f = rng.choice(sc.floating_ips)
         dests = [s for s in v4 if s.tenant == f.tenant] or v4

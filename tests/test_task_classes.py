@@ -361,3 +361,20 @@ def test_a_floating_ip_moved_off_a_protected_site_takes_its_outside_deny_checks_
     assert f"firewall/{fip.tenant}" in p.changed_services
     assert not [i.id for i in old_outside if scope.get(i.id) == i]
     assert {i.id for i in v.test_cases} >= {f"floating_ip/{fip.id}/reach", f"floating_ip/{fip.id}/nat"}
+
+
+def test_every_service_ticket_variant_is_one_its_planner_accepts() -> None:
+    """A drawn variant whose change set the planner refuses is no task (bench/sensitivity.py
+    stopped on floating-ip-change variant 2 of small-campaign: the site drawn, t3s1, has the IPv4
+    prefix of t1s1 on the border PE, which the floating-IP layer refuses). make_variant plans
+    every variant (harness.service_tasks.expected_after raises on a refusal), over several
+    variants and scenario seeds of the manifests the benches use."""
+    from substrate.scenario import build, load_manifest
+
+    for manifest, seeds in ((REPO / "tests" / "data" / "small-campaign.yaml", (7, 3, 9)),
+                            (REPO / "manifests" / "srv6-brownfield.yaml", (7, 8))):
+        for seed, density in ((s, d) for s in seeds for d in (1, 2)):
+            sc = build(load_manifest(manifest), seed=seed, density=density)
+            for name in ("steering-change", "firewall-change", "floating-ip-change"):
+                for v in range(6):
+                    make_variant(name, sc, v)  # raises AnibenchError on a refused change set
