@@ -880,5 +880,7 @@ def test_a_device_check_failing_before_is_judged_on_what_the_change_set_adds() -
     assert not judged(v("device/r6/sids", False, ["action End"]))  # the same drift: not the change set's
     assert judged(v("device/r6/sids", False, ["action End", "action End.DT6 table 100"]))  # it added one
     assert judged(v("device/r6/rules/6", False, ["900: iif eth4 -> table main"]))  # held before
+    assert judged(v("device/r6/sids", False, ["action End", "action End"]))  # a second one of the same shape
+    assert judged(v("device/r6/sids", False))  # no diff to compare: judged
     assert not judged(v("l3vpn/t1/reach/a", False))  # failing before: reported, not judged
     assert judged(v("l3vpn/t3/reach/b", False))  # new to the change set

@@ -259,3 +259,31 @@ def test_nft_rules_in_another_order_pass_only_where_no_packet_matches_both() -> 
     m1, m2 = 'iifname "eth3" meta mark set 0x1', 'iifname "eth3" meta mark 0x2 accept'
     assert not same_behaviour_order([m1, m2], [m2, m1])
     assert not same_behaviour_order([a, a, b], [b, a, a])  # duplicates: not told apart
+    # IPv4 and IPv6 rules of one accept never match one packet
+    a4, a6 = "ip saddr 10.1.1.0/24 ip daddr 10.1.2.0/24 tcp dport 22 accept", "ip6 saddr fd10::/64 ip6 daddr fd10:0:0:1::/64 tcp dport 22 accept"
+    assert same_behaviour_order([a6, a4, drop], [a4, a6, drop])
+    # an adversarial reviewer's pairs: one packet can match both (a wildcard, an operator, a named
+    # set, a map, a mask, a key inside a log string or after ct, a rule rewriting the key)
+    for x, y in [('iifname "eth*" accept', 'iifname "eth1" drop'), ("tcp dport >= 1000 accept", "tcp dport 8080 drop"),
+                 ("ip daddr @blocked drop", "ip daddr 10.0.0.1 accept"), ("ip daddr vmap { 10.0.0.1 : drop }", "ip daddr 10.0.0.1 accept"),
+                 ("meta mark & 0x0000ff00 == 0x00000100 drop", "meta mark 0x00000101 accept"),
+                 ('ip saddr 1.2.3.4 log prefix "x tcp dport 22 " drop', "tcp dport 80 accept"),
+                 ("ct original ip daddr 10.0.0.1 drop", "ip daddr 10.0.0.2 accept"),
+                 ("ip daddr 10.0.0.1 ip daddr set 10.0.0.2", "ip daddr 10.0.0.2 drop")]:
+        assert not same_behaviour_order([x, y], [y, x]), (x, y)
+
+
+def test_every_seg6local_route_but_a_locators_end_is_a_local_sid() -> None:
+    """A /128 (printed without its length) or /80 End.DT6 inside the PE's locator wins the
+    longest match as a /64 does: the SID check counted /64s only (an adversarial reviewer's
+    finding). A locator's End (/48) is the underlay's and stays out."""
+    from substrate.scenario.observer import kernel_sid_shape, rendered_sid_shape
+
+    dt6 = {"encap": "seg6local", "action": "End.DT6", "table": "200"}
+    assert kernel_sid_shape({"dst": "fcbb:bb00:6:f00d::", **dt6}) == "action End.DT6 table 200"
+    assert kernel_sid_shape({"dst": "fcbb:bb00:6:f00d::/80", **dt6}) == "action End.DT6 table 200"
+    assert kernel_sid_shape({"dst": "fcbb:bb00:6::/48", **dt6}) == "action End.DT6 table 200"
+    assert kernel_sid_shape({"dst": "fcbb:bb00:6::/48", "encap": "seg6local", "action": "End", "flavors": ["next-csid"]}) is None
+    assert rendered_sid_shape("fcbb:bb00:6::/48 encap seg6local action End flavors next-csid lblen 32 nflen 16 count dev sr0 metric 1") is None
+    assert rendered_sid_shape("fcbb:bb00:6:e001::/64 metric 1024 encap seg6local action End.DX4 nh4 10.0.4.2 count dev sr0") \
+        == "action End.DX4 nh4 10.0.4.2"

@@ -230,16 +230,20 @@ def _judged(pre_verdicts: list[Verdict], pre_ids: set[str]) -> Callable[[Verdict
     it lacks or has beyond what it already lacked or had before (issue 36: a SID another level
     bound on the PE no longer makes every later change set on that PE roll back, and a change
     set adding a stray rule there is still judged)."""
+    from collections import Counter
+
     held = {v.id for v in pre_verdicts if v.ok}
     before = {v.id: v.diff for v in pre_verdicts if not v.ok}
 
-    def items(diff: dict[str, list[str]] | None) -> set[tuple[str, str]]:
-        return {(k, x) for k, xs in (diff or {}).items() for x in xs}
+    def items(diff: dict[str, list[str]]) -> Counter[tuple[str, str]]:
+        return Counter((k, x) for k, xs in diff.items() for x in xs)  # a second backdoor of one shape counts
 
     def judged(v: Verdict) -> bool:
         if v.id not in pre_ids or v.id in held:
             return True
-        if v.id.startswith("device/") and v.diff is not None and before.get(v.id) is not None:
+        if v.id.startswith("device/"):
+            if v.diff is None or before.get(v.id) is None:
+                return True  # what it lacked or held is unknown on one side: judged
             return bool(items(v.diff) - items(before[v.id]))
         return False
 

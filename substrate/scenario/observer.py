@@ -720,13 +720,27 @@ def _sid_shape(fields: dict[str, str]) -> str:
     return " ".join(f"{k} {fields[k]}" for k in _SID_KEYS if fields.get(k) not in (None, ""))
 
 
+def _locator_end(dst: str, action: str) -> bool:
+    """Whether a seg6local route is a locator's End (``action End`` on a prefix of at most 48
+    bits: the underlay's, checked by ``underlay/locator``) rather than a local SID. Any other
+    seg6local route of the main table is a local SID, whatever its length: a ``/128`` or ``/80``
+    End.DT6 inside the locator wins the longest match as a ``/64`` does (issue 36, attack)."""
+    try:
+        plen = ipaddress.ip_network(dst if "/" in dst else f"{dst}/128", strict=False).prefixlen
+    except ValueError:
+        return False
+    return action == "End" and plen <= 48
+
+
 def rendered_sid_shape(args: str) -> str | None:
     """A rendered seg6local route (``SID/64 metric 1024 encap seg6local action End.DT6 table
     100 count dev sr0``) as its behaviour, without the SID (its function is the operator's
-    choice); None for a route that is no local SID (not a ``/64``)."""
+    choice); None for a route that is no local SID (no seg6local, or a locator's End:
+    :func:`_locator_end`)."""
     w = args.split()
-    if not w or not w[0].endswith("/64") or "seg6local" not in w:
+    if not w or "seg6local" not in w:
         return None
+    dst = w[0]
     w = w[w.index("seg6local") + 1:]
     fields: dict[str, str] = {}
     i = 0
@@ -736,13 +750,14 @@ def rendered_sid_shape(args: str) -> str | None:
             i += 2
         else:
             i += 1
-    return _sid_shape(fields)
+    return None if _locator_end(dst, fields.get("action", "")) else _sid_shape(fields)
 
 
 def kernel_sid_shape(route: dict[str, Any]) -> str | None:
-    """:func:`rendered_sid_shape` of one route of ``ip -6 -d -j route show table main``."""
+    """:func:`rendered_sid_shape` of one route of ``ip -6 -d -j route show table main`` (a
+    ``/128`` destination is printed without its length)."""
     dst = str(route.get("dst", ""))
-    if route.get("encap") != "seg6local" or not dst.endswith("/64"):
+    if route.get("encap") != "seg6local" or _locator_end(dst, str(route.get("action", ""))):
         return None
     fields = {k: route[k] for k in _SID_KEYS if k in route}
     if isinstance(fields.get("flavors"), list):
@@ -751,7 +766,7 @@ def kernel_sid_shape(route: dict[str, Any]) -> str | None:
 
 
 def check_local_sids(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, list[Evidence]]:
-    """The node's local SIDs (``/64`` seg6local routes of the main table) bind exactly the
+    """The node's local SIDs (the seg6local routes of the main table but its locators' End) bind exactly the
     behaviours of ``sids`` (rendered routes), as a multiset of behaviours whatever function
     serves each (:func:`rendered_sid_shape`): a second End.DT6 into a tenant's table (a backdoor
     any SRv6 packet can use) fails it (issue 36). The node's locator End SID (a ``/48``) is the
@@ -764,7 +779,7 @@ def check_local_sids(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, li
     want = Counter(x for a in p["sids"] if (x := rendered_sid_shape(a)) is not None)
     missing, extra = sorted((want - have).elements()), sorted((have - want).elements())
     ctx.diffs[inv.id] = {"missing": missing, "unexpected": extra}
-    ev = [Evidence(node=p["node"], command="ip -6 -d -j route show table main # seg6local /64", exit_code=r.returncode,
+    ev = [Evidence(node=p["node"], command="ip -6 -d -j route show table main # seg6local, locator End excluded", exit_code=r.returncode,
                    output=(f"missing: {missing}; unexpected: {extra}" if missing or extra else f"{sum(have.values())} SIDs")[:EXCERPT])]
     if missing or extra:
         parts = ([f"lacks {'; '.join(missing[:3])}"] if missing else []) + ([f"has unexpected {'; '.join(extra[:3])}"] if extra else [])
@@ -917,26 +932,51 @@ def check_nft_tables(ctx: ObserveContext, inv: Invariant) -> tuple[bool, str, li
 #: EXPRESSIONS): two rules matching the same key with different single values are disjoint.
 _NFT_KEYS = ("iifname", "oifname", "iif", "oif", "ip saddr", "ip daddr", "ip6 saddr", "ip6 daddr", "tcp dport", "udp dport",
              "meta mark")
+#: A single value, and nothing else: a quoted name without a wildcard, an address without a
+#: length, a decimal or hex number (not an operator, a set, a map, a named set, a range).
+_NFT_VALUE = re.compile(r'^("[^"*\\]+"|[0-9a-fA-F:.]*[:.][0-9a-fA-F:.]*|\d+|0x[0-9a-fA-F]+)$')
+#: Words that start a statement: matches end there (nft(8), STATEMENTS).
+_NFT_STATEMENTS = frozenset({"counter", "log", "comment", "limit", "quota", "meta", "ct", "dnat", "snat", "masquerade",
+                             "redirect", "accept", "drop", "reject", "queue", "continue", "return", "jump", "goto", "notrack"})
+#: A rule holding one of these may rewrite a key or leave evaluation elsewhere: never disjoint.
+_NFT_REWRITES = frozenset({"set", "jump", "goto", "vmap", "map"})
 
 
-def _nft_literals(rule: str) -> dict[str, str]:
-    """``key: value`` of the single-value matches of an nft rule line (a set, a prefix, a range
-    or a negation is no single value and not taken)."""
-    out: dict[str, str] = {}
+def _nft_literals(rule: str) -> dict[str, str] | None:
+    """``key: value`` of the single-value matches of an nft rule line, read up to its first
+    statement (a match word after a key's value only: ``ct original ip daddr`` is no
+    ``ip daddr``); None for a rule that may rewrite a key or jump (:data:`_NFT_REWRITES`), or
+    that tests one key twice."""
     w = rule.split()
-    for i in range(len(w)):
-        for key in _NFT_KEYS:
-            k = key.split()
-            if w[i:i + len(k)] == k and i + len(k) < len(w):
-                v = w[i + len(k)]
-                if v not in ("!=", "{", "==", "set") and not any(c in v for c in "/{-") and key not in out:
-                    out[key] = v
+    if _NFT_REWRITES & set(w):
+        return None
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(w):
+        key = next((k for k in _NFT_KEYS if w[i:i + len(k.split())] == k.split()), None)
+        if key is None:
+            if w[i] in _NFT_STATEMENTS:
+                break  # statements: no match follows that this reads
+            i += 1
+            continue
+        n = len(key.split())
+        v = w[i + n] if i + n < len(w) else ""
+        if key in out:
+            return None
+        if _NFT_VALUE.match(v):
+            out[key] = v
+        if key.startswith(("ip ", "ip6 ")):  # a payload match implies the family: IPv4 and IPv6 rules never overlap
+            out.setdefault("nfproto", key.split()[0])
+        i += n + 1
     return out
 
 
 def _disjoint(a: str, b: str) -> bool:
-    """Whether no packet can match both nft rule lines: they test one key for different single values."""
+    """Whether no packet can match both nft rule lines: they test one key for different single
+    values (:func:`_nft_literals`; conservative: an unreadable rule overlaps everything)."""
     la, lb = _nft_literals(a), _nft_literals(b)
+    if la is None or lb is None:
+        return False
     return any(la[k] != lb[k] for k in la.keys() & lb.keys())
 
 
