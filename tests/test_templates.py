@@ -514,3 +514,28 @@ def test_a_campaign_of_the_scripted_agent_skips_the_levels_a_template_cannot_exp
     assert "skipped A3-T: the scripted agent has no reference solution of isis-metric at this level (cannot express: " \
            "A3-T's catalog has service classes" in out
     assert "skipped A4:" in out and "no level of --ani A3-T,A4 can express a reference solution of isis-metric" in out
+
+
+def test_a_template_that_binds_a_sid_or_adds_a_rule_keeps_that_routers_check_with_its_own_addition(sc) -> None:
+    """A template's ``expects`` adds its own SID route (or rule) to the router's whole-state
+    check, which stays a damage check: the task may add exactly that (issue 36: invalidating the
+    check let a backdoor SID or a leaking rule on the task's PE pass). An ``expects`` naming no
+    such check is refused at instantiation."""
+    from substrate.scenario.observer import rendered_rule_shape, rendered_sid_shape
+
+    for name, kind, field in (("srv6-end-dt6", "local_sids", "sids"), ("srv6-end-x", "local_sids", "sids"),
+                              ("policy-sinkhole", "policy_rules", "rules")):
+        v = make_template_variant(name, sc, 0)
+        (chk,) = [i for i in v.damage_checks if i.kind == kind and i.id.startswith(f"device/{v.reference['A0'] and next(iter(v.reference['A0']))}/")
+                  and (kind != "policy_rules" or i.params["family"] == 6)]
+        base = next(i for i in sc.invariants if i.id == chk.id)
+        added = chk.params[field][len(base.params[field]):]
+        assert len(added) == 1 and chk.params[field][:len(base.params[field])] == base.params[field], (name, added)
+        shape = rendered_sid_shape(added[0]) if kind == "local_sids" else rendered_rule_shape(6, added[0])
+        assert shape and "?" not in shape and "-1:" not in shape, (name, shape)
+    t = templates()["srv6-end-dt6"].model_copy(update={"expects": {"device/{{ site.pe }}/nft_tables": ["x"]}})
+    from harness.templates.instantiate import instantiate
+    from harness.templates.schema import InstantiationRefused
+
+    with pytest.raises(InstantiationRefused, match="expects 'device/r[0-9]+/nft_tables': no damage check"):
+        instantiate(t, sc, 0)

@@ -188,6 +188,9 @@ def check_template(t: Template) -> list[tuple[tuple[Any, ...], str]]:
         names(("test_cases", i, "description"), tc.description, extra=bound)
     for i, pat in enumerate(t.invalidates):
         names(("invalidates", i), pat)
+    for key, lines in t.expects.items():
+        names(("expects", key), key)
+        names(("expects", key), lines)
     hidden = {n for n, p in t.parameters.items() if p.hidden}
     for level, sol in t.reference.items():
         if isinstance(sol, dict):

@@ -297,6 +297,39 @@ def _test_cases(t: Template, ctx: dict[str, Any]) -> list[Invariant]:
     return out
 
 
+#: The rendered list a whole-state check of a router holds, per kind (template ``expects``).
+_EXPECTED_LIST = {"local_sids": "sids", "policy_rules": "rules"}
+
+
+def _with_expected(t: Template, ctx: dict[str, Any], damage: list[Invariant]) -> list[Invariant]:
+    """``damage`` with the lines of the template's ``expects`` added to the router checks they
+    name (``device/<node>/sids``: the SID routes the task binds; ``device/<node>/rules/6``: its
+    rules), which stay damage checks: the task's own additions pass, any other SID or rule on
+    that router fails as before (issue 36).
+
+    Raises:
+        InstantiationRefused: an ``expects`` id names no damage check of a kind that holds
+            such lines (:data:`_EXPECTED_LIST`), or a line fails to render.
+    """
+    if not t.expects:
+        return damage
+    by_id = {i.id: n for n, i in enumerate(damage)}
+    out = list(damage)
+    for key, lines in t.expects.items():
+        with _field(t, f"expects.{key}"):
+            iid = str(render(key, ctx))
+            add = [str(render(x, ctx)).strip() for x in lines]
+        n = by_id.get(iid)
+        field = _EXPECTED_LIST.get(out[n].kind) if n is not None else None
+        if n is None or field is None:
+            raise InstantiationRefused(t.id, None, f"expects {iid!r}: no damage check of kind "
+                                                   f"{' or '.join(_EXPECTED_LIST)} has that id", field="expects")
+        inv = out[n]
+        out[n] = inv.model_copy(update={"params": {**inv.params, field: [*inv.params[field], *add]},
+                                        "description": f"{inv.description} (and what the task adds: {len(add)})"})
+    return out
+
+
 def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegistry | None = None) -> Instance:
     """Instance ``instance`` of ``t`` on scenario ``sc`` (Algorithm 1; module docstring). Pure
     and deterministic: the same template, scenario and instance give the same instance.
@@ -330,5 +363,6 @@ def instantiate(t: Template, sc: Scenario, instance: int, *, registry: ValueRegi
         raise InstantiationRefused(t.id, None, f"the patterns {patterns} match every one of the scenario's "
                                                f"{len(sc.invariants)} baseline invariants: no damage check would be left "
                                                "(name the invariants the task changes)", field="invalidates")
+    damage = _with_expected(t, ctx, damage)
     return Instance(template=t.id, family=t.family, instance=instance, seed=seed, parameters=params, shown=shown,
                     prompt=prompt, setup=setup, test_cases=tests, damage_checks=damage, reference=reference)

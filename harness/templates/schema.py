@@ -151,6 +151,11 @@ class Template(_M):
     setup: list[SetupStep] = Field(default_factory=list)
     test_cases: list[TestCase] = Field(min_length=1)
     invalidates: list[str] = Field(default_factory=list, description="Baseline invariant ids (fnmatch patterns, Jinja) the task changes.")
+    expects: dict[str, list[str]] = Field(default_factory=dict, description=(
+        "A router's whole-state checks the task adds to (invariant id, Jinja) -> the rendered lines it adds (Jinja): "
+        "SID routes of a local_sids check (``SID/64 encap seg6local ...``), rules of a policy_rules check "
+        "(``priority P ... lookup T``). The check stays a damage check with them, so the task may add those and "
+        "nothing else there (issue 36: invalidating it let any SID or rule on the PE pass)."))
     reference: dict[str, dict[str, list[str]] | str]
     source: str = Field(default="", exclude=True)
 
