@@ -706,16 +706,24 @@ def _restart_wedged(lab: Lab, baseline: dict[str, DeviceState],
     their restore reports. Returns ``node: why`` per restart."""
 
     def one(node: str) -> str:
-        prev = results[node][1]
-        prev.changed = True
-        errors = restart_frr(lab, node, baseline[node].frr_config or "")
-        rep = restore(lab, baseline[node])
-        prev.actions += [f"FRR restarted: its routes stayed off the baseline {STUCK_IGP_S:.0f} s after IS-IS settled", *rep.actions]
-        prev.residual = errors + rep.residual
-        results[node] = (rep.final or results[node][0], prev)
+        results[node][1].changed = True
+        _restart_from_baseline(lab, baseline, results, node, f"its routes stayed off the baseline {STUCK_IGP_S:.0f} s after IS-IS settled")
         return f"{node}: routes off the baseline with IS-IS settled"
 
     return list(lab.map(one, nodes))
+
+
+def _restart_from_baseline(lab: Lab, baseline: dict[str, DeviceState],
+                           results: dict[str, tuple[DeviceState, RestoreReport]], node: str, why: str) -> None:
+    """Restart ``node``'s FRR from its baseline configuration and restore its kernel state again;
+    the restart (with ``why``) and the restore's actions are added to its restore report in
+    ``results``, whose residual and final state become the restore's."""
+    prev = results[node][1]
+    errors = restart_frr(lab, node, baseline[node].frr_config or "")
+    rep = restore(lab, baseline[node])
+    prev.actions += [f"FRR restarted: {why}", *rep.actions]
+    prev.residual = errors + rep.residual
+    results[node] = (rep.final or results[node][0], prev)
 
 
 def _resync_frr(lab: Lab, baseline: dict[str, DeviceState], states: dict[str, DeviceState],
@@ -752,11 +760,7 @@ def _resync_frr(lab: Lab, baseline: dict[str, DeviceState], states: dict[str, De
             lab.exec(node, ["ip", fam, "route", "del", *route_key(args).split()])
         why = d.restart_needed(strict=strict)
         if why:
-            errors = restart_frr(lab, node, baseline[node].frr_config or "")
-            rep = restore(lab, baseline[node])
-            prev.actions += ["FRR restarted: the kernel lost routes zebra had installed", *rep.actions]
-            prev.residual = errors + rep.residual
-            results[node] = (rep.final or results[node][0], prev)
+            _restart_from_baseline(lab, baseline, results, node, "the kernel lost routes zebra had installed")
             restarts.append(f"{node}: {why[0]}" + (f" (and {len(why) - 1} more)" if len(why) > 1 else ""))
 
     lab.map(fix, sorted(states))
