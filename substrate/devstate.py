@@ -44,6 +44,7 @@ baseline), the A1 server's snapshot/rollback and A3-T's rollback.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import json
@@ -900,11 +901,21 @@ def _link_state(link: dict[str, Any]) -> LinkState:
     )  # fmt: skip
 
 
+def _multicast(address: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(address).is_multicast
+    return False
+
+
 def _neigh_args(n: dict[str, Any]) -> str | None:
     if "proxy" in n:
         return f"proxy {n['dst']} dev {n['dev']}"
     state = set(n.get("state") or [])
     if not state & _NEIGH_KEEP or not n.get("dst") or not n.get("dev"):
+        return None
+    if "PERMANENT" not in state and _multicast(n["dst"]):
+        # the kernel's own: ndisc and ARP map a multicast address to its MAC by rule (RFC 2464
+        # section 7, RFC 1112 section 6.4) in a no-ARP entry made on first use and collected later
         return None
     parts = [f"{n['dst']} dev {n['dev']}"]
     if n.get("lladdr"):
@@ -1525,7 +1536,7 @@ def _apply_kernel(lab: Lab, cur: DeviceState, target: DeviceState, rep: RestoreR
         errors += _ip(lab, node, adds, fam)
         errors += _apply_rules(lab, node, fam, getattr(cur, f"rules{fam}"), getattr(target, f"rules{fam}"), rep)
     have_n, want_n = set(cur.neighbors), set(target.neighbors)
-    dels = [f"neigh del {_neigh_key(x)}" for x in sorted(have_n - want_n)]
+    dels = [f"neigh del {neigh_key(x)}" for x in sorted(have_n - want_n)]
     adds = [f"neigh {'add' if x.startswith('proxy ') else 'replace'} {x}" for x in sorted(want_n - have_n)]
     rep.actions += dels + adds
     errors += _ip(lab, node, dels, deleting=True)
@@ -1716,7 +1727,9 @@ def _apply_rules(lab: Lab, node: str, fam: int, have: list[str], want: list[str]
     return errors
 
 
-def _neigh_key(args: str) -> str:
+def neigh_key(args: str) -> str:
+    """The key of a static neighbour entry (:attr:`DeviceState.neighbors`' ``neigh replace``
+    arguments): ``ADDR dev IF``, or ``proxy ADDR dev IF`` for a proxy entry."""
     words = args.split()
     if words[0] == "proxy":
         return " ".join(words[:4])

@@ -53,10 +53,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from substrate.devstate import DeviceState, canonical_frr, capture, daemon_config_lines, frr_daemon_delta, frr_nested, frr_subtree
+from substrate.devstate import (
+    DeviceState,
+    canonical_frr,
+    capture,
+    daemon_config_lines,
+    frr_daemon_delta,
+    frr_nested,
+    frr_subtree,
+    neigh_key,
+)
 from substrate.errors import SubstrateError
 from substrate.routes import route_key
-from substrate.scenario.apply import ConfigDelta, frr_lines, nft_delete, nft_replace, qdisc_value
+from substrate.scenario.apply import INGRESS_KINDS, ConfigDelta, frr_lines, nft_delete, nft_replace, qdisc_value
 from substrate.topology import Role
 
 if TYPE_CHECKING:
@@ -65,7 +74,8 @@ if TYPE_CHECKING:
 JOURNAL_DIR = "journal"
 SCHEMA_VERSION = 1
 
-ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc", "tunsrc"]
+ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc", "tunsrc",
+                   "neigh4", "neigh6", "nexthop", "ingress"]
 Phase = Literal["applying", "validating", "rolling_back", "rolled_back", "committed", "abandoned"]
 FINISHED: frozenset[str] = frozenset({"rolled_back", "committed", "abandoned"})
 #: Value of a present rule, address or FRR line (absent: None).
@@ -90,7 +100,11 @@ class Item(BaseModel):
     interface -> ``up|down``; ``mtu``: the interface -> its MTU (decimal); ``nft``: the table (``inet tenant_fw``) -> its ``nft list`` text;
     ``sysctl``: the path under /proc/sys -> the value; ``frr``: ``<stanza head>\\t<line>`` ->
     ``present``; ``qdisc``: the interface -> its root qdisc
-    (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default).
+    (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default); ``ingress``: the
+    interface -> its ingress-side qdisc (``clsact`` or ``ingress``); ``neigh4|neigh6``: a static
+    neighbour entry's key (``ADDR dev IF``, ``proxy ADDR dev IF``) -> its ``neigh replace``
+    arguments; ``nexthop``: ``id N`` -> the nexthop object's ``nexthop add`` arguments. The last
+    three are no service's: a reconciler's repair of what was added below it sets them (issue 35).
 
     An FRR line the change removes that has lines nested under it (a stanza head: ``route-map X
     permit 10`` with its ``match`` and ``set`` lines, ``router isis X``; ``address-family`` under
@@ -248,6 +262,20 @@ def root_qdisc(state: DeviceState, dev: str) -> str | None:
     return None
 
 
+def ingress_qdisc(state: DeviceState, dev: str) -> str | None:
+    """The ingress-side qdisc of ``dev`` in a capture (``clsact``, ``ingress``), None for none."""
+    for q in state.qdiscs:
+        w = q.split(" ", 4)
+        if len(w) >= 4 and w[0] == "dev" and w[1] == dev and w[2] in INGRESS_KINDS:
+            return w[3]
+    return None
+
+
+def nexthop_key(args: str) -> str:
+    """The key of a nexthop object (its ``nexthop add`` arguments): ``id N``."""
+    return " ".join(args.split()[:2])
+
+
 def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> str | None:
     """The value of one item in a captured state (``frr`` for FRR items).
 
@@ -275,6 +303,12 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
         return state.tunsrc or "::"
     if kind == "qdisc":
         return root_qdisc(state, key)
+    if kind == "ingress":
+        return ingress_qdisc(state, key)
+    if kind in ("neigh4", "neigh6"):
+        return next((n for n in state.neighbors if neigh_key(n) == key), None)
+    if kind == "nexthop":
+        return next((n for n in state.nexthops if nexthop_key(n) == key), None)
     if frr is None:
         raise ValueError("an FRR item needs the node's FRR configuration")
     head, _, line = key.partition(_FRR_SEP)
@@ -308,6 +342,10 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
             want[("mtu", rest[2])] = rest[4]
         elif fam == "6" and rest[:3] == ["sr", "tunsrc", "set"] and len(rest) == 4:
             want[("tunsrc", "")] = rest[3]
+        elif fam and verb[0] == "neigh" and verb[1] in ("replace", "del"):
+            want[(f"neigh{fam}", neigh_key(args))] = None if verb[1] == "del" else args
+        elif not fam and verb[0] == "nexthop" and verb[1] in ("replace", "del"):
+            want[("nexthop", nexthop_key(args))] = None if verb[1] == "del" else args
         else:
             raise ValueError(f"{delta.node}: cannot undo {cmd!r}")
     for table, text in delta.nft.items():
@@ -330,6 +368,8 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
                 want[("frr", _frr_key("", head))] = PRESENT
     for dev, v in delta.qdiscs.items():
         want[("qdisc", dev)] = v
+    for dev, v in delta.ingress.items():
+        want[("ingress", dev)] = v
     return [Item(kind=k, key=key, before=value_of(before, frr, k, key), after=v,  # type: ignore[arg-type]
                  frr_daemons=nested.get(key) if k == "frr" else None) for (k, key), v in want.items()]
 
@@ -365,6 +405,13 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
             d.qdiscs[it.key] = v
         elif it.kind == "tunsrc":
             d.additions.append(f"-6 sr tunsrc set {v or '::'}")
+        elif it.kind == "ingress":
+            d.ingress[it.key] = v
+        elif it.kind in ("neigh4", "neigh6"):
+            fam = it.kind[-1]
+            (d.removals if v is None else d.additions).append(f"-{fam} neigh {'del ' + it.key if v is None else 'replace ' + v}")
+        elif it.kind == "nexthop":
+            (d.removals if v is None else d.additions).append(f"nexthop {'del ' + it.key if v is None else 'replace ' + v}")
         else:
             head, _, line = it.key.partition(_FRR_SEP)
             d.frr_changes.append((head, line, v is not None))

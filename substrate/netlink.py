@@ -21,6 +21,7 @@ import contextlib
 import os
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -203,9 +204,16 @@ def settings(netns_path: str) -> tuple[dict[str, str], dict[str, str]]:
 
 #: rtnetlink multicast groups a :class:`ChangeMonitor` joins (linux/rtnetlink.h, enum
 #: rtnetlink_groups): interfaces, traffic control, addresses, routes, rules, per-family netconf
-#: (forwarding and the like), MPLS routes, nexthop objects. Neighbour entries are left out: they
-#: move by themselves.
+#: (forwarding and the like), MPLS routes, nexthop objects. Neighbour entries are watched on a socket
+#: of their own (:data:`RTNLGRP_NEIGH`): most of them move by themselves.
 RTNLGRP_WATCHED = (1, 4, 5, 7, 8, 9, 11, 19, 24, 25, 27, 29, 32)
+#: rtnetlink's neighbour group; of its announcements only static entries count as a change: state
+#: NUD_PERMANENT (0x80) or NUD_NOARP (0x40), or flag NTF_PROXY (0x08) (linux/neighbour.h). A static
+#: entry made before the monitor started and deleted since, and a proxy entry (kernel 6.18 announces
+#: none: ``ip monitor neigh`` shows nothing for ``neigh add proxy``), are seen at the reconciler's full check.
+RTNLGRP_NEIGH = 3
+NUD_STATIC, NTF_PROXY = 0x80 | 0x40, 0x08
+RTM_NEWNEIGH, RTM_DELNEIGH, NDA_DST = 28, 29, 1
 #: nf_tables' multicast group (linux/netfilter/nfnetlink.h: NFNLGRP_NFTABLES) on NETLINK_NETFILTER.
 NFNLGRP_NFTABLES = 7
 NETLINK_NETFILTER = 12
@@ -228,13 +236,19 @@ class ChangeMonitor:
         self.path = netns_path
         self.inode = os.stat(netns_path).st_ino
         self.socks: list[socket.socket] = []
+        self.neigh: socket.socket | None = None
+        #: (ifindex, destination) of the entries announced static since the monitor started
+        self.static_neigh: set[tuple[int, bytes]] = set()
         try:
             with _lock:
                 route = _socket_in(netns_path)
                 self.socks.append(route)
                 nft = _socket_in(netns_path, socket.AF_NETLINK, NETLINK_NETFILTER)
                 self.socks.append(nft)
-            for sock, groups in ((route, RTNLGRP_WATCHED), (nft, (NFNLGRP_NFTABLES,))):
+                neigh = _socket_in(netns_path)
+                self.socks.append(neigh)
+                self.neigh = neigh
+            for sock, groups in ((route, RTNLGRP_WATCHED), (nft, (NFNLGRP_NFTABLES,)), (neigh, (RTNLGRP_NEIGH,))):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
                 sock.bind((0, 0))
                 for g in groups:
@@ -252,9 +266,10 @@ class ChangeMonitor:
         for sock in self.socks:
             while True:
                 try:
-                    if not sock.recv(1 << 16):
+                    data = sock.recv(1 << 16)
+                    if not data:
                         break
-                    got = True
+                    got = self._neighbours(data) or got if sock is self.neigh else True
                 except BlockingIOError:
                     break
                 except OSError:  # ENOBUFS: announcements were lost
@@ -264,7 +279,55 @@ class ChangeMonitor:
         except OSError:
             return True
 
+    def _neighbours(self, data: bytes) -> bool:
+        """Whether neighbour announcements ``data`` touch a static entry: one announced static, or
+        one seen static since the monitor started that changed or went (its delete announces the
+        state it had last only when it was static: tracked by key)."""
+        msgs = neighbour_messages(data)
+        if msgs is None:
+            return True
+        got = False
+        for mtype, key, static in msgs:
+            if static or key in self.static_neigh:
+                got = True
+            if static and mtype == RTM_NEWNEIGH:
+                self.static_neigh.add(key)
+            else:
+                self.static_neigh.discard(key)
+        return got
+
     def close(self) -> None:
         for sock in self.socks:
             sock.close()
         self.socks = []
+
+
+def neighbour_messages(data: bytes) -> list[tuple[int, tuple[int, bytes], bool]] | None:
+    """The rtnetlink neighbour announcements of a datagram (``RTM_NEWNEIGH``/``RTM_DELNEIGH``:
+    nlmsghdr, struct ndmsg -- family, 3 pad bytes, ifindex, u16 state, u8 flags, u8 type -- then
+    attributes, NDA_DST among them; linux/neighbour.h) as ``(message type, (ifindex, destination),
+    static)``, static meaning a :data:`NUD_STATIC` state or a proxy entry, but not the no-ARP entry
+    of a multicast destination (the kernel's own: :func:`substrate.devstate._neigh_args`). None
+    when the datagram cannot be parsed (counted as a change)."""
+    out = []
+    off = 0
+    bo = sys.byteorder
+    while off + 16 <= len(data):
+        length, mtype = int.from_bytes(data[off:off + 4], bo), int.from_bytes(data[off + 4:off + 6], bo)
+        if length < 28 or off + length > len(data):
+            return None
+        ifindex = int.from_bytes(data[off + 20:off + 24], bo, signed=True)
+        state, flags = int.from_bytes(data[off + 24:off + 26], bo), data[off + 26]
+        dst, a = b"", off + 28
+        while a + 4 <= off + length:
+            alen, atype = int.from_bytes(data[a:a + 2], bo), int.from_bytes(data[a + 2:a + 4], bo)
+            if alen < 4:
+                return None
+            if atype == NDA_DST:
+                dst = data[a + 4:a + alen]
+            a += (alen + 3) & ~3
+        multicast = (len(dst) == 16 and dst[0] == 0xFF) or (len(dst) == 4 and 224 <= dst[0] <= 239)
+        static = bool(state & 0x80 or (state & NUD_STATIC and not multicast) or flags & NTF_PROXY)
+        out.append((mtype, (ifindex, dst), static))
+        off += (length + 3) & ~3
+    return out

@@ -5,6 +5,7 @@ sleep: every wait polls the expected state with a bound."""
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import time
@@ -459,6 +460,63 @@ def test_the_reconciler_owns_the_whole_device(lab: Lab, sc: Scenario) -> None:
         _record(lab, [])
         for probe in (node, fault_node):
             lab.exec(probe, ["nft", "delete", "table", "inet", "anibench_probe"], timeout_s=10)
+
+
+def test_neighbours_nexthops_and_qdiscs_below_the_records_are_drift(lab: Lab, sc: Scenario) -> None:
+    """The reconciler owns the objects no service renders too (issue 35, the reconciler attack's
+    F1 and F2): a permanent neighbour entry pinning a CE's address to another MAC, a proxy entry, a
+    nexthop object, a clsact (where a tc program hooks in) and a root qdisc on a customer port no service
+    shapes. Each is drift, the static neighbour is seen by the change watch before any full check
+    (full_every 1000), and a revert removes every one; an address label (no repair undoes it) is
+    reported and left."""
+    site = next(s for s in sc.all_sites() if s.id == SITE)
+    pe, port = site.pe, site.pe_if
+    ce_addr = str(ipaddress.ip_network(site.prefix6)[2])  # the CE's address (PE ::1, CE ::2)
+    cmds = [["ip", "-6", "neigh", "replace", ce_addr, "dev", port, "lladdr", "02:de:ad:be:ef:01", "nud", "permanent"],
+            ["ip", "-6", "neigh", "add", "proxy", "fd99:beef::1", "dev", port],
+            ["ip", "nexthop", "add", "id", "4242", "dev", port],
+            ["tc", "qdisc", "add", "dev", port, "clsact"],
+            ["tc", "qdisc", "replace", "dev", port, "root", "pfifo", "limit", "1"],
+            ["ip", "-6", "addrlabel", "add", "prefix", "fd99:beef::/64", "label", "77"]]  # fmt: skip
+    want = [f"neighbor extra: ip -6 neigh {ce_addr} dev {port} lladdr 02:de:ad:be:ef:01 nud permanent",
+            f"neighbor extra: ip -6 neigh proxy fd99:beef::1 dev {port}", f"nexthop extra: ip nexthop id 4242 dev {port}",
+            f"ingress qdisc differs: {port} clsact (baseline none)", f"root qdisc differs: {port} pfifo (baseline default)",
+            "state differs from the baseline (no repair undoes it): address labels, static multicast addresses or MPTCP endpoints"]  # fmt: skip
+    assert port not in (sc.node_config[pe].qdiscs or {}), "the test needs a port no service shapes"
+    pid = rc.start(lab, owner_pid=os.getpid(), interval_s=1.0, options=SLOW_MACHINE, full_every=1000)
+    try:
+        poll("the first reconcile", lambda: status(lab).reconciles >= 1)
+        q0 = status(lab).quiet_periods
+        poll("a quiet period", lambda: status(lab).quiet_periods > q0, 120)
+        lab.check([lab.exec(pe, cmds[0], timeout_s=10)])  # the static neighbour alone: the watch must see it
+        poll("the pinned neighbour reverted", lambda: "02:de:ad:be:ef:01" not in lab.exec(pe, ["ip", "-6", "neigh", "show", "dev", port],
+                                                                                         timeout_s=10).stdout, 120)  # fmt: skip
+        poll("the repair recorded", lambda: any(r.drift for r in rc.read_log(lab, status(lab).epoch, 20)))
+        rec = next(r for r in rc.read_log(lab, status(lab).epoch, 20) if r.drift)
+        assert rec.trigger == "change" and rec.result == "drift_reverted", rec
+        assert want[0] in rec.drift[pe], rec.drift
+    finally:
+        rc.stop(lab)
+    assert not pid_alive(pid)
+    try:
+        for c in cmds:
+            lab.check([lab.exec(pe, c, timeout_s=10)])
+        reported = rc.Reconciler(lab, mode="report", options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        lines = reported.drift.get(pe, [])
+        assert reported.result == "drift_reported" and not [w for w in want if w not in lines], "\n".join(lines)
+        r = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        assert r.result == "drift_reverted" and pe in r.devices, f"{r.result}: {r.message}"
+        left = rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0])
+        assert left == {pe: [want[-1]]}, left
+        assert "02:de:ad" not in lab.exec(pe, ["ip", "-6", "neigh", "show", "dev", port], timeout_s=10).stdout
+        assert "fd99:beef::1" not in lab.exec(pe, ["ip", "-6", "neigh", "show", "proxy"], timeout_s=10).stdout
+        assert "4242" not in lab.exec(pe, ["ip", "nexthop", "show"], timeout_s=10).stdout
+        qd = lab.exec(pe, ["tc", "qdisc", "show", "dev", port], timeout_s=10).stdout
+        assert "clsact" not in qd and "pfifo" not in qd, qd
+        again = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        assert again.result == "failed" and "no device command of the rendering undoes" in again.message, again
+    finally:
+        lab.exec(pe, ["ip", "-6", "addrlabel", "del", "prefix", "fd99:beef::/64", "label", "77"], timeout_s=10)
 
 
 def test_srv6_sysctl_and_tunsrc_drift_is_seen_in_ip_terms_and_reverted(lab: Lab) -> None:

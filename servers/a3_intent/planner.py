@@ -44,9 +44,9 @@ from typing import Any
 
 from servers.a3_intent.catalog import INTENTS, ChangeSetRejected, Problem, natural_key
 from servers.a3_intent.inventory import Found, expected_found, expected_state
-from substrate.devstate import FRR_NOISE, DeviceState
+from substrate.devstate import FRR_NOISE, DeviceState, neigh_key
 from substrate.errors import SubstrateError
-from substrate.journal import FrrView, nft_blocks, nft_tables, normalize_route, root_qdisc
+from substrate.journal import FrrView, ingress_qdisc, nexthop_key, nft_blocks, nft_tables, normalize_route, root_qdisc
 from substrate.routes import route_key
 from substrate.scenario.apply import ConfigDelta, config_delta, frr_lines
 from substrate.scenario.generator import render_scenario, scenario_invariants
@@ -582,6 +582,31 @@ class Underlay:
     sysctls: dict[str, str] = field(default_factory=dict)
     #: the SRv6 encapsulation source (``ip sr tunsrc``), None: not read
     tunsrc: str | None = None
+    #: static neighbour entries (permanent, no-ARP, proxy): key (:func:`substrate.devstate.neigh_key`) -> ``neigh replace`` arguments
+    neighbors: dict[str, str] = field(default_factory=dict)
+    #: nexthop objects not zebra's: ``id N`` -> ``nexthop add`` arguments
+    nexthops: dict[str, str] = field(default_factory=dict)
+    #: per device, its root qdisc (:func:`substrate.journal.root_qdisc`, None: the default) where
+    #: no service of the baseline set one, and its ingress-side qdisc (None: none)
+    root_qdiscs: dict[str, str | None] = field(default_factory=dict)
+    ingress: dict[str, str | None] = field(default_factory=dict)
+    #: state no repair sets, as the baseline had it: what -> its comparable text (see :data:`REPORTED_ONLY`)
+    reported: dict[str, str] = field(default_factory=dict)
+
+
+#: Device state :func:`foreign` reports when it differs from the baseline and no repair undoes (no
+#: service renders any, no ANI writes it but a shell): ``DeviceState`` field -> what it is.
+REPORTED_ONLY = {"hmac": "SRv6 HMAC keys", "net_objects": "address labels, static multicast addresses or MPTCP endpoints",
+                 "xtables": "legacy iptables rules", "xfrm": "IPsec (XFRM) state"}  # fmt: skip
+
+
+def _reported_text(state: DeviceState, what: str) -> str:
+    v = getattr(state, what)
+    return "\n".join(sorted(v)) if isinstance(v, list) else v
+
+
+def _family(address: str) -> int:
+    return 6 if ":" in address else 4
 
 
 def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView | None) -> Underlay:
@@ -604,6 +629,12 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     rendered = set((services or NodeConfig()).sysctls)
     out.sysctls = {k: v for k, v in {**baseline.sysctls, **baseline.iface_sysctls}.items() if k not in rendered}
     out.tunsrc = baseline.tunsrc
+    out.neighbors = {neigh_key(n): n for n in baseline.neighbors}
+    out.nexthops = {nexthop_key(n): n for n in baseline.nexthops}
+    rendered_qdiscs = set((services or NodeConfig()).qdiscs)
+    out.root_qdiscs = {dev: root_qdisc(baseline, dev) for dev in baseline.links if dev not in rendered_qdiscs}
+    out.ingress = {dev: ingress_qdisc(baseline, dev) for dev in baseline.links}
+    out.reported = {what: _reported_text(baseline, what) for what in REPORTED_ONLY}
     return out
 
 
@@ -633,7 +664,12 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``;
         and, against the baseline's underlay (issue 35), ``route missing|differs: ip -F route R`` (R
         as the baseline had it: the locator's End SID), ``sysctl differs: PATH = V (baseline W)``
-        (global or a port's) and ``tunsrc differs: A (baseline B)`` (:func:`repair_delta` undoes each).
+        (global or a port's) and ``tunsrc differs: A (baseline B)``; ``neighbor extra|missing|differs:
+        ip -F neigh ARGS`` (a static entry), ``nexthop extra|missing|differs: ip nexthop ARGS``,
+        ``root qdisc differs: DEV NOW (baseline B)`` (a device no service shapes) and ``ingress qdisc
+        differs: DEV NOW (baseline B)`` (``default``/``none`` for no qdisc): :func:`repair_delta`
+        undoes each. ``state differs from the baseline (no repair undoes it): WHAT`` for
+        :data:`REPORTED_ONLY`: reported, left alone.
     """
     whole = expected_state(node, full)
     out: list[str] = []
@@ -683,6 +719,35 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
                 if k not in mine and k in values and values[k] != v and not _derived_sysctl(k)]  # fmt: skip
     if under.tunsrc is not None and (state.tunsrc or "::") != (under.tunsrc or "::"):
         out.append(f"tunsrc differs: {state.tunsrc or '::'} (baseline {under.tunsrc or '::'})")
+    if under.reported:  # an Underlay made from a baseline (every field read)
+        out += _objects_foreign(state, under, full)
+    return out
+
+
+def _objects_foreign(state: DeviceState, under: Underlay, full: NodeConfig) -> list[str]:
+    """:func:`foreign`'s lines for the objects no service renders: static neighbours, nexthop
+    objects, qdiscs outside the rendering's, and :data:`REPORTED_ONLY` (issue 35: a permanent
+    neighbour entry or a clsact on a customer port was not drift)."""
+    out: list[str] = []
+
+    def compare(what: str, have: dict[str, str], want: dict[str, str], prefix: Callable[[str], str]) -> None:
+        for k in sorted(set(have) | set(want), key=natural_key):
+            h, w = have.get(k), want.get(k)
+            if h != w:
+                kind = "extra" if w is None else "missing" if h is None else "differs"
+                out.append(f"{what} {kind}: {prefix(k)}{w if w is not None else h}" + (f" (device: {h})" if kind == "differs" else ""))
+
+    compare("neighbor", {neigh_key(n): n for n in state.neighbors}, under.neighbors,
+            lambda k: f"ip -{_family(k.split()[1] if k.startswith('proxy ') else k.split()[0])} neigh ")
+    compare("nexthop", {nexthop_key(n): n for n in state.nexthops}, under.nexthops, lambda k: "ip nexthop ")
+    devs = sorted(set(state.links) | set(under.root_qdiscs) | set(under.ingress), key=natural_key)
+    for dev in devs:
+        if dev not in full.qdiscs and dev in under.root_qdiscs and (now := root_qdisc(state, dev)) != under.root_qdiscs[dev]:
+            out.append(f"root qdisc differs: {dev} {now or 'default'} (baseline {under.root_qdiscs[dev] or 'default'})")
+        if (now := ingress_qdisc(state, dev)) != under.ingress.get(dev):
+            out.append(f"ingress qdisc differs: {dev} {now or 'none'} (baseline {under.ingress.get(dev) or 'none'})")
+    out += [f"state differs from the baseline (no repair undoes it): {REPORTED_ONLY[what]}"
+            for what, was in under.reported.items() if _reported_text(state, what) != was]  # fmt: skip
     return out
 
 
@@ -796,6 +861,24 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
                 d.sysctls[key] = cfg.sysctls[key]
             elif rest.endswith(")") and " (baseline " in rest:  # outside the rendering (foreign): the baseline's
                 d.sysctls[key] = rest.rsplit(" (baseline ", 1)[1][:-1]
+        elif what in ("neighbor extra", "neighbor missing", "neighbor differs") and rest.startswith("ip -"):
+            fam, args = rest[4], rest.split(" neigh ", 1)[1].split(" (device: ")[0]
+            if what == "neighbor extra":
+                d.removals.append(f"-{fam} neigh del {neigh_key(args)}")
+            else:
+                d.additions.append(f"-{fam} neigh replace {args}")
+        elif what in ("nexthop extra", "nexthop missing", "nexthop differs") and rest.startswith("ip nexthop "):
+            args = rest.split(" nexthop ", 1)[1].split(" (device: ")[0]
+            if what == "nexthop extra":
+                d.removals.append(f"nexthop del {nexthop_key(args)}")
+            else:
+                d.additions.append(f"nexthop replace {args}")
+        elif what in ("root qdisc differs", "ingress qdisc differs") and rest.endswith(")") and " (baseline " in rest:
+            dev, base = rest.split(" ", 1)[0], rest.rsplit(" (baseline ", 1)[1][:-1]
+            if what == "root qdisc differs":
+                d.qdiscs[dev] = None if base == "default" else base
+            else:
+                d.ingress[dev] = None if base == "none" else base
         elif what == "tunsrc differs" and rest.endswith(")") and " (baseline " in rest:
             d.additions.append(f"-6 sr tunsrc set {rest.rsplit(' (baseline ', 1)[1][:-1]}")
         elif what in ("FRR line missing", "FRR line extra") and " / " in rest:

@@ -55,6 +55,21 @@ def qdisc_command(dev: str, value: str | None) -> str:
     return f"tc qdisc replace dev {dev} root handle 1: {value}" + (f" {TBF_OPTIONS}" if value.startswith("tbf ") else "")
 
 
+#: The queueing disciplines a device's ingress side can have (tc-bpf(8): ``clsact`` holds ingress and
+#: egress filter hooks; ``ingress`` the ingress one); they share handle ``ffff:``, so a device has one.
+INGRESS_KINDS = ("clsact", "ingress")
+
+
+def ingress_command(dev: str, kind: str | None) -> str:
+    """The tc commands giving ``dev`` the ingress-side qdisc ``kind`` (one of :data:`INGRESS_KINDS`;
+    None: none). The one there is deleted first, by its own kind (tc refuses ``del ... ingress``
+    on a clsact and the other way round), with the filters attached to it."""
+    if kind is not None and kind not in INGRESS_KINDS:
+        raise ValueError(f"not an ingress-side qdisc: {kind!r}")
+    drop = " || ".join(f"tc qdisc del dev {dev} {k} 2>/dev/null" for k in INGRESS_KINDS) + " || true"
+    return drop if kind is None else f"{{ {drop}; }} && tc qdisc add dev {dev} {kind}"
+
+
 def config_script(cfg: NodeConfig) -> str:
     """One bash script that applies ``cfg`` to a node (order: sysctls, links and addresses,
     nftables, IPv6 rules and routes, IPv4 rules and routes, FRR). Stops at the first error."""
@@ -105,9 +120,11 @@ class ConfigDelta:
     #: the same FRR change as data: (stanza head or "" for a top-level line, line, present after)
     frr_changes: list[tuple[str, str, bool]] = field(default_factory=list)
     qdiscs: dict[str, str | None] = field(default_factory=dict)  # device -> root qdisc value, None = default
+    #: device -> its ingress-side qdisc (:data:`INGRESS_KINDS`), None = none (a reconciler's repair; no service renders one)
+    ingress: dict[str, str | None] = field(default_factory=dict)
 
     def empty(self) -> bool:
-        return not (self.removals or self.additions or self.nft or self.sysctls or self.frr or self.qdiscs)
+        return not (self.removals or self.additions or self.nft or self.sysctls or self.frr or self.qdiscs or self.ingress)
 
     def describe(self) -> list[str]:
         """Human-readable lines (``- ...`` removed, ``+ ...`` added), for plans and reports."""
@@ -116,18 +133,21 @@ class ConfigDelta:
         out += [f"~ sysctl {k}={v}" for k, v in sorted(self.sysctls.items())]
         out += [f"~ frr: {x}" for x in self.frr]
         out += [f"~ qdisc {d}: {v or 'default'}" for d, v in sorted(self.qdiscs.items())]
+        out += [f"~ qdisc {d} ingress side: {v or 'none'}" for d, v in sorted(self.ingress.items())]
         return out
 
     def script(self) -> str:
-        """A bash script applying the delta (removals tolerate already-absent objects)."""
+        """A bash script applying the delta (removals tolerate already-absent objects). Lines
+        without a family flag (``link``, ``addr``, ``nexthop``: a nexthop group has no family, and
+        ``ip -4|-6 nexthop add ... group`` is refused) run in ``ip -batch`` before the others."""
         parts = ["set -e"]
         for k, v in sorted(self.sysctls.items()):
             parts.append(f"echo {v} > /proc/sys/{k}")
         for fam_flag, lines, tag, strict in (
-            ("", [x for x in self.removals if x.startswith(("link", "addr"))], "ANIBENCH_RL", False),
+            ("", [x for x in self.removals if x.startswith(_UNFAMILIED)], "ANIBENCH_RL", False),
             ("-6 ", [x[3:] for x in self.removals if x.startswith("-6 ")], "ANIBENCH_R6", False),
             ("-4 ", [x[3:] for x in self.removals if x.startswith("-4 ")], "ANIBENCH_R4", False),
-            ("", [x for x in self.additions if x.startswith(("link", "addr"))], "ANIBENCH_AL", True),
+            ("", [x for x in self.additions if x.startswith(_UNFAMILIED)], "ANIBENCH_AL", True),
         ):
             if lines:
                 cmd = f"ip {fam_flag}-batch -" if strict else f"ip {fam_flag}-force -batch -"
@@ -143,7 +163,12 @@ class ConfigDelta:
             if lines:
                 parts.append(_heredoc(f"ip -{fam} -batch -", lines, f"ANIBENCH_A{fam}"))
         parts += [qdisc_command(dev, v) for dev, v in sorted(self.qdiscs.items())]
+        parts += [ingress_command(dev, v) for dev, v in sorted(self.ingress.items())]
         return "\n".join(parts) + "\n"
+
+
+#: ``ip`` objects a delta's lines carry no family flag for (see :meth:`ConfigDelta.script`).
+_UNFAMILIED = ("link ", "addr ", "nexthop ")
 
 
 def config_delta(node: str, before: NodeConfig | None, after: NodeConfig | None) -> ConfigDelta:
