@@ -104,3 +104,42 @@ def config_lock(lab_dir: Path, nodes: Iterable[str], *, holder: str, timeout_s: 
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+
+#: The name of the lab-wide lock a reset holds (a file beside the devices' locks; no node has it).
+BASELINE_LOCK = "@baseline"
+
+
+@contextlib.contextmanager
+def baseline_lock(lab_dir: Path, *, shared: bool, holder: str, timeout_s: float) -> Iterator[None]:
+    """Hold the lab's baseline lock for the block: exclusively, a lab reset (from its start until the
+    lab is at its new baseline epoch, :func:`substrate.scenario.deploy.reset`); shared, a writer of
+    state that belongs to the baseline epoch and is not a device change (A3-R's commits: a commit
+    acknowledged during a reset was lost when the reset made the repository again, issue 35). So a
+    reset waits for such a write to end, and the write waits for a reset in progress, then sees
+    the new epoch. Order: taken before any device lock (:func:`config_lock`).
+
+    Raises:
+        ConfigLockHeld: not granted within ``timeout_s`` (naming the holder of the exclusive hold).
+    """
+    (lab_dir / "locks").mkdir(parents=True, exist_ok=True)
+    path = lock_path(lab_dir, BASELINE_LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                waited = time.monotonic() - t0
+                if waited >= timeout_s:
+                    raise ConfigLockHeld("the lab (its baseline)", holder_of(lab_dir, BASELINE_LOCK), waited) from None
+                time.sleep(_RETRY_S)
+        if not shared:
+            Path(f"{path}.holder").write_text(f"{holder} since {time.strftime('%H:%M:%S')}\n")
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -179,6 +179,49 @@ async def test_commit_while_a_reconcile_runs_converges_to_head(lab: Lab, tmp_pat
         srv.close()
 
 
+async def test_a_lab_reset_never_loses_a_commit_silently(lab: Lab, tmp_path: Path) -> None:
+    """A commit and a lab reset (issue 35, the reconciler attack's F3: a commit made while
+    ``harness lab reset`` ran was acknowledged, then lost when the reset made the repository
+    again). A commit acknowledged before a reset is discarded with the epoch, and reconcile_status
+    names it; a commit made while a reset runs waits for it, then refuses, saying the working change
+    went with the reset; nothing is ever acknowledged and lost."""
+    import anyio
+
+    from substrate.locks import BASELINE_LOCK, holder_of
+    from substrate.scenario.deploy import reset
+
+    srv = a3r(lab, tmp_path, reconciler=False)
+    try:
+        async with connect(srv) as c:
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "renamed"}}))
+            before = data(await c.call_tool("commit", {"message": "rename t1"}))
+            assert reset(lab).exact
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["reset_notice"] and f"{before['commit'][:12]} (rename t1)" in st["reset_notice"], st
+            assert st["reset_notice"] in st["summary"], st
+
+            data(await c.call_tool("patch_record", {"service_class": "tenant", "id": "t1", "patch": {"name": "again"}}))
+            async with anyio.create_task_group() as tg:
+                done: list[Any] = []
+
+                async def run_reset() -> None:
+                    done.append(await anyio.to_thread.run_sync(reset, lab))
+
+                tg.start_soon(run_reset)
+                while not (holder_of(lab.dir, BASELINE_LOCK) or "").startswith("lab reset"):
+                    assert not done, "the reset ended before it was seen holding the lab"
+                    await anyio.sleep(0.02)  # poll interval
+                during = await c.call_tool("commit", {"message": "rename t1 again"})
+                assert done and done[0].exact, "the commit returned while the reset still held the lab"
+            assert during.is_error and "the lab was reset to its baseline" in text(during) and "nothing was committed" in text(during), text(during)
+            log = data(await c.call_tool("history", {}))["commits"]
+            assert len(log) == 1 and log[0]["message"].startswith("baseline"), log
+            st = data(await c.call_tool("reconcile_status", {}))
+            assert st["reset_notice"] and "the working change" in st["reset_notice"], st
+    finally:
+        srv.close()
+
+
 async def test_hand_made_bad_commit_is_refused_and_never_applied(lab: Lab, tmp_path: Path) -> None:
     """A commit made with git behind A3-R's back, holding a record with a YAML alias and one with
     a NUL character: the reconcile fails naming the commit, each file and field; nothing reaches

@@ -35,6 +35,7 @@ from servers.a3_intent.catalog import ChangeSetRejected, Problem, natural_key, p
 from servers.a3_intent.transaction import Engine, EngineOptions
 from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import (
+    ResetInProgress,
     RecordRejected, Repo, SourceError, blame, check_id, check_message, desired_of, load_record, normalize, ops_toward,
     record_path, writable_classes,
 )  # fmt: skip
@@ -135,6 +136,8 @@ class StatusResult(BaseModel):
                                                       "and how to recover (every tool result carries it then).")
     summary: str = Field(default="", description="In words: the repository (HEAD) and the devices (reconciled to HEAD, "
                          "pending, failed with the device and command, drift reported, or no reconciler running).")
+    reset_notice: str | None = Field(default=None, description="Set when the lab was reset to its baseline and the repository "
+                                     "made again from it: when, and the commits and working change that went with the old one.")
 
 
 class HistoryResult(BaseModel):
@@ -254,6 +257,9 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     """Where the lab's network stands against its source of truth (reconcile_status of A3-R and A4)."""
     lab_ = repo.lab
     epoch = engine.records.epoch()
+    if repo.epoch() != epoch:  # the lab was reset: the repository of the old epoch goes now, and the notice says what went
+        with repo.locked():
+            repo.ensure(engine.inventory()[0], epoch)
     st = rc.read_status(lab_, epoch)
     head = repo.head()
     recent = [r.model_dump(mode="json") for r in rc.read_log(lab_, epoch, 5)]
@@ -264,11 +270,24 @@ def status_of(engine: Engine, repo: Repo) -> StatusResult:
     # no reconciler: nothing watches the devices, so the last record says nothing of now
     in_sync = running and head is not None and st.applied_commit == head and last is not None and (
         not last.drift or last.result == "drift_reverted") and last.result != "retry"
+    notice = reset_notice(repo.discarded(epoch))
     return StatusResult(head=head, applied_commit=st.applied_commit, in_sync=in_sync, failed_commit=st.failed_commit,
                         failed_message=st.failed_message, reconciler_running=running,
                         mode=st.mode, reconciles=st.reconciles, drift_events=st.drift_events, recent=recent,
-                        restarts=sup.restarts if sup else 0, reconciler_down=down,
-                        summary=summary_of(st, head, running, in_sync, down))  # fmt: skip
+                        restarts=sup.restarts if sup else 0, reconciler_down=down, reset_notice=notice,
+                        summary=summary_of(st, head, running, in_sync, down) + (f" {notice}" if notice else ""))  # fmt: skip
+
+
+def reset_notice(note: dict[str, Any] | None) -> str | None:
+    """What :meth:`~servers.a3_reconciled.source.Repo.discarded` says, in words (None for nothing discarded)."""
+    if not note:
+        return None
+    named = ", ".join(f"{c['commit'][:12]} ({c['subject'][:60]})" for c in note.get("commits", [])[:5])
+    more = f" and {note['count'] - 5} more" if note.get("count", 0) > 5 else ""
+    gone = [f"{note['count']} commit(s) after the baseline commit: {named}{more}"] if note.get("count") else []
+    gone += ["the working change (uncommitted edits)"] if note.get("working_change") else []
+    return (f"The lab was reset to its baseline at {time.strftime('%H:%M:%S', time.localtime(note['at']))} and the repository was "
+            f"made again from it; gone with the old repository: {'; '.join(gone)}.")  # fmt: skip
 
 
 def not_running(down: rc.ReconcilerDown | None) -> str:
@@ -327,10 +346,10 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
     allowed = set(server.device_names)
     author = (f"agent ({config.run_id})" if config.run_id else "agent", "agent@lab.invalid")
 
-    def ensure() -> None:
+    def ensure() -> bool:
         with repo.locked():
             sc, _ = engine.inventory()
-            repo.ensure(sc, engine.records.epoch())
+            return repo.ensure(sc, engine.records.epoch())
 
     try:
         ensure()
@@ -493,8 +512,17 @@ def build_server(config: ServerConfig, *, lab: object = None) -> AniServer:  # n
             check_message(message)
         except RecordRejected as e:
             raise _problems(e, "commit refused: the message is not plain text; nothing was committed") from None
-        with repo.locked():
-            ensure()
+        try:
+            return _commit_held(message)
+        except ResetInProgress as e:
+            raise ToolError(f"{e}; nothing was committed") from None
+
+    def _commit_held(message: str) -> CommitResult:
+        with repo.committing():
+            if ensure():
+                raise ToolError("the lab was reset to its baseline since the records were last read: the repository was made "
+                                "again from the baseline and the working change went with it; nothing was committed. Read "
+                                "the records (list_records) and make the change again.")  # fmt: skip
             desired, bad = repo.working()
             if bad:
                 raise _problems(RecordRejected(bad), "commit refused: records do not validate; nothing was committed")

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,13 @@ EPOCH_FILE = "anibench-epoch"
 SYSTEM_AUTHOR = ("anibench", "anibench@lab.invalid")
 #: Bound on one git command (seconds).
 GIT_TIMEOUT_S = 30.0
+#: What the last remaking of the repository (a new baseline epoch: a lab reset) discarded, in the state directory.
+DISCARDED_FILE = "discarded.json"
+#: Most discarded commits named there.
+MAX_NOTED = 20
+#: Bound on a commit's wait for a lab reset in progress (seconds; a reset of the 62-node lab takes
+#: well under this on a loaded 2-core machine).
+RESET_WAIT_S = 120.0
 #: Largest record file accepted (bytes).
 MAX_RECORD_BYTES = 64_000
 
@@ -273,6 +282,10 @@ class FileLock:
                     self._held.depth = 0
 
 
+class ResetInProgress(SourceError):
+    """A lab reset held the lab's baseline lock for the whole bounded wait of a commit."""
+
+
 class Repo:
     """The lab's source-of-truth repository (see module docstring). Thread- and process-safe for
     writers through :meth:`locked`."""
@@ -305,6 +318,26 @@ class Repo:
             raise SourceError(f"git {args[0]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
         return r.stdout
 
+    @contextlib.contextmanager
+    def committing(self, timeout_s: float = RESET_WAIT_S) -> Iterator[None]:
+        """Hold what making a commit needs: the lab's baseline lock, shared
+        (:func:`substrate.locks.baseline_lock`: a lab reset waits for the commit to end, and a
+        commit waits for a reset in progress, then finds the repository of the new epoch), then
+        :meth:`locked`.
+
+        Raises:
+            ResetInProgress: a reset held the lab for ``timeout_s`` seconds.
+        """
+        from substrate.locks import ConfigLockHeld, baseline_lock
+
+        stack = contextlib.ExitStack()
+        try:
+            stack.enter_context(baseline_lock(Path(self.lab.dir), shared=True, holder="an A3-R commit", timeout_s=timeout_s))
+        except ConfigLockHeld as e:
+            raise ResetInProgress(f"a lab reset is in progress and did not end within {timeout_s:g} s ({e})") from None
+        with stack, self.locked():
+            yield
+
     def locked(self) -> contextlib.AbstractContextManager[None]:
         """Serialize writers of the repository across processes and threads (:class:`FileLock`)."""
         return self._lock.held()
@@ -326,6 +359,7 @@ class Repo:
         """
         if self.epoch() == epoch and (self.dir / ".git" / "HEAD").exists():
             return False
+        self._note_discarded()
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         self.git("init", "-q", "-b", "main")
@@ -338,6 +372,34 @@ class Repo:
         self.git("commit", "-q", "-m", "baseline: the brownfield's service records, generated from the scenario")
         (self.dir / ".git" / EPOCH_FILE).write_text(epoch + "\n")
         return True
+
+    def _note_discarded(self) -> None:
+        """Before the repository of an earlier epoch goes: write what goes with it (the commits
+        after its baseline commit, whether it had a working change) to :data:`DISCARDED_FILE`,
+        which :meth:`discarded` reads (reconcile_status says it: a reset is not silent)."""
+        old = self.epoch()
+        if old is None or not (self.dir / ".git" / "HEAD").exists():
+            return
+        try:
+            log = self.git("log", "--format=%H %s", "HEAD", check=False).splitlines()
+            dirty = bool(self.git("status", "--porcelain", check=False).strip())
+        except SourceError:
+            log, dirty = [], False
+        commits = [{"commit": ln[:40], "subject": ln[41:][:200]} for ln in log[:-1]]  # the last is the baseline commit
+        note = {"at": time.time(), "epoch": old, "commits": commits[:MAX_NOTED], "count": len(commits), "working_change": dirty}
+        (self.state_dir / DISCARDED_FILE).write_text(json.dumps(note) + "\n")
+
+    def discarded(self, epoch: str) -> dict[str, Any] | None:
+        """What the last remaking of the repository discarded, when it was made for ``epoch`` (the
+        current one) and discarded anything: ``{"at": unix time, "count": N, "commits": [{"commit",
+        "subject"}] (at most :data:`MAX_NOTED`), "working_change": bool}``; else None."""
+        try:
+            note = json.loads((self.state_dir / DISCARDED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
+        if self.epoch() != epoch or not (note.get("count") or note.get("working_change")):
+            return None
+        return note
 
     # -- reading ------------------------------------------------------------------------------------
 

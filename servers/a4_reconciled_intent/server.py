@@ -40,7 +40,7 @@ from servers.a3_reconciled.server import (
     start_reconciler,
     status_of,
 )
-from servers.a3_reconciled.source import SYSTEM_AUTHOR, Repo, SourceError, desired_of
+from servers.a3_reconciled.source import SYSTEM_AUTHOR, Repo, ResetInProgress, SourceError, desired_of
 from servers.common import AniServer, ServerConfig, ServerSetupError
 from substrate.errors import SubstrateError
 
@@ -86,39 +86,51 @@ def apply_recorded(engine: Engine, rec: rc.Reconciler, author: tuple[str, str], 
             message says which commits were made (the change and its revert) and that the network is unchanged.
     """
     repo = rec.repo
-    with rec.lock.held():  # no other reconcile between the commit and its reconcile
-        rec.ensure_repo()
-        with repo.locked():
+    try:
+        # no other reconcile between the commit and its reconcile, and no lab reset (which would
+        # discard the commit with the repository of its epoch) until the change set is done
+        with rec.lock.held(), repo.committing():
+            return _apply_recorded(engine, rec, author, ops, raw, allowed, cancel)
+    except ResetInProgress as e:
+        raise ToolError(f"{e}; nothing was committed or changed") from None
+
+
+def _apply_recorded(engine: Engine, rec: rc.Reconciler, author: tuple[str, str], ops: list[Any], raw: list[dict[str, Any]],
+                    allowed: set[str], cancel: threading.Event) -> A4ChangeResult:  # fmt: skip
+    """:func:`apply_recorded` under its locks."""
+    repo = rec.repo
+    rec.ensure_repo()
+    with repo.locked():
+        repo.discard()
+        new = desired_of(engine.planned(ops, allowed).new)
+        sc, _ = engine.inventory()
+        if new == desired_of(sc):  # nothing to record: A3-T's answer (no_change, already applied as ...)
+            res0 = A4ChangeResult(**engine.apply(ops, submitted=raw, allowed=allowed, cancel=cancel).model_dump())
+            res0.message = rc.as_reconciled(res0.message) + " Nothing was committed to the source of truth (its records already say this)."
+            return res0
+        try:
+            repo.set_records(new)
+            cid = repo.commit(_message(raw), author)
+        except SourceError as e:
             repo.discard()
-            new = desired_of(engine.planned(ops, allowed).new)
-            sc, _ = engine.inventory()
-            if new == desired_of(sc):  # nothing to record: A3-T's answer (no_change, already applied as ...)
-                res0 = A4ChangeResult(**engine.apply(ops, submitted=raw, allowed=allowed, cancel=cancel).model_dump())
-                res0.message = rc.as_reconciled(res0.message) + " Nothing was committed to the source of truth (its records already say this)."
-                return res0
-            try:
-                repo.set_records(new)
-                cid = repo.commit(_message(raw), author)
-            except SourceError as e:
-                repo.discard()
-                raise ToolError(f"the change set could not be recorded: {e}; nothing was committed or changed") from None
-        done = rec.reconcile_once("commit")
-        st = rc.read_status(rec.lab, rec.engine.records.epoch())
-        res = rec.engine.records.change(done.change_id) if done.change_id else None
-        if res:
-            res.pop("epoch", None)
-        out = A4ChangeResult.model_validate({**(res or {}), "submitted_ops": raw, "commit": cid}) if res else None
-        if st.applied_commit == cid and out is not None:
-            out.message = (rc.as_reconciled(out.message) + f" Committed to the source of truth as {cid[:12]}; the devices carry it "
-                           "(reconciled).")  # fmt: skip
-            return out
-        if out is not None:
-            out.message = rc.as_reconciled(out.message)
-        reason = (out.message if out is not None else done.message)[:REASON_CHARS]
-        with repo.locked():
-            repo.checkout_tree(f"{cid}~1")
-            rid = repo.commit(f"revert {cid[:12]}: not applied ({reason})", SYSTEM_AUTHOR)
-        again = rec.reconcile_once("commit")
+            raise ToolError(f"the change set could not be recorded: {e}; nothing was committed or changed") from None
+    done = rec.reconcile_once("commit")
+    st = rc.read_status(rec.lab, rec.engine.records.epoch())
+    res = rec.engine.records.change(done.change_id) if done.change_id else None
+    if res:
+        res.pop("epoch", None)
+    out = A4ChangeResult.model_validate({**(res or {}), "submitted_ops": raw, "commit": cid}) if res else None
+    if st.applied_commit == cid and out is not None:
+        out.message = (rc.as_reconciled(out.message) + f" Committed to the source of truth as {cid[:12]}; the devices carry it "
+                       "(reconciled).")  # fmt: skip
+        return out
+    if out is not None:
+        out.message = rc.as_reconciled(out.message)
+    reason = (out.message if out is not None else done.message)[:REASON_CHARS]
+    with repo.locked():
+        repo.checkout_tree(f"{cid}~1")
+        rid = repo.commit(f"revert {cid[:12]}: not applied ({reason})", SYSTEM_AUTHOR)
+    again = rec.reconcile_once("commit")
     at_head = rc.read_status(rec.lab, rec.engine.records.epoch()).applied_commit == rid
     where = (f" The commit {cid[:12]} recording it was reverted by commit {rid[:12]}; the network "
              + ("is at that commit (the records before the change set)." if at_head else f"is not yet at it: {again.message}"))  # fmt: skip

@@ -50,7 +50,7 @@ from substrate.devstate import (
 from substrate.errors import SubstrateError
 from substrate.journal import close_unfinished, remove_unreadable
 from substrate.lab import Lab
-from substrate.locks import ConfigLockHeld
+from substrate.locks import ConfigLockHeld, baseline_lock
 from substrate.routes import route_key
 from substrate.scenario.apply import apply_config
 from substrate.scenario.model import Scenario
@@ -505,8 +505,12 @@ def reset(lab: Lab, *, converge_timeout_s: float = 60.0, verify_timeout_s: float
     # baseline (a transaction checks, under its locks, that the baseline epoch did not change)
     stack = contextlib.ExitStack()
     try:
+        # first the baseline lock: a commit to a source of truth of this epoch (A3-R) is not
+        # acknowledged in the middle of the reset, then lost with the epoch
+        stack.enter_context(baseline_lock(lab.dir, shared=False, holder=f"lab reset (pid {os.getpid()})", timeout_s=lock_timeout_s))
         stack.enter_context(lab.config_lock(lab.node_names(), holder=f"lab reset (pid {os.getpid()})", timeout_s=lock_timeout_s))
     except ConfigLockHeld as e:
+        stack.close()
         raise SubstrateError(f"lab reset waited for a configuration change in progress to end, in vain: {e}") from None
     with stack:
         restarted: list[str] = []
