@@ -187,8 +187,30 @@ def _doc_for(item: Item) -> Documented | None:
                 return d
             continue
         if any(fnmatch.fnmatchcase(item.case, c) for c in d.cases) and (d.command is None or re.search(d.command, item.what)):
+            if d.ignore is not None and not _same_but(item, d.ignore):
+                continue
             return d
     return None
+
+
+def _same_but(item: Item, ignore: str) -> bool:
+    """Whether a command's two results are equal once the groups ``ignore`` captures are blanked
+    in both (exit status and standard error compared whole)."""
+    k, e = item.kernel, item.ebpf
+    if not isinstance(k, dict) or not isinstance(e, dict) or (k["rc"], k["stderr"]) != (e["rc"], e["stderr"]):
+        return False
+    return _blank(ignore, k["stdout"]) == _blank(ignore, e["stdout"])
+
+
+def _blank(pattern: str, text: str) -> str:
+    """``text`` with the capturing groups of every match of ``pattern`` replaced by ``#``."""
+    out, at = [], 0
+    for m in re.finditer(pattern, text):
+        for g in range(1, (m.re.groups or 0) + 1):
+            if m.start(g) >= at:
+                out += [text[at:m.start(g)], "#"]
+                at = m.end(g)
+    return "".join(out) + text[at:]
 
 
 def _command_items(kind_case: str, kernel: list[dict], ebpf: list[dict], problems: list[str]) -> list[Item]:

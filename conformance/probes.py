@@ -9,9 +9,10 @@ probes' own, and every node has ``net.ipv6.auto_flowlabels=0``, so that the pack
 answers with carry flow label 0 and the encapsulations copy it.
 
 Each probe (:data:`PROBES`) is one hand-made frame sent from h1 with an AF_PACKET socket (so its
-every byte is chosen: flow label, traffic class, hop limit, IPv4 identification), while AF_PACKET
-sockets opened before it in each node record every frame *received* on each of the eight veth ends
-(frames sent are seen once, at the receiving end). A probe is done when its last expected frame
+every byte is chosen: flow label, traffic class, hop limit, IPv4 identification), while receive
+rings (``PACKET_RX_RING``, :class:`Ring`) opened before it in each node record every frame
+*received* on each of the eight veth ends, as it arrived (frames sent are seen once, at the
+receiving end). A probe is done when its last expected frame
 (its ``until``) has arrived, or after :data:`PROBE_WAIT_S`; a probe the data plane drops thus waits
 the bound. Then ``ip -s`` shows the SIDs' counters on each router.
 
@@ -227,6 +228,62 @@ def _packet_socket(netns: str, ifname: str) -> socket.socket:
     return in_netns(f"/run/netns/{netns}", mk)
 
 
+#: linux/if_packet.h: the socket option level and options of a packet ring, TPACKET_V2's number and
+#: header (struct tpacket2_hdr: status, len, snaplen, mac, net, sec, nsec, vlan tci/tpid, padding;
+#: 32 bytes, then the struct sockaddr_ll whose sll_pkttype is at byte 10).
+SOL_PACKET, PACKET_RX_RING, PACKET_VERSION, TPACKET_V2 = 263, 5, 10, 1
+TP_STATUS_KERNEL, TP_STATUS_USER = 0, 1
+TPACKET2_HDRLEN = 32
+#: The ring's geometry: 256 slots of 4 KiB (a probe's frames are a few hundred bytes).
+RING_FRAME, RING_FRAMES = 4096, 256
+
+
+class Ring:
+    """A receive ring on one veth end (``PACKET_RX_RING``, TPACKET_V2; packet(7)): the kernel
+    copies each frame into the ring when the frame passes the tap, so the copy is the frame as it
+    arrived. A plain AF_PACKET socket queues a clone that shares the frame's data, and what the
+    receiving node does to the packet in place before the socket is read (seg6local End shifting
+    the destination address, decrementing Segments Left) showed in the capture: seen on the
+    kernel's seg6 in the conformance guest, not on the eBPF data plane (which rewrites a copy).
+    """
+
+    def __init__(self, netns: str, ifname: str):
+        import mmap
+
+        def mk() -> socket.socket:
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            s.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+            s.setsockopt(SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", RING_FRAME * 16, RING_FRAMES // 16, RING_FRAME, RING_FRAMES))
+            s.bind((ifname, 0))
+            s.setblocking(False)
+            return s
+
+        self.sock = in_netns(f"/run/netns/{netns}", mk)
+        self.map = mmap.mmap(self.sock.fileno(), RING_FRAME * RING_FRAMES, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self.slot = 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def frames(self) -> list[tuple[bytes, int]]:
+        """The frames filled since the last call, in order, as (frame, sll_pkttype); their slots
+        are handed back to the kernel."""
+        out = []
+        while True:
+            off = self.slot * RING_FRAME
+            status, _len, snaplen, mac_off = struct.unpack_from("IIIH", self.map, off)
+            if not status & TP_STATUS_USER:
+                return out
+            pkttype = self.map[off + TPACKET2_HDRLEN + 10]
+            out.append((bytes(self.map[off + mac_off:off + mac_off + snaplen]), pkttype))
+            struct.pack_into("I", self.map, off, TP_STATUS_KERNEL)
+            self.slot = (self.slot + 1) % RING_FRAMES
+
+    def close(self) -> None:
+        self.map.close()
+        self.sock.close()
+
+
 def noise(frame: bytes) -> bool:
     """Frames that are no probe's: ARP, IPv6 neighbour discovery and MLD, anything to a multicast
     destination."""
@@ -245,23 +302,19 @@ def noise(frame: bytes) -> bool:
 
 
 class Captures:
-    """One AF_PACKET socket per veth end, recording received frames."""
+    """One receive ring (:class:`Ring`) per veth end, recording received frames."""
 
     def __init__(self, names: dict[str, str]):
-        self.socks: dict[str, socket.socket] = {}
+        self.socks: dict[str, Ring] = {}
         for a, b in LINKS:
             for x, y in ((a, b), (b, a)):
-                self.socks[f"{x}-{y}"] = _packet_socket(names[x], f"{x}-{y}")
+                self.socks[f"{x}-{y}"] = Ring(names[x], f"{x}-{y}")
 
     def drain(self, into: dict[str, list[bytes]] | None = None) -> None:
-        """Read every queued frame (into ``into``, per interface, noise left out)."""
-        for ifname, s in self.socks.items():
-            while True:
-                try:
-                    frame, addr = s.recvfrom(65535)
-                except BlockingIOError:
-                    break
-                if into is not None and addr[2] != PACKET_OUTGOING and not noise(frame):
+        """Read every frame filled in (into ``into``, per interface, noise left out)."""
+        for ifname, ring in self.socks.items():
+            for frame, pkttype in ring.frames():
+                if into is not None and pkttype != PACKET_OUTGOING and not noise(frame):
                     into.setdefault(ifname, []).append(frame)
 
     def until(self, ifname: str, pred: Callable[[bytes], bool], into: dict[str, list[bytes]], deadline: float) -> bool:

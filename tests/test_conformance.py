@@ -130,3 +130,38 @@ def test_the_ebpf_data_plane_answers_and_forwards_as_the_kernels_seg6() -> None:
         len([r for r in c["commands"] if r.get("plane") is None]) for part in ("setup", "counters")
         for c in kernel["probes"][part])  # fmt: skip
     assert counts["probes"] == len(kernel["probes"]["probes"]) > 0
+
+
+def test_the_reconciler_case_runs_the_device_state_captures_own_ip_lines() -> None:
+    """The corpus's reconciler case (issue 35: the reconciler's view of SRv6 state, the same on
+    both data planes) reads SRv6 state with the capture's own options and lines, so that identical
+    outputs there are an identical view for A3-R's reconciler and the reset (both parse the
+    capture, :func:`substrate.devstate.parse_capture`)."""
+    import re
+
+    from substrate import devstate
+
+    case = next(c for c in runner.load_corpus() if c.name == "reconciler-capture")
+    step = next(s for s in case.steps if s.stdin is not None)
+    m = re.search(r"^s ip; (ip [^<]*?) 2>/dev/null <<< \$'(.*?)'$", devstate._CAPTURE_SCRIPT, re.M)
+    assert m, "the capture's ip line changed form: update this test"
+    assert step.line == m.group(1).strip()
+    capture_lines = m.group(2).split("\\n")
+    assert [ln for ln in step.stdin.splitlines() if ln] == [ln for ln in capture_lines if ln and ln.split()[0] in ("route", "nexthop")
+                                                             or ln.startswith("sr tunsrc")]  # fmt: skip
+
+
+def test_a_documented_counter_difference_covers_the_counters_only() -> None:
+    """A documented difference with ``ignore`` explains a command whose outputs differ in the
+    captured numbers only; any other difference in the same command stays unexplained."""
+    from conformance.compare import Item, _doc_for
+
+    base = "fcbb:bb00:2::/48  encap seg6local action End packets {p} bytes {b} errors {e} flavors next-csid lblen 32 nflen 16 metric 1\n"
+    kernel = {"rc": 0, "stderr": "", "stdout": base.format(p=28, b=4296, e=1)}
+
+    def item(stdout: str) -> Item:
+        return Item("command", "counters:r2", "ip -6 -s route show dev sr0", kernel, {"rc": 0, "stderr": "", "stdout": stdout}, False)
+
+    assert _doc_for(item(base.format(p=27, b=4064, e=0))).id == "ebpf-end-hop-limit-counted-before"
+    assert _doc_for(item(base.format(p=27, b=4064, e=0).replace("lblen 32", "lblen 48"))) is None
+    assert _doc_for(item(base.format(p=27, b=4064, e=0).replace("action End ", "action End.DT6 "))) is None

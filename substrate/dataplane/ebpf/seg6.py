@@ -274,25 +274,24 @@ def _counters_attr(counts: tuple[int, int, int] | None) -> bytes:
 
 
 def _check_flavors(payload: bytes) -> bytes:
-    """net/ipv6/seg6_local.c parse_nla_flavors: an operation bitmap is required; only NEXT-C-SID
-    is supported (others: EOPNOTSUPP); lengths default to 32 and 16 bits and must be multiples of
-    8 with block + node/function <= 128 (seg6_chk_next_csid_cfg). Returns the canonical nested
-    payload (operation, then both lengths), as the kernel dumps it."""
+    """net/ipv6/seg6_local.c parse_nla_flavors: an operation bitmap is required (EINVAL, no
+    message); only NEXT-C-SID is supported (others: EOPNOTSUPP, "Unsupported Flavor
+    operation(s)"); lengths default to 32 and 16 bits and must be multiples of 8, each at least 8
+    and at most 120, with block + node/function <= 128 (seg6_chk_next_csid_cfg: EINVAL, one message
+    for all, "Invalid Locator Block/Node Function lengths"; kernel 6.1, checked against it by the
+    conformance suite). Returns the canonical nested payload (operation, then both lengths), as
+    the kernel dumps it."""
     f = dict(attrs(payload))
     op = f.get(SEG6_LOCAL_FLV_OPERATION)
     if op is None or len(op) < 4:
-        raise Seg6Error(errno.EINVAL, "Missing required Flavor operation(s)")
+        raise Seg6Error(errno.EINVAL)
     (ops,) = struct.unpack_from("=I", op)
     if ops & ~(1 << SEG6_LOCAL_FLV_OP_NEXT_CSID) or not ops:
-        raise Seg6Error(errno.EOPNOTSUPP, "Provided Flavor operation(s) not supported")
+        raise Seg6Error(errno.EOPNOTSUPP, "Unsupported Flavor operation(s)")
     lb = f.get(SEG6_LOCAL_FLV_LCBLOCK_BITS, b"\x20")[0]
     nf = f.get(SEG6_LOCAL_FLV_LCNODE_FN_BITS, b"\x10")[0]
-    if lb == 0 or lb % 8 or lb > 120:
-        raise Seg6Error(errno.EINVAL, "Invalid Locator Block length value")
-    if nf == 0 or nf % 8 or nf > 120:
-        raise Seg6Error(errno.EINVAL, "Invalid Locator Node Function length value")
-    if lb + nf > 128:
-        raise Seg6Error(errno.EINVAL, "Locator Block length value + Locator Node Function length value exceed 128")
+    if lb + nf > 128 or not 8 <= lb <= 120 or lb % 8 or not 8 <= nf <= 120 or nf % 8:
+        raise Seg6Error(errno.EINVAL, "Invalid Locator Block/Node Function lengths")
     return (attr(SEG6_LOCAL_FLV_OPERATION, struct.pack("=I", ops)) + attr(SEG6_LOCAL_FLV_LCBLOCK_BITS, bytes([lb]))
             + attr(SEG6_LOCAL_FLV_LCNODE_FN_BITS, bytes([nf])))
 

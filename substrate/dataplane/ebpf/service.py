@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -486,6 +486,10 @@ class Service:
         try:
             b = Seg6Encap.from_encap(encap, family) if etype == seg6.LWTUNNEL_ENCAP_SEG6 else Seg6Local.from_encap(encap)
         except Seg6Error as e:
+            if e.errno == errno.EOPNOTSUPP and typ == RTM_NEWROUTE and flags & NLM_F_EXCL and self._occupied(node, head, rest):
+                # what the kernel takes and we do not forward: the kernel builds it, then finds the
+                # place taken (fib6_add_rt2node, fib_table_insert: EEXIST), as for any other route
+                return _error_reply(msg, port, errno.EEXIST)
             return _error_reply(msg, port, e.errno, e.extack)
         if (typ == RTM_NEWROUTE and isinstance(b, Seg6Local) and b.counters
                 and not flags & (NLM_F_REPLACE | NLM_F_EXCL) and self._twin(node, head, rest, b)):
@@ -519,22 +523,35 @@ class Service:
             close()
 
     @staticmethod
-    def _twin(node: Node, head: bytes, rest: list[tuple[int, bytes]], b: Seg6Local) -> bool:
-        """Whether the node already has this route: same family, table, destination, metric and
-        device, and the same seg6local behaviour (one RTM_GETROUTE dump)."""
+    def _occupied(node: Node, head: bytes, rest: list[tuple[int, bytes]]) -> bool:
+        """Whether an ``add`` (NLM_F_EXCL) of this route would find its place taken: a route of
+        the same family, table, destination and metric (any device or encapsulation), which is
+        EEXIST for the kernel (one RTM_GETROUTE dump)."""
+        return any(True for _ in Service._same_place(node, head, rest, with_oif=False))
+
+    @staticmethod
+    def _same_place(node: Node, head: bytes, rest: list[tuple[int, bytes]], *, with_oif: bool = True) -> Iterator[list[tuple[int, bytes]]]:
+        """The attributes of each route of the node at this route's place: family, table,
+        destination, metric and (``with_oif``) device."""
         fam = head[16]
         default_metric = struct.pack("=I", 1024 if fam == socket.AF_INET6 else 0)  # IP6_RT_PRIO_USER; IPv4: 0
 
         def key(h: bytes, parts: list[tuple[int, bytes]]) -> tuple:
             a = {t & 0x3FFF: p for t, p in parts}
             table = a.get(RTA_TABLE, struct.pack("=I", h[20]))[:4]
-            return h[17], h[19], table, a.get(1, b""), a.get(RTA_OIF), a.get(6, default_metric)[:4]  # dst, oif, metric
+            return h[17], h[19], table, a.get(1, b""), a.get(RTA_OIF) if with_oif else None, a.get(6, default_metric)[:4]
 
         want = key(head, rest)
         for m in node.dump(RTM_GETROUTE, RTMSG.pack(fam, 0, 0, 0, 0, 0, 0, 0, 0)):
             h2, parts = _route_parts(m)
-            if key(h2, parts) != want:
-                continue
+            if key(h2, parts) == want:
+                yield parts
+
+    @staticmethod
+    def _twin(node: Node, head: bytes, rest: list[tuple[int, bytes]], b: Seg6Local) -> bool:
+        """Whether the node already has this route: same family, table, destination, metric and
+        device, and the same seg6local behaviour (one RTM_GETROUTE dump)."""
+        for parts in Service._same_place(node, head, rest):
             other = _ours(parts)
             if other is not None and isinstance(other[0], Seg6Local) and other[0] == b:
                 return True
