@@ -760,3 +760,46 @@ def test_dx_next_hop_losing_its_route_drops_at_once(lab: Lab, family: int) -> No
         subprocess.run(["ip", "-n", lab.ns["r1"], fam, "route", "del", f"{nh}/{32 if family == 4 else 128}"],
                        capture_output=True)
         node.teardown()
+
+
+def test_dx_table_flushed_and_resolving_as_before_is_put_back(lab: Lab) -> None:
+    """The PE's address on the next hop's subnet taken away and put back between two refreshes
+    (issue 35, the reconciler attack): the kernel flushed the private table's ``default via NH``
+    with the address, and the next hop then resolves as it did before, so a refresh that only
+    compared resolutions left the table empty for good (the DX4 site lost, while reset and
+    reconciler saw nothing: the table is the data plane's own). The refresh checks the table
+    with the service's strict, table-filtered netlink dump and puts the route back."""
+    from substrate.dataplane.ebpf.service import Node
+
+    nh, sid = "10.0.3.2", "fc00:0:1:d7a::"
+    node = decap.DecapNode(lab.ns["r1"])
+    (inst,) = node.install([decap.DecapSid(sid + "/128", "End.DX4", nh=nh)])
+    (h,) = node.helpers.values()
+    nl = Node(name="r1", netns=f"/run/netns/{lab.ns['r1']}", listener=None, maps=None)  # type: ignore[arg-type]
+
+    def table() -> str:
+        return lab.ip("r1", "-4", "route", "show", "table", str(h.table))
+
+    try:
+        assert node.refresh(nl.route_get, nl.table_has_routes) in (0, 1)
+        assert f"default via {nh}" in table() and nl.table_has_routes(socket.AF_INET, h.table)
+        assert not nl.table_has_routes(socket.AF_INET, 4242)  # the dump is the table's, not every route
+        lab.ip("r1", "addr", "del", "10.0.3.1/24", "dev", "r1-eth1")
+        lab.ip("r1", "addr", "add", "10.0.3.1/24", "dev", "r1-eth1")
+        assert table().strip() == "", "the kernel kept the route: this test would not show the repair"
+        assert node.refresh(nl.route_get, nl.table_has_routes) == 1
+        assert f"default via {nh}" in table()
+        m = mark()
+        cap = Capture(lab.ns["h3"], "h3-eth0", m)
+        try:
+            lab.send(srv6(sid, udp4("10.11.0.1", "10.99.0.7", m)))
+            assert len(cap.until(1)) == 1, "the DX4 SID does not forward after the repair"
+        finally:
+            cap.close()
+    finally:
+        subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", sid + "/128"], capture_output=True)
+        subprocess.run(["ip", "-n", lab.ns["r1"], "addr", "replace", "10.0.3.1/24", "dev", "r1-eth1"], capture_output=True)
+        node.teardown()
+        for s in (nl.nl, nl.nl_strict):
+            if s is not None:
+                s.close()

@@ -56,6 +56,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import struct
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
@@ -513,18 +514,24 @@ class DecapNode:
                     put += 1
         return put
 
-    def refresh(self, resolve: Callable[[str], tuple[str, str] | None]) -> int:
+    def refresh(self, resolve: Callable[[str], tuple[str, str] | None],
+                present: Callable[[int, int], bool] | None = None) -> int:  # fmt: skip
         """Re-point each DX helper's private table whose next hop resolves differently now (the
-        kernel resolves nh4/nh6 per packet; this follows within one call). ``resolve(nh)`` is the
-        main table's (device, gateway) for ``nh`` -- a netlink ``RTM_GETROUTE``, no process -- or
-        None when nothing routes it. Only a change costs an ``ip route replace``. Returns how many
-        tables changed."""
+        kernel resolves nh4/nh6 per packet; this follows within one call), or whose route is gone.
+        ``resolve(nh)`` is the main table's (device, gateway) for ``nh`` -- a netlink
+        ``RTM_GETROUTE``, no process -- or None when nothing routes it; ``present(family, table)``
+        whether the table still holds a route: the kernel flushes ``default via NH dev D`` with
+        the last address of NH's subnet on D, and an address taken away and put back between two
+        calls resolves as before, so without it the table stayed empty for good (issue 35, the
+        reconciler attack: a DX4 site lost to a moment without its PE address). Only a change
+        costs an ``ip route replace``. Returns how many tables changed."""
         changed = 0
         for h in self.helpers.values():
             if not h.nh:
                 continue
             now = resolve(h.nh)
-            if now == h.resolved:
+            fam = socket.AF_INET if ipaddress.ip_address(h.nh).version == 4 else socket.AF_INET6
+            if now == h.resolved and (present is None or present(fam, h.table)):
                 continue
             h.resolved = now
             self._set_dx_route(h)

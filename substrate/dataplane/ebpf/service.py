@@ -58,7 +58,7 @@ NLM_F_CAPPED, NLM_F_ACK_TLVS = 0x100, 0x200  # in an NLMSG_ERROR
 NLM_F_REPLACE, NLM_F_EXCL, RTM_GETROUTE = 0x100, 0x200, 26  # in an RTM_NEWROUTE request
 NLMSGERR_ATTR_MSG = 1
 RTA_ENCAP_TYPE, RTA_ENCAP = 21, 22
-SOL_NETLINK, NETLINK_EXT_ACK = 270, 11
+SOL_NETLINK, NETLINK_EXT_ACK, NETLINK_GET_STRICT_CHK = 270, 11, 12
 NETLINK_GENERIC = 16
 GENL_ID_CTRL, CTRL_CMD_NEWFAMILY, CTRL_CMD_GETFAMILY = 16, 1, 3
 CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME, CTRL_ATTR_VERSION, CTRL_ATTR_HDRSIZE, CTRL_ATTR_MAXATTR = 1, 2, 3, 4, 5
@@ -234,6 +234,8 @@ class Node:
     listener: socket.socket
     maps: object
     nl: socket.socket | None = None
+    #: a second socket with strict dump checking (the kernel filters a route dump by table)
+    nl_strict: socket.socket | None = None
     seq: int = 0
     #: ifindexes of the data plane's own helper devices in the node (hidden from its ip).
     hidden: set[int] = field(default_factory=set)
@@ -276,17 +278,29 @@ class Node:
                                if i.get("ifname", "").encode().startswith(HIDDEN_PREFIXES))  # fmt: skip
         self.hidden_known = True
 
-    def netlink(self) -> socket.socket:
-        """A NETLINK_ROUTE socket in the node's namespace (made once)."""
-        if self.nl is None:
+    def netlink(self, *, strict: bool = False) -> socket.socket:
+        """A NETLINK_ROUTE socket in the node's namespace (made once); ``strict``: the one with
+        NETLINK_GET_STRICT_CHK, whose dumps the kernel filters by the request's header."""
+        if (self.nl_strict if strict else self.nl) is None:
             from substrate import nsread
 
             with nsread.entered(self.netns):
                 s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
             s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+            if strict:
+                s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
             s.bind((0, 0))
-            self.nl = s
-        return self.nl
+            if strict:
+                self.nl_strict = s
+            else:
+                self.nl = s
+        return self.nl_strict if strict else self.nl  # type: ignore[return-value]
+
+    def table_has_routes(self, family: int, table: int) -> bool:
+        """Whether routing table ``table`` of ``family`` holds a route (a dump the kernel filters
+        by table: ``ip route show table N`` does the same; no process)."""
+        body = RTMSG.pack(family, 0, 0, 0, table if table < 256 else 0, 0, 0, 0, 0) + attr(RTA_TABLE, struct.pack("=I", table))
+        return bool(self.dump(RTM_GETROUTE, body, strict=True))
 
     def route_get(self, addr: str) -> tuple[str, str] | None:
         """The main table's (output ifindex, gateway) for ``addr`` in the node (an RTM_GETROUTE
@@ -321,10 +335,11 @@ class Node:
             out.add((m[16], prio, a.get(FRA_IIFNAME, b"").rstrip(b"\0").decode(errors="replace")))
         return out
 
-    def dump(self, typ: int, body: bytes) -> list[bytes]:
+    def dump(self, typ: int, body: bytes, *, strict: bool = False) -> list[bytes]:
         """The messages (whole, header included) of one netlink dump request ``typ`` with
-        ``body`` in the node's namespace; an error answer gives what came before it."""
-        s = self.netlink()
+        ``body`` in the node's namespace (``strict``: on the strict-checking socket); an error
+        answer gives what came before it."""
+        s = self.netlink(strict=strict)
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         s.send(HDR.pack(16 + len(body), typ, NLM_F_REQUEST | 0x300, self.seq, 0) + body)  # NLM_F_DUMP
         out: list[bytes] = []
@@ -662,7 +677,7 @@ class Service:
                 dn = getattr(node, "decap", None)
                 try:
                     if dn is not None:
-                        dn.refresh(node.route_get)
+                        dn.refresh(node.route_get, node.table_has_routes)
                         if dn.helpers:
                             dn.repair_rules(node.rules())
                     self.repair_helpers(node)
