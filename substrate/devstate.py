@@ -1567,6 +1567,27 @@ def _strip_markers(args: str) -> str:
     return " ".join(w for w in args.split() if not w.startswith("?"))
 
 
+#: The ``ip link set DEV ATTR VALUE`` attributes :func:`link_attrs` reads (one word each, a value
+#: of one word: what a reconciler's repair sets and its journal undoes).
+LINK_ATTRS = ("address", "txqueuelen", "group", "arp", "promisc", "allmulticast", "multicast", "dynamic", "addrgenmode",
+              "protodown", "master")  # fmt: skip
+
+
+def link_attrs(ln: LinkState) -> dict[str, str]:
+    """An interface's :data:`LINK_ATTRS` as ``ip link set`` takes them (``master`` ``""`` for
+    none, ``nomaster`` to set it so; ``arp off`` for the NOARP flag), from its capture. Absent:
+    what the capture does not keep (a bridge's MAC)."""
+    out = {word: ("off" if flag in ln.flags else "on") if flag == "NOARP" else ("on" if flag in ln.flags else "off")
+           for flag, word in _LINK_FLAGS.items()}  # fmt: skip
+    out.update({"protodown": "on" if ln.protodown else "off", "master": ln.master})
+    out.update({k: v for k, v in (("group", ln.group), ("addrgenmode", ln.addrgenmode)) if v})
+    if ln.address:
+        out["address"] = ln.address
+    if ln.txqlen is not None:
+        out["txqueuelen"] = str(ln.txqlen)
+    return out
+
+
 def _link_set_lines(name: str, have: LinkState, want: LinkState) -> list[str]:
     """``ip link set`` lines turning ``have`` into ``want`` (admin state last)."""
     attrs: list[str] = []
@@ -2040,10 +2061,16 @@ def fib_desync(lab: Lab, node: str, state: DeviceState) -> FibDesync:
 
     kernel: dict[str, frozenset[tuple[str, str]]] = {}
     canonical: dict[str, str] = {}
+    others: list[str] = []  # a second route of the same destination: zebra installs one, at metric 20
     for r in state.frr_routes:
         if " table " in r:
             continue
         dst, hops = _route_projection(r)
+        if dst in canonical:
+            ours = _metric(canonical[dst]) == ZEBRA_METRIC or _metric(r) != ZEBRA_METRIC
+            others.append(r if ours else canonical[dst])
+            if ours:
+                continue
         kernel[dst] = hops
         canonical[dst] = r
     zebra: dict[str, frozenset[tuple[str, str]]] = {}
@@ -2078,5 +2105,20 @@ def fib_desync(lab: Lab, node: str, state: DeviceState) -> FibDesync:
             out.nexthops.append(f"{prefix}: kernel nexthops {sorted(kernel[prefix])} != zebra's {sorted(hops)}")
             if prefix in groups and hops:
                 out.regroup[groups[prefix]] = sorted(hops)
-    out.unknown = [canonical[p] for p in sorted(set(kernel) - set(zebra))]
+    out.unknown = [canonical[p] for p in sorted(set(kernel) - set(zebra))] + sorted(others)
     return out
+
+
+#: Between two reads of zebra's routes before a kernel route of an FRR protocol is called not
+#: zebra's (seconds: zebra may be between its RIB and the kernel; reset and reconciler read twice).
+ZEBRA_SETTLE_S = 0.2
+#: The metric zebra gives every route it installs in the kernel (FRR zebra/rt_netlink.c,
+#: ROUTE_INSTALLATION_METRIC): a route of an FRR protocol at another metric is not zebra's.
+ZEBRA_METRIC = 20
+
+
+def _metric(route: str) -> int | None:
+    words = route.split()
+    with contextlib.suppress(ValueError, IndexError):
+        return int(words[words.index("metric") + 1])
+    return None

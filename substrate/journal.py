@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from substrate.devstate import (
+    LINK_ATTRS,
     DeviceState,
     canonical_frr,
     capture,
@@ -61,6 +62,7 @@ from substrate.devstate import (
     frr_daemon_delta,
     frr_nested,
     frr_subtree,
+    link_attrs,
     neigh_key,
 )
 from substrate.errors import SubstrateError
@@ -75,7 +77,7 @@ JOURNAL_DIR = "journal"
 SCHEMA_VERSION = 1
 
 ItemKind = Literal["route4", "route6", "rule4", "rule6", "address", "link", "mtu", "nft", "sysctl", "frr", "qdisc", "tunsrc",
-                   "neigh4", "neigh6", "nexthop", "ingress"]
+                   "neigh4", "neigh6", "nexthop", "ingress", "linkattr"]
 Phase = Literal["applying", "validating", "rolling_back", "rolled_back", "committed", "abandoned"]
 FINISHED: frozenset[str] = frozenset({"rolled_back", "committed", "abandoned"})
 #: Value of a present rule, address or FRR line (absent: None).
@@ -103,8 +105,9 @@ class Item(BaseModel):
     (:func:`substrate.scenario.apply.qdisc_value`; absent: the device's default); ``ingress``: the
     interface -> its ingress-side qdisc (``clsact`` or ``ingress``); ``neigh4|neigh6``: a static
     neighbour entry's key (``ADDR dev IF``, ``proxy ADDR dev IF``) -> its ``neigh replace``
-    arguments; ``nexthop``: ``id N`` -> the nexthop object's ``nexthop add`` arguments. The last
-    three are no service's: a reconciler's repair of what was added below it sets them (issue 35).
+    arguments; ``nexthop``: ``id N`` -> the nexthop object's ``nexthop add`` arguments;
+    ``linkattr``: ``IF ATTR`` (:data:`substrate.devstate.LINK_ATTRS`) -> its ``ip link set`` value
+    (:func:`substrate.devstate.link_attrs`; ``master`` ``""`` for none). The last four are no service's: a reconciler's repair of what was added below it sets them (issue 35).
 
     An FRR line the change removes that has lines nested under it (a stanza head: ``route-map X
     permit 10`` with its ``match`` and ``set`` lines, ``router isis X``; ``address-family`` under
@@ -309,6 +312,10 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
         return next((n for n in state.neighbors if neigh_key(n) == key), None)
     if kind == "nexthop":
         return next((n for n in state.nexthops if nexthop_key(n) == key), None)
+    if kind == "linkattr":
+        dev, _, name = key.rpartition(" ")
+        ln = state.links.get(dev)
+        return None if ln is None else link_attrs(ln).get(name)
     if frr is None:
         raise ValueError("an FRR item needs the node's FRR configuration")
     head, _, line = key.partition(_FRR_SEP)
@@ -340,6 +347,10 @@ def items_of(delta: ConfigDelta, before: DeviceState, frr: FrrView | None) -> li
             want[("link", rest[2])] = rest[3]
         elif verb == ["link", "set"] and len(rest) == 5 and rest[3] == "mtu" and rest[4].isdigit():
             want[("mtu", rest[2])] = rest[4]
+        elif verb == ["link", "set"] and len(rest) == 5 and rest[3] in LINK_ATTRS:
+            want[("linkattr", f"{rest[2]} {rest[3]}")] = rest[4]
+        elif verb == ["link", "set"] and len(rest) == 4 and rest[3] == "nomaster":
+            want[("linkattr", f"{rest[2]} master")] = ""
         elif fam == "6" and rest[:3] == ["sr", "tunsrc", "set"] and len(rest) == 4:
             want[("tunsrc", "")] = rest[3]
         elif fam and verb[0] == "neigh" and verb[1] in ("replace", "del"):
@@ -407,6 +418,10 @@ def delta_setting(node: str, items: list[tuple[Item, str | None]]) -> ConfigDelt
             d.additions.append(f"-6 sr tunsrc set {v or '::'}")
         elif it.kind == "ingress":
             d.ingress[it.key] = v
+        elif it.kind == "linkattr":
+            dev, _, name = it.key.rpartition(" ")
+            if v is not None:
+                d.additions.append(f"link set {dev} nomaster" if name == "master" and not v else f"link set {dev} {name} {v}")
         elif it.kind in ("neigh4", "neigh6"):
             fam = it.kind[-1]
             (d.removals if v is None else d.additions).append(f"-{fam} neigh {'del ' + it.key if v is None else 'replace ' + v}")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from servers.a3_intent.catalog import natural_key
 from servers.a3_intent.transaction import Engine
 from servers.a3_reconciled import reconciler as rc
 from servers.a3_reconciled.source import Repo
@@ -22,6 +23,7 @@ from servers.common import ServerConfig
 from substrate import Lab, controllers
 from substrate.record import pid_alive
 from substrate.scenario import Scenario
+from substrate.scenario.deploy import reset
 from substrate.scenario.observer import observe
 from tests.a3t_support import SLOW_MACHINE, bf, damage_other_tenant, everything, lab, sc  # noqa: F401 - fixtures
 from tests.servers_support import connect, data, text
@@ -562,6 +564,49 @@ def test_neighbours_nexthops_and_qdiscs_below_the_records_are_drift(lab: Lab, sc
         lab.exec(pe, ["ip", "-6", "addrlabel", "del", "prefix", "fd99:beef::/64", "label", "77"], timeout_s=10)
 
 
+def test_routes_disguised_by_protocol_or_table_and_link_flags_are_drift(lab: Lab, sc: Scenario) -> None:
+    """What the reconciler attack hid from it (issue 35, findings 1-4): a blackhole marked ``proto
+    kernel`` (the kernel's own class), one marked ``proto isis`` beside zebra's IS-IS route to the
+    same locator (FRR's class, dynamic), one in the ``local`` table (no table but main was
+    compared) and ARP turned off on a customer port (only up and MTU were compared). Each broke
+    tenants while the reconciler said in sync. Each is drift now, a revert removes every one and
+    the scenario's invariants hold again; the lab reset removes the FRR-marked one too."""
+    site = next(s for s in sc.all_sites() if s.id == SITE)
+    pe, port = site.pe, site.pe_if
+    from substrate.addressing import locator
+
+    far = sorted((r.name for r in sc.topology.routers if r.name != pe), key=natural_key)
+    loc = {r.name: str(locator(r.node_id)) for r in sc.topology.routers if r.name in far[-2:]}
+    site_net = str(ipaddress.ip_network(site.prefix6))
+    cmds = [["ip", "-6", "route", "add", "blackhole", loc[far[-1]], "proto", "kernel", "metric", "1"],
+            ["ip", "-6", "route", "add", "blackhole", loc[far[-2]], "proto", "isis", "metric", "1"],
+            ["ip", "-6", "route", "add", "blackhole", site_net, "table", "local"],
+            ["ip", "link", "set", port, "arp", "off"]]  # fmt: skip
+    want = [f"route extra: ip -6 route blackhole {loc[far[-1]]}", f"route extra: ip -6 route blackhole {loc[far[-2]]}",
+            f"route extra: ip -6 route blackhole {site_net}", f"link differs: {port} arp off (baseline on)"]  # fmt: skip
+    try:
+        for c in cmds:
+            lab.check([lab.exec(pe, c, timeout_s=10)])
+        broken = [v.id for v in observe(lab, sc.invariants) if not v.ok]
+        assert broken, "the attack broke nothing: this test would not show the repair"
+        reported = rc.Reconciler(lab, mode="report", options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        lines = reported.drift.get(pe, [])
+        assert not [w for w in want if not any(ln.startswith(w) for ln in lines)], "\n".join(lines)
+        r = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        assert r.result == "drift_reverted" and pe in r.devices, f"{r.result}: {r.message}"
+        assert not rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0])
+        poll("the invariants hold again", lambda: all(v.ok for v in observe(lab, sc.invariants)), 60)
+        # the lab reset removes a route of an FRR protocol beside zebra's own as well
+        lab.check([lab.exec(pe, cmds[1], timeout_s=10)])
+        rep = reset(lab)
+        assert rep.exact, rep.residual
+        assert "blackhole" not in lab.exec(pe, ["ip", "-6", "route", "show", loc[far[-2]]], timeout_s=10).stdout
+    finally:
+        lab.exec(pe, ["ip", "link", "set", port, "arp", "on"], timeout_s=10)
+        for c in cmds[:3]:
+            lab.exec(pe, [*c[:3], "del", *c[4:]], timeout_s=10)
+
+
 def test_srv6_sysctl_and_tunsrc_drift_is_seen_in_ip_terms_and_reverted(lab: Lab) -> None:
     """Drift of the SRv6 state and of what the baseline set below the records (issue 35, the attack):
     on a PE an End.DT6 SID pointed at another tenant's table, an H.Encaps.Red route given another
@@ -1094,6 +1139,37 @@ async def test_a4_apply_is_a_commit_and_applied(lab: Lab, tmp_path: Path) -> Non
             assert data(await c.call_tool("history", {}))["total"] == n0 + 1
     finally:
         srv.close()
+
+
+async def test_an_a4_apply_keeps_an_a3r_clients_edits_and_its_pending_commit(lab: Lab, tmp_path: Path) -> None:
+    """A3-R and A4 on one lab (issue 35, the reconciler attack's findings 6 and 7): an A4 apply
+    wiped an A3-R client's uncommitted edits, and an A3-R commit not yet applied was silently
+    undone by the next A4 commit (planned on what the network carried). Now the edits are set
+    aside and put back (the A4 result says so), and a pending HEAD is reconciled first, so the
+    A4 commit is made on top of it."""
+    r3 = a3r(lab, tmp_path / "r", reconciler=False)
+    r4 = a4(lab, tmp_path / "4", reconciler=False)
+    try:
+        async with connect(r3) as c3, connect(r4) as c4:
+            data(await c3.call_tool("delete_record", {"service_class": "steering_policy", "id": POLICY}))
+            assert data(await c3.call_tool("diff", {}))["changed"] == [f"D records/steering_policy/{POLICY}.yaml"]
+            res = data(await c4.call_tool("apply_change_set", {"ops": [{"op": "modify", "service_class": "tenant", "id": "t1",
+                                                                         "spec": {"name": "renamed"}}]}))  # fmt: skip
+            assert res["status"] == "applied", res["message"]
+            assert "working change" in res["message"] and "put back" in res["message"], res["message"]
+            assert data(await c3.call_tool("diff", {}))["changed"] == [f"D records/steering_policy/{POLICY}.yaml"]
+            pending = data(await c3.call_tool("commit", {"message": f"remove {POLICY}"}))
+            res = data(await c4.call_tool("apply_change_set", {"ops": [{"op": "modify", "service_class": "tenant", "id": "t1",
+                                                                         "spec": {"name": "again"}}]}))  # fmt: skip
+            assert res["status"] == "applied", res["message"]
+            log = data(await c4.call_tool("history", {"limit": 3}))["commits"]
+            assert [x["commit"] for x in log[1:2]] == [pending["commit"]], log
+            assert log[0]["files"] == ["M records/tenant/t1.yaml"], log[0]
+            inv, _ = Engine(lab).inventory()
+            assert POLICY not in {x.id for x in inv.steering} and inv.tenant("t1").name == "again"
+    finally:
+        r3.close()
+        r4.close()
 
 
 A4_CHILD = """

@@ -165,3 +165,12 @@ def test_a_documented_counter_difference_covers_the_counters_only() -> None:
     assert _doc_for(item(base.format(p=27, b=4064, e=0))).id == "ebpf-end-hop-limit-counted-before"
     assert _doc_for(item(base.format(p=27, b=4064, e=0).replace("lblen 32", "lblen 48"))) is None
     assert _doc_for(item(base.format(p=27, b=4064, e=0).replace("action End ", "action End.DT6 "))) is None
+
+
+def test_the_kernel_data_plane_lab_ran_in_the_guest() -> None:
+    """The ``kernel`` data plane itself is kept under test where the host has no seg6: the last
+    recording brought a 3-router lab up on it in the guest, pinged over SRv6 and took it down
+    (``conformance/record.py --lab``)."""
+    lab = json.loads(record.LAB_RESULTS.read_text())
+    assert lab["ok"] and "ping-status 0" in lab["log"] and "down-status 0" in lab["log"], lab["log"][-2000:]
+    assert "data plane: kernel (kernel: the kernel has seg6)" in lab["log"], lab["log"][:600]  # not the eBPF one

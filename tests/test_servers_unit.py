@@ -604,3 +604,19 @@ def test_a3r_modify_states_the_whole_record() -> None:
                     "spec": {"tenant": "t1", "pe": "r11", "pe_interface": "eth5", "prefix6": "fd10::/64"}}]
     assert where == ["records/tenant_site/t1s7.yaml"]
     assert ops_toward({"tenant_site": {"t1s7": site}}, {"tenant_site": {"t1s7": site}}) == ([], [])
+
+
+def test_reconcile_status_never_calls_an_applied_head_pending() -> None:
+    """reconcile_status's summary (issue 35, the reconciler attack's finding 8): with HEAD applied
+    and no reconciler running it said "pending -- HEAD is not applied yet (they carry commit X)",
+    X being HEAD. Now it says HEAD was applied and that nothing checks for drift."""
+    from servers.a3_reconciled import reconciler as rc
+    from servers.a3_reconciled.server import summary_of
+
+    head = "e8dddaebccee" + "0" * 28
+    rec = rc.ReconcileRecord(n=3, started=0.0, commit=head, trigger="commit", result="applied")
+    st = rc.ReconcileStatus(epoch="e", applied_commit=head, last=rec)
+    text = summary_of(st, head, running=False, in_sync=False)
+    assert "pending" not in text and "HEAD was applied" in text and "no reconciler" in text.lower(), text
+    older = rc.ReconcileStatus(epoch="e", applied_commit="1" * 40, last=rec)
+    assert "pending -- HEAD is not applied yet (they carry commit 111111111111)" in summary_of(older, head, running=True, in_sync=False)

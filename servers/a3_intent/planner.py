@@ -44,7 +44,7 @@ from typing import Any
 
 from servers.a3_intent.catalog import INTENTS, ChangeSetRejected, Problem, natural_key
 from servers.a3_intent.inventory import Found, expected_found, expected_state
-from substrate.devstate import FRR_NOISE, DeviceState, neigh_key
+from substrate.devstate import FRR_NOISE, LINK_ATTRS, DeviceState, LinkState, link_attrs, neigh_key
 from substrate.errors import SubstrateError
 from substrate.journal import FrrView, ingress_qdisc, nexthop_key, nft_blocks, nft_tables, normalize_route, root_qdisc
 from substrate.routes import route_key
@@ -563,7 +563,7 @@ class Underlay:
     lab was put in from its scenario, every invariant verified) outside the baseline's service
     rendering (:func:`underlay_of`). What :func:`foreign` accepts beside the records' rendering."""
 
-    #: route keys (:func:`substrate.routes.route_key`) of the main table, per family
+    #: route keys (:func:`substrate.routes.route_key`) of every table (tenant tables' service routes left out), per family
     routes: dict[int, set[str]] = field(default_factory=dict)
     #: ``rule add`` arguments, per family
     rules: dict[int, set[str]] = field(default_factory=dict)
@@ -575,13 +575,18 @@ class Underlay:
     frr_heads: set[str] = field(default_factory=set)
     #: port -> MTU
     mtu: dict[str, int] = field(default_factory=dict)
-    #: route key -> the route (normalized) of the main table, per family: compared whole (issue 35: the
-    #: locator's End SID replaced by a plain End, or deleted, was not drift)
+    #: every device and its settable attributes, as the baseline had them
+    links: dict[str, LinkState] = field(default_factory=dict)
+    #: route key -> the route (normalized), per family, of every table: compared whole (issue 35: the
+    #: locator's End SID replaced by a plain End, or deleted, was not drift; a blackhole in the
+    #: local table was not seen)
     route_lines: dict[int, dict[str, str]] = field(default_factory=dict)
     #: sysctl path -> value (global and per-interface), the services' own left out (:func:`drift` has them)
     sysctls: dict[str, str] = field(default_factory=dict)
     #: the SRv6 encapsulation source (``ip sr tunsrc``), None: not read
     tunsrc: str | None = None
+    #: the routes the kernel made from addresses and links (``-4|-6 ROUTE``, proto kernel), as the baseline had them
+    kernel_routes: set[str] = field(default_factory=set)
     #: static neighbour entries (permanent, no-ARP, proxy): key (:func:`substrate.devstate.neigh_key`) -> ``neigh replace`` arguments
     neighbors: dict[str, str] = field(default_factory=dict)
     #: nexthop objects not zebra's: ``id N`` -> ``nexthop add`` arguments
@@ -617,8 +622,8 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     out = Underlay()
     for fam in (6, 4):
         mine = {route_key(normalize_route(r)) for r in getattr(svc, f"routes{fam}")}
-        out.route_lines[fam] = {k: n for r in getattr(baseline, f"routes{fam}") if _table_of(r) is None
-                                and (k := route_key(n := normalize_route(r))) not in mine}  # fmt: skip
+        out.route_lines[fam] = {k: n for r in getattr(baseline, f"routes{fam}")
+                                if (k := route_key(n := normalize_route(r))) not in mine}  # fmt: skip
         out.routes[fam] = set(out.route_lines[fam])
         out.rules[fam] = set(getattr(baseline, f"rules{fam}")) - set(getattr(svc, f"rules{fam}"))
     out.addresses = set(baseline.addresses) - set(svc.addresses)
@@ -626,9 +631,11 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     if frr is not None:
         out.frr_heads = set(frr.stanzas) - set(_frr_stanzas((services or NodeConfig()).frr))
     out.mtu = {dev: ln.mtu for dev, ln in baseline.links.items()}
+    out.links = dict(baseline.links)
     rendered = set((services or NodeConfig()).sysctls)
     out.sysctls = {k: v for k, v in {**baseline.sysctls, **baseline.iface_sysctls}.items() if k not in rendered}
     out.tunsrc = baseline.tunsrc
+    out.kernel_routes = set(baseline.kernel_routes)
     out.neighbors = {neigh_key(n): n for n in baseline.neighbors}
     out.nexthops = {nexthop_key(n): n for n in baseline.nexthops}
     rendered_qdiscs = set((services or NodeConfig()).qdiscs)
@@ -661,7 +668,10 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
 
     Returns:
         Lines ``nft table extra: T``, ``rule extra: ip -F rule R``, ``route extra: ip -F route R``,
-        ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``;
+        ``address extra: A``, ``FRR stanza extra: HEAD``, ``link differs: DEV mtu N (baseline M)``
+        (a port's) and ``link differs: DEV ATTR V (baseline W)`` for any device's
+        :data:`substrate.devstate.LINK_ATTRS` (``arp off``, a MAC, a master), ``link extra: DEV``
+        (a device the baseline did not have: reported, not deleted);
         and, against the baseline's underlay (issue 35), ``route missing|differs: ip -F route R`` (R
         as the baseline had it: the locator's End SID), ``sysctl differs: PATH = V (baseline W)``
         (global or a port's) and ``tunsrc differs: A (baseline B)``; ``neighbor extra|missing|differs:
@@ -683,16 +693,19 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         known = set(getattr(whole, f"rules{fam}")) | under.rules.get(fam, set())
         out += [f"rule extra: ip -{fam} rule {r}" for r in getattr(state, f"rules{fam}") if r not in known]
         keys = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")} | under.routes.get(fam, set())
+        # the tables the records render routes in: drift() judges every route there
+        tenant_tables = {t for r in getattr(whole, f"routes{fam}") if (t := _table_of(r))}
         now: dict[str, str] = {}
         for r in getattr(state, f"routes{fam}"):
             n = normalize_route(r)
-            if _table_of(n) is None:
-                now[route_key(n)] = n
-            if _table_of(n) is None and route_key(n) not in keys and not (exempt_route and exempt_route(n)):
+            if _table_of(n) in tenant_tables:
+                continue
+            now[route_key(n)] = n
+            if route_key(n) not in keys and not (exempt_route and exempt_route(n)):
                 out.append(f"route extra: ip -{fam} route {n}")
         rendered = {route_key(normalize_route(r)) for r in getattr(whole, f"routes{fam}")}
         for k, want in sorted(under.route_lines.get(fam, {}).items()):
-            if k in rendered:  # a record renders it now: drift() compares it
+            if k in rendered or _table_of(want) in tenant_tables:  # a record renders it now: drift() compares it
                 continue
             if k not in now:
                 out.append(f"route missing: ip -{fam} route {want}")
@@ -712,6 +725,15 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         ln, base = state.links.get(dev), under.mtu.get(dev)
         if ln is not None and base is not None and ln.mtu != base:
             out.append(f"link differs: {dev} mtu {ln.mtu} (baseline {base})")
+    if under.links:  # an Underlay made from a baseline
+        for dev, ln in sorted(state.links.items(), key=lambda x: natural_key(x[0])):
+            base_ln = under.links.get(dev)
+            if base_ln is None:
+                out.append(f"link extra: {dev} (a {ln.kind or 'device'} the baseline did not have; no repair deletes a device)")
+                continue
+            have, want = link_attrs(ln), link_attrs(base_ln)
+            out += [f"link differs: {dev} {a} {have.get(a) or 'none'} (baseline {want[a] or 'none'})"
+                    for a in LINK_ATTRS if a in want and have.get(a) != want[a]]  # fmt: skip
     if under.sysctls:
         values = {**state.sysctls, **state.iface_sysctls}
         mine = set(full.sysctls)
@@ -721,7 +743,48 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
         out.append(f"tunsrc differs: {state.tunsrc or '::'} (baseline {under.tunsrc or '::'})")
     if under.reported:  # an Underlay made from a baseline (every field read)
         out += _objects_foreign(state, under, full)
+        out += _kernel_routes_foreign(state, under)
     return out
+
+
+def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
+    """Routes with the kernel's protocol (``proto kernel``) that neither the baseline had nor an
+    address now on their device makes (issue 35, the reconciler attack: ``ip route add blackhole
+    P proto kernel`` hid a route as the kernel's own). An address ``A/L`` on ``D`` makes its
+    prefix route ``P dev D`` (none for a /128 or /32, RFC 4291 and the kernel's addrconf), in
+    table local ``local A``, ``anycast P`` (IPv6, the subnet-router anycast of RFC 4291
+    section 2.6.1) and ``broadcast B`` (IPv4); every IPv6 device gets ``fe80::/64`` and
+    ``multicast ff00::/8``. Lines ``route extra: ip -F route ROUTE``."""
+    made: set[tuple[str, str, str]] = set()
+    for a in [*state.addresses, *state.host_addresses]:
+        w = a.split()
+        if "dev" not in w:
+            continue
+        dev = w[w.index("dev") + 1]
+        try:
+            iface = ipaddress.ip_interface(w[0])
+        except ValueError:
+            continue
+        net = iface.network
+        made.add(("local", str(iface.ip), dev))
+        if net.prefixlen < net.max_prefixlen:
+            made.add(("unicast", str(net), dev))
+            made.add(("anycast" if net.version == 6 else "broadcast", str(net.network_address if net.version == 6 else net.broadcast_address), dev))
+        if net.version == 6:
+            made |= {("unicast", "fe80::/64", dev), ("multicast", "ff00::/8", dev)}
+    out = []
+    for r in state.kernel_routes:
+        if r in under.kernel_routes:
+            continue
+        w = r.split()
+        fam, words = w[0], w[1:]
+        kind = words[0] if words and words[0] in ("local", "anycast", "broadcast", "multicast", "blackhole", "unreachable",
+                                                  "prohibit", "throw", "unicast") else "unicast"  # fmt: skip
+        dst = words[1] if kind != "unicast" or words[0] == "unicast" else words[0]
+        dev = words[words.index("dev") + 1] if "dev" in words else ""
+        if "via" in words or (kind, dst, dev) not in made:
+            out.append(f"route extra: ip {fam} route {' '.join(words)}")
+    return sorted(out)
 
 
 def _objects_foreign(state: DeviceState, under: Underlay, full: NodeConfig) -> list[str]:
@@ -836,9 +899,13 @@ def repair_delta(node: str, cfg: NodeConfig, lines: list[str]) -> ConfigDelta:
             (d.additions if what == "rule missing" else d.removals).append(f"-{fam} rule {'add' if what == 'rule missing' else 'del'} {rule}")
         elif what == "link down":
             d.additions.append(f"link set {rest} up")
-        elif what == "link differs" and " mtu " in rest and "(baseline " in rest:
-            dev = rest.split(" mtu ", 1)[0]
-            d.additions.append(f"link set {dev} mtu {rest.rsplit('(baseline ', 1)[1].rstrip(')')}")
+        elif what == "link differs" and rest.endswith(")") and "(baseline " in rest and len(rest.split()) >= 4:
+            dev, attr = rest.split()[:2]
+            base = rest.rsplit("(baseline ", 1)[1][:-1]
+            if attr == "master" and base == "none":
+                d.additions.append(f"link set {dev} nomaster")
+            elif attr == "mtu" or attr in LINK_ATTRS:
+                d.additions.append(f"link set {dev} {attr} {base}")
         elif what == "nft table extra":
             d.nft[rest] = None
         elif what == "FRR stanza extra":

@@ -55,6 +55,7 @@ from servers.a3_intent.transaction import Engine, EngineOptions, TransactionErro
 from servers.a3_reconciled.source import STATE_DIR, CommitInvalid, Desired, FileLock, Repo, SourceError, desired_of, ops_toward
 from substrate import controllers
 from substrate.errors import SubstrateError
+from substrate.journal import normalize_route
 from substrate.locks import ConfigLockHeld
 from substrate.scenario.model import NodeConfig
 
@@ -395,6 +396,7 @@ class Reconciler:
         from substrate.faults import active_faults
 
         nodes = self.nodes(sc)
+        routers = {r.name for r in sc.topology.routers}
         states, _found, _errors = self.engine.scan(sc, nodes)
         views = self.engine.frr_views(nodes)
         active = active_faults(self.lab)
@@ -409,10 +411,30 @@ class Reconciler:
                     lines += foreign(n, cfg, states[n], under, frr=views.get(n), ports=underlay_ports(sc, n),
                                      exempt_nft=lambda t, b, n=n: exempt_nft(active, n, t, b), exempt_route=fault_route,
                                      underlay_heads=set(self.underlay(sc, n)))  # fmt: skip
+                if n in routers:
+                    lines += self._not_zebras(n, states[n])
                 lines = fault_lines(active, n, list(dict.fromkeys(lines)))
                 if lines:
                     out[n] = lines
         return out
+
+    def _not_zebras(self, node: str, state: Any) -> list[str]:
+        """Kernel routes of ``node`` with an FRR protocol number that zebra did not install
+        (:func:`substrate.devstate.fib_desync` ``unknown``; issue 35, the reconciler attack:
+        ``ip route add blackhole P proto isis`` passed as FRR's, and FRR's routes are dynamic):
+        ``route extra: ip -F route ROUTE`` for each one seen again on a second read, after
+        :data:`substrate.devstate.ZEBRA_SETTLE_S` (zebra may be between its RIB and the kernel)."""
+        from substrate.devstate import ZEBRA_SETTLE_S, capture, fib_desync
+
+        first = fib_desync(self.lab, node, state).unknown
+        if not first:
+            return []
+        time.sleep(ZEBRA_SETTLE_S)  # a second, later read: not a wait for an outcome
+        try:
+            again = fib_desync(self.lab, node, capture(self.lab, node, frr=False, sysctls="fast")).unknown
+        except SubstrateError:
+            return []
+        return [f"route extra: ip {x.split(' ', 1)[0]} route {normalize_route(x.split(' ', 1)[1])}" for x in first if x in again]
 
     def reconcile_once(self, trigger: str = "period") -> ReconcileRecord:
         """One reconcile (see module docstring). Never raises for a device or lock problem: the

@@ -308,6 +308,10 @@ def summary_of(st: rc.ReconcileStatus, head: str | None, running: bool, in_sync:
     elif head is not None and st.applied_commit == head and last is not None and last.drift and last.result != "drift_reverted":
         dev = (f"devices: HEAD applied, but drift on {', '.join(sorted(last.drift))} is "
                + ("reported, not reverted (report-only mode)" if last.result == "drift_reported" else f"not reverted: {last.message}"))
+    elif head is not None and st.applied_commit == head:
+        # applied, but nothing watches the devices now (no reconciler) or the last reconcile is to be retried
+        dev = "devices: HEAD was applied" + (f"; the last reconcile is to be retried: {last.message}" if last is not None
+                                              and last.result == "retry" else "; nothing checks them for drift while no reconciler runs")  # fmt: skip
     else:
         dev = f"devices: pending -- HEAD is not applied yet (they carry commit {applied})" + (
             f"; the last reconcile is to be retried: {last.message}" if last is not None and last.result == "retry" else "")

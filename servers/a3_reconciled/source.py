@@ -561,6 +561,26 @@ class Repo:
         self.git("reset", "-q", "--hard", "HEAD")
         self.git("clean", "-q", "-fd", "--", RECORDS)
 
+    def set_aside(self) -> list[str]:
+        """Put the working change (another client's uncommitted edits) aside, leaving the working
+        tree at HEAD; returns its changed paths (empty: nothing to put aside). :meth:`put_back`
+        brings it back over a later HEAD. ``git stash`` with untracked files."""
+        changed = self.status()
+        if changed:
+            self.git("stash", "push", "-q", "--include-untracked", "-m", "working change set aside by A4", "--", RECORDS)
+        return changed
+
+    def put_back(self) -> str | None:
+        """Bring the working change :meth:`set_aside` kept back over the working tree (``git
+        stash pop``). Returns None when it came back whole, else why not: it then stays in
+        ``git stash`` (its edits conflict with the commits made meanwhile) and the working tree
+        is left at HEAD."""
+        r = self.git("stash", "pop", "-q", check=False)
+        if self.git("stash", "list", check=False).strip():
+            self.discard()
+            return f"it conflicts with the commits made meanwhile and stays in git stash ({r.strip()[:200] or 'stash@{0}'})"
+        return None
+
     def commit(self, message: str, author: tuple[str, str]) -> str:
         """Commit the working tree; returns the new commit id.
 

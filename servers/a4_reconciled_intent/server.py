@@ -100,8 +100,48 @@ def _apply_recorded(engine: Engine, rec: rc.Reconciler, author: tuple[str, str],
     """:func:`apply_recorded` under its locks."""
     repo = rec.repo
     rec.ensure_repo()
+    st0 = rc.read_status(rec.lab, rec.engine.records.epoch())
+    if repo.head() != st0.applied_commit:
+        # HEAD holds a commit the network does not carry yet (another client's, A3-R's): the change
+        # set is planned on what the network carries, so it would undo that commit. Reconcile first.
+        rec.reconcile_once("commit")
+        st0 = rc.read_status(rec.lab, rec.engine.records.epoch())
+        if repo.head() != st0.applied_commit:
+            head = repo.head() or ""
+            raise ToolError(f"the source of truth's HEAD, commit {head[:12]}, is not on the network "
+                            f"({st0.failed_message or (st0.last.message if st0.last else 'not applied yet')}); a change set "
+                            "applied now would undo it. Wait for the reconciler (reconcile_status) or have that commit "
+                            "reverted, then apply again; nothing was committed or changed")  # fmt: skip
     with repo.locked():
-        repo.discard()
+        # another client's working change (A3-R's uncommitted edits) is set aside, not wiped, and put back after
+        aside = repo.set_aside()
+    try:
+        out = _record_and_apply(engine, rec, author, ops, raw, allowed, cancel)
+    except ToolError as e:
+        raise ToolError(f"{e}{_put_back(repo, aside)}") from None
+    except BaseException:  # a refused change set (ChangeSetRejected) and the rest: the change is put back all the same
+        _put_back(repo, aside)
+        raise
+    out.message += _put_back(repo, aside)
+    return out
+
+
+def _put_back(repo: Repo, aside: list[str]) -> str:
+    """Put a working change :meth:`Repo.set_aside` kept back; what to tell the client (empty: none)."""
+    if not aside:
+        return ""
+    with repo.locked():
+        why = repo.put_back()
+    files = ", ".join(aside[:6]) + (f" and {len(aside) - 6} more" if len(aside) > 6 else "")
+    return (f" Another client's uncommitted working change ({files}) was set aside for this commit and "
+            + ("put back." if why is None else f"could not be put back: {why}."))
+
+
+def _record_and_apply(engine: Engine, rec: rc.Reconciler, author: tuple[str, str], ops: list[Any], raw: list[dict[str, Any]],
+                      allowed: set[str], cancel: threading.Event) -> A4ChangeResult:  # fmt: skip
+    """Commit the change set's records and reconcile (reverting the commit when it does not apply)."""
+    repo = rec.repo
+    with repo.locked():
         new = desired_of(engine.planned(ops, allowed).new)
         sc, _ = engine.inventory()
         if new == desired_of(sc):  # nothing to record: A3-T's answer (no_change, already applied as ...)

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from substrate.devstate import (
     SCHEMA_VERSION,
+    ZEBRA_SETTLE_S,
     DeviceState,
     FibDesync,
     RestoreReport,
@@ -755,7 +756,7 @@ def _resync_frr(lab: Lab, baseline: dict[str, DeviceState], states: dict[str, De
             d = fib_desync(lab, node, capture(lab, node, frr="fast", sysctls="fast"))
             d.nexthops += unfixable
         if d.unknown:
-            time.sleep(0.2)
+            time.sleep(ZEBRA_SETTLE_S)  # a second, later read: not a wait for an outcome
             again = fib_desync(lab, node, capture(lab, node, frr="fast", sysctls="fast"))
             d.unknown = [x for x in again.unknown if x in d.unknown]
         for x in d.unknown:
