@@ -224,6 +224,26 @@ async def test_a_lab_reset_never_loses_a_commit_silently(lab: Lab, tmp_path: Pat
         srv.close()
 
 
+async def test_a_new_site_leaves_no_drift_behind(lab: Lab, tmp_path: Path) -> None:
+    """A committed new site (IPv6 and IPv4 prefixes on a PE port) applies, and the reconcile after
+    it finds nothing to revert: the routes the kernel makes from the site's addresses (prefix,
+    local, broadcast, anycast) are not foreign (they were, in the capture's /32 and /128 form, and
+    the repair that deleted them broke the tenant's IPv4: its validation rolled it back)."""
+    srv = a3r(lab, tmp_path, reconciler=False)
+    try:
+        async with connect(srv) as c:
+            data(await c.call_tool("write_record", {"service_class": "tenant_site", "id": "t3s3", "spec": {
+                "tenant": "t3", "pe": "r6", "pe_interface": "eth4", "prefix6": "auto", "prefix4": "auto"}}))  # fmt: skip
+            cm = data(await c.call_tool("commit", {"message": "onboard t3s3"}))
+        rec = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE))
+        applied = rec.reconcile_once("commit")
+        assert applied.result == "applied" and status(lab).applied_commit == cm["commit"], applied.message
+        after = rec.reconcile_once("change")
+        assert after.result == "in_sync" and not after.drift, (after.result, after.drift, after.message)
+    finally:
+        srv.close()
+
+
 async def test_hand_made_bad_commit_is_refused_and_never_applied(lab: Lab, tmp_path: Path) -> None:
     """A commit made with git behind A3-R's back, holding a record with a YAML alias and one with
     a NUL character: the reconcile fails naming the commit, each file and field; nothing reaches

@@ -884,3 +884,24 @@ def test_a_device_check_failing_before_is_judged_on_what_the_change_set_adds() -
     assert judged(v("device/r6/sids", False))  # no diff to compare: judged
     assert not judged(v("l3vpn/t1/reach/a", False))  # failing before: reported, not judged
     assert judged(v("l3vpn/t3/reach/b", False))  # new to the change set
+
+
+def test_routes_the_kernel_makes_from_addresses_are_not_foreign() -> None:
+    """A3-R's reconciler (issue 35): a route with the kernel's protocol is foreign only when no
+    address on its device makes it. The prefix route, ``local``, ``broadcast`` (IPv4) and
+    ``anycast`` (IPv6) routes of a site address added after the baseline are the kernel's, in
+    the capture's own form (host routes written ``/32``, ``/128``); a blackhole marked ``proto
+    kernel`` and a ``local`` route for an address the device does not have are not."""
+    from servers.a3_intent.planner import Underlay, _kernel_routes_foreign
+    from substrate.devstate import DeviceState
+
+    made = ["-4 10.0.2.0/24 dev eth3 proto kernel scope link src 10.0.2.1",
+            "-4 broadcast 10.0.2.255/32 table local proto kernel dev eth3 src 10.0.2.1",
+            "-4 local 10.0.2.1/32 table local proto kernel dev eth3 src 10.0.2.1",
+            "-6 fd10:0:0:2::/64 dev eth3 proto kernel metric 256 pref medium",
+            "-6 anycast fd10:0:0:2::/128 table local metric 0 proto kernel dev eth3",
+            "-6 local fd10:0:0:2::1/128 table local metric 0 proto kernel dev eth3"]
+    forged = ["-6 blackhole fcbb:bb00:8::/48 proto kernel metric 1", "-4 local 10.9.9.9/32 table local proto kernel dev eth3"]
+    st = DeviceState(node="r1", addresses=["10.0.2.1/24 dev eth3", "fd10:0:0:2::1/64 dev eth3"], kernel_routes=made + forged)
+    lines = _kernel_routes_foreign(st, Underlay())
+    assert lines == sorted(f"route extra: ip {r.split(' ', 1)[0]} route {r.split(' ', 1)[1]}" for r in forged), lines

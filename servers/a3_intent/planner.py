@@ -747,6 +747,17 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
     return out
 
 
+def _host_form(dst: str) -> str:
+    """A route destination as :func:`_kernel_routes_foreign` compares it: a host prefix (``/32``,
+    ``/128``, as the capture writes a ``local`` or ``broadcast`` route) as its bare address, a
+    network in its canonical text."""
+    try:
+        net = ipaddress.ip_network(dst, strict=False)
+    except ValueError:
+        return dst
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
 def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
     """Routes with the kernel's protocol (``proto kernel``) that neither the baseline had nor an
     address now on their device makes (issue 35, the reconciler attack: ``ip route add blackhole
@@ -780,7 +791,7 @@ def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
         fam, words = w[0], w[1:]
         kind = words[0] if words and words[0] in ("local", "anycast", "broadcast", "multicast", "blackhole", "unreachable",
                                                   "prohibit", "throw", "unicast") else "unicast"  # fmt: skip
-        dst = words[1] if kind != "unicast" or words[0] == "unicast" else words[0]
+        dst = _host_form(words[1] if kind != "unicast" or words[0] == "unicast" else words[0])
         dev = words[words.index("dev") + 1] if "dev" in words else ""
         if "via" in words or (kind, dst, dev) not in made:
             out.append(f"route extra: ip {fam} route {' '.join(words)}")
