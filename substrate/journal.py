@@ -287,11 +287,15 @@ def value_of(state: DeviceState, frr: FrrView | None, kind: str, key: str) -> st
     """
     if kind in ("route4", "route6"):
         routes = getattr(state, f"routes{kind[-1]}")
-        return next((r for r in routes if route_key(r) == key), None)
+        # a route of the kernel's own class (proto kernel: local, broadcast, a prefix route) too,
+        # which a reconciler's repair may put back or remove
+        fam = f"-{kind[-1]} "
+        kernel = [r[len(fam):] for r in state.kernel_routes if r.startswith(fam)]
+        return next((r for r in [*routes, *kernel] if route_key(r) == key), None)
     if kind in ("rule4", "rule6"):
         return PRESENT if key in getattr(state, f"rules{kind[-1]}") else None
     if kind == "address":
-        return PRESENT if key in state.addresses else None
+        return PRESENT if key in state.addresses or key in state.host_addresses else None
     if kind == "link":
         ln = state.links.get(key)
         return None if ln is None else ("up" if ln.up else "down")

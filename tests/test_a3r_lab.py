@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import signal
 import time
@@ -625,6 +626,33 @@ def test_routes_disguised_by_protocol_or_table_and_link_flags_are_drift(lab: Lab
         lab.exec(pe, ["ip", "link", "set", port, "arp", "on"], timeout_s=10)
         for c in cmds[:3]:
             lab.exec(pe, [*c[:3], "del", *c[4:]], timeout_s=10)
+
+
+def test_kernel_made_routes_and_link_local_addresses_taken_away_are_drift(lab: Lab, sc: Scenario) -> None:
+    """The second reconciler attack (issue 35, findings 4 and 5): ``ip route del local A table
+    local`` (the PE stops answering for its own circuit address) and a core port's link-local
+    address deleted (the IS-IS adjacency over it goes down) were in sync for the reconciler. Both
+    are drift now (``route missing``, ``address missing``) and the revert puts them back."""
+    site = next(s for s in sc.all_sites() if s.id == SITE)
+    pe, port = site.pe, site.pe_if
+    pe_addr = str(ipaddress.ip_network(site.prefix6)[1])
+    core = next(lk.endpoint_of(pe).interface for lk in sc.topology.core_links() if pe in (lk.a.node, lk.b.node))
+    ll = next(a["local"] for a in json.loads(lab.exec(pe, ["ip", "-6", "-j", "addr", "show", "dev", core, "scope", "link"],
+                                                      timeout_s=10).stdout)[0]["addr_info"])  # fmt: skip
+    try:
+        lab.check([lab.exec(pe, ["ip", "-6", "route", "del", "local", pe_addr, "dev", port, "table", "local"], timeout_s=10),
+                   lab.exec(pe, ["ip", "-6", "addr", "del", f"{ll}/64", "dev", core], timeout_s=10)])  # fmt: skip
+        reported = rc.Reconciler(lab, mode="report", options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        lines = reported.drift.get(pe, [])
+        assert any(ln.startswith(f"route missing: ip -6 route local {pe_addr}/128 table local") for ln in lines), lines
+        assert any(ln.startswith(f"address missing: {ll}/64 dev {core}") for ln in lines), lines
+        r = rc.Reconciler(lab, options=rc.EngineOptions(holder="test", **SLOW_MACHINE)).reconcile_once("change")
+        assert r.result == "drift_reverted", f"{r.result}: {r.message}"
+        assert not rc.Reconciler(lab).drift_of(Engine(lab).inventory()[0]).get(pe)
+        assert lab.exec(pe, ["ip", "-6", "route", "show", "table", "local", pe_addr], timeout_s=10).stdout.strip()
+        poll("the invariants hold again", lambda: all(v.ok for v in observe(lab, sc.invariants)), 90)
+    finally:
+        lab.exec(pe, ["ip", "-6", "addr", "replace", f"{ll}/64", "dev", core, "scope", "link"], timeout_s=10)
 
 
 def test_srv6_sysctl_and_tunsrc_drift_is_seen_in_ip_terms_and_reverted(lab: Lab) -> None:

@@ -587,6 +587,8 @@ class Underlay:
     tunsrc: str | None = None
     #: the routes the kernel made from addresses and links (``-4|-6 ROUTE``, proto kernel), as the baseline had them
     kernel_routes: set[str] = field(default_factory=set)
+    #: link-local and loopback addresses (``ADDR/LEN dev IF ...``), as the baseline had them
+    host_addresses: set[str] = field(default_factory=set)
     #: static neighbour entries (permanent, no-ARP, proxy): key (:func:`substrate.devstate.neigh_key`) -> ``neigh replace`` arguments
     neighbors: dict[str, str] = field(default_factory=dict)
     #: nexthop objects not zebra's: ``id N`` -> ``nexthop add`` arguments
@@ -636,6 +638,7 @@ def underlay_of(baseline: DeviceState, services: NodeConfig | None, frr: FrrView
     out.sysctls = {k: v for k, v in {**baseline.sysctls, **baseline.iface_sysctls}.items() if k not in rendered}
     out.tunsrc = baseline.tunsrc
     out.kernel_routes = set(baseline.kernel_routes)
+    out.host_addresses = set(baseline.host_addresses)
     out.neighbors = {neigh_key(n): n for n in baseline.neighbors}
     out.nexthops = {nexthop_key(n): n for n in baseline.nexthops}
     rendered_qdiscs = set((services or NodeConfig()).qdiscs)
@@ -712,6 +715,10 @@ def foreign(node: str, full: NodeConfig, state: DeviceState, under: Underlay, *,
             elif now[k] != want:
                 out.append(f"route differs: ip -{fam} route {want}")
     out += [f"address extra: {a}" for a in sorted(set(state.addresses) - set(whole.addresses) - under.addresses)]
+    # a link-local or loopback address of the baseline gone from a device that is up (IS-IS
+    # speaks from the link-local one: its adjacency went down, issue 35)
+    out += [f"address missing: {a}" for a in sorted(under.host_addresses - set(state.host_addresses))
+            if (ln := state.links.get(a.split(" dev ")[-1].split()[0])) is not None and ln.up]  # fmt: skip
     if frr is not None:
         heads = set(_frr_stanzas(full.frr)) | under.frr_heads | (underlay_heads or set())
         for h in sorted(frr.stanzas):
@@ -760,7 +767,9 @@ def _host_form(dst: str) -> str:
 
 def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
     """Routes with the kernel's protocol (``proto kernel``) that neither the baseline had nor an
-    address now on their device makes (issue 35, the reconciler attack: ``ip route add blackhole
+    address now on their device makes, and (``route missing``) those of the baseline that an
+    address still there makes but that are gone (``ip route del local A table local``: the
+    router stopped answering for its own address) (issue 35, the reconciler attack: ``ip route add blackhole
     P proto kernel`` hid a route as the kernel's own). An address ``A/L`` on ``D`` makes its
     prefix route ``P dev D`` (none for a /128 or /32, RFC 4291 and the kernel's addrconf), in
     table local ``local A``, ``anycast P`` (IPv6, the subnet-router anycast of RFC 4291
@@ -784,18 +793,29 @@ def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
         if net.version == 6:
             made |= {("unicast", "fe80::/64", dev), ("multicast", "ff00::/8", dev)}
     out = []
+    # one the kernel made, gone while its address is still there (compared by type, destination and
+    # device: put back by hand, an IPv6 local route gets metric 1024, the kernel's own has 0)
+    have = {(r.split()[0], _kernel_route_id(r.split()[1:])) for r in state.kernel_routes}
+    for r in sorted(under.kernel_routes):
+        w = r.split()
+        if (w[0], ident := _kernel_route_id(w[1:])) not in have and ident in made:
+            out.append(f"route missing: ip {w[0]} route {' '.join(w[1:])}")
     for r in state.kernel_routes:
         if r in under.kernel_routes:
             continue
         w = r.split()
         fam, words = w[0], w[1:]
-        kind = words[0] if words and words[0] in ("local", "anycast", "broadcast", "multicast", "blackhole", "unreachable",
-                                                  "prohibit", "throw", "unicast") else "unicast"  # fmt: skip
-        dst = _host_form(words[1] if kind != "unicast" or words[0] == "unicast" else words[0])
-        dev = words[words.index("dev") + 1] if "dev" in words else ""
-        if "via" in words or (kind, dst, dev) not in made:
+        if "via" in words or _kernel_route_id(words) not in made:
             out.append(f"route extra: ip {fam} route {' '.join(words)}")
     return sorted(out)
+
+
+def _kernel_route_id(words: list[str]) -> tuple[str, str, str]:
+    """(type, destination in :func:`_host_form`, device) of a route's words (without the family)."""
+    kind = words[0] if words and words[0] in ("local", "anycast", "broadcast", "multicast", "blackhole", "unreachable",
+                                              "prohibit", "throw", "unicast") else "unicast"  # fmt: skip
+    dst = _host_form(words[1] if kind != "unicast" or words[0] == "unicast" else words[0])
+    return kind, dst, words[words.index("dev") + 1] if "dev" in words else ""
 
 
 def _objects_foreign(state: DeviceState, under: Underlay, full: NodeConfig) -> list[str]:
