@@ -781,14 +781,20 @@ def test_dx_table_flushed_and_resolving_as_before_is_put_back(lab: Lab) -> None:
         return lab.ip("r1", "-4", "route", "show", "table", str(h.table))
 
     try:
-        assert node.refresh(nl.route_get, nl.table_has_routes) in (0, 1)
-        assert f"default via {nh}" in table() and nl.table_has_routes(socket.AF_INET, h.table)
-        assert not nl.table_has_routes(socket.AF_INET, 4242)  # the dump is the table's, not every route
+        assert node.refresh(nl.route_get, nl.table_routes) in (0, 1)
+        assert f"default via {nh}" in table() and len(nl.table_routes(socket.AF_INET, h.table)) == 1
+        assert not nl.table_routes(socket.AF_INET, 4242)  # the dump is the table's, not every route
         lab.ip("r1", "addr", "del", "10.0.3.1/24", "dev", "r1-eth1")
         lab.ip("r1", "addr", "add", "10.0.3.1/24", "dev", "r1-eth1")
         assert table().strip() == "", "the kernel kept the route: this test would not show the repair"
-        assert node.refresh(nl.route_get, nl.table_has_routes) == 1
+        assert node.refresh(nl.route_get, nl.table_routes) == 1
         assert f"default via {nh}" in table()
+        assert node.refresh(nl.route_get, nl.table_routes) == 0, "a table as written is rewritten"
+        # rewritten behind the front: another next hop, and a more specific route beside it
+        lab.ip("r1", "-4", "route", "replace", "default", "via", "10.0.3.9", "dev", "r1-eth1", "table", str(h.table))
+        lab.ip("r1", "-4", "route", "add", "10.99.0.0/24", "via", "10.0.3.9", "dev", "r1-eth1", "table", str(h.table))
+        assert node.refresh(nl.route_get, nl.table_routes) == 1
+        assert table().split("\n")[0].startswith(f"default via {nh}") and "10.99.0.0" not in table(), table()
         m = mark()
         cap = Capture(lab.ns["h3"], "h3-eth0", m)
         try:
@@ -799,6 +805,28 @@ def test_dx_table_flushed_and_resolving_as_before_is_put_back(lab: Lab) -> None:
     finally:
         subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", sid + "/128"], capture_output=True)
         subprocess.run(["ip", "-n", lab.ns["r1"], "addr", "replace", "10.0.3.1/24", "dev", "r1-eth1"], capture_output=True)
+        node.teardown()
+        for s in (nl.nl, nl.nl_strict):
+            if s is not None:
+                s.close()
+
+
+def test_an_unreachable_dx_table_is_left_as_written(lab: Lab) -> None:
+    """A DX next hop with no route gets ``unreachable default`` in its private table; the refresh
+    reads that back as written (the kernel shows an IPv6 unreachable route on lo) and leaves it,
+    rather than rewriting it every period."""
+    from substrate.dataplane.ebpf.service import Node
+
+    node = decap.DecapNode(lab.ns["r1"])
+    node.install([decap.DecapSid("fc00:0:1:d7b::/128", "End.DX6", nh="2001:db8:7b::1")])
+    (h,) = node.helpers.values()
+    nl = Node(name="r1", netns=f"/run/netns/{lab.ns['r1']}", listener=None, maps=None)  # type: ignore[arg-type]
+    try:
+        node.refresh(nl.route_get, nl.table_routes)
+        assert "unreachable default" in lab.ip("r1", "-6", "route", "show", "table", str(h.table))
+        assert [node.refresh(nl.route_get, nl.table_routes) for _ in range(3)] == [0, 0, 0]
+    finally:
+        subprocess.run(["ip", "-n", lab.ns["r1"], "-6", "route", "del", "fc00:0:1:d7b::/128"], capture_output=True)
         node.teardown()
         for s in (nl.nl, nl.nl_strict):
             if s is not None:

@@ -285,11 +285,12 @@ class DecapNode:
     def helper_intact(self, h: _Helper, link: LinkState | None, ingress_progs: set[int]) -> bool:
         """Whether helper ``h`` is as :meth:`_ensure_helper` made it: its device (``link``: the
         node's device at ``h.ifindex``, None if there is none) has its name, is up, has its MTU
-        and sysctls, and its tc ingress runs its strip program (``ingress_progs``: the program
-        ids of the bpf filters there)."""
+        and sysctls, and its tc ingress runs its strip program and nothing else (``ingress_progs``:
+        one entry per filter there, :meth:`service.Node.ingress_progs`: a filter put before it
+        decided for every packet, the second reconciler attack of issue 35)."""
         return (link is not None and link.name == h.name and link.up and link.mtu == HELPER_MTU
                 and link.v4_forwarding == 1 and link.v4_rp_filter == 0 and link.v6_forwarding == 1
-                and link.v6_disabled == 0 and h.strip_prog_id in ingress_progs)
+                and link.v6_disabled == 0 and list(ingress_progs) == [h.strip_prog_id])
 
     def restore(self, h: _Helper) -> None:
         """Put helper ``h`` back after a node changed or deleted it (a node's root can, with an
@@ -310,6 +311,8 @@ class DecapNode:
         if not at:
             self._create_device(h.name, h.ifindex)
         self._configure(h)
+        # the clsact goes with every filter a node put on it (one before the strip program decides first)
+        subprocess.run(["tc", "-n", self.netns, "qdisc", "del", "dev", h.name, "clsact"], capture_output=True, check=False)
         self._attach_strip(h)
         self.repair_rules(set())
         if h.nh:
@@ -515,24 +518,30 @@ class DecapNode:
         return put
 
     def refresh(self, resolve: Callable[[str], tuple[str, str] | None],
-                present: Callable[[int, int], bool] | None = None) -> int:  # fmt: skip
+                read_table: Callable[[int, int], list[tuple[int, int, str, str]]] | None = None) -> int:  # fmt: skip
         """Re-point each DX helper's private table whose next hop resolves differently now (the
         kernel resolves nh4/nh6 per packet; this follows within one call), or whose route is gone.
         ``resolve(nh)`` is the main table's (device, gateway) for ``nh`` -- a netlink
-        ``RTM_GETROUTE``, no process -- or None when nothing routes it; ``present(family, table)``
-        whether the table still holds a route: the kernel flushes ``default via NH dev D`` with
-        the last address of NH's subnet on D, and an address taken away and put back between two
-        calls resolves as before, so without it the table stayed empty for good (issue 35, the
-        reconciler attack: a DX4 site lost to a moment without its PE address). Only a change
-        costs an ``ip route replace``. Returns how many tables changed."""
+        ``RTM_GETROUTE``, no process -- or None when nothing routes it; ``read_table(family,
+        table)`` the table's routes (:meth:`service.Node.table_routes`), which must be the one
+        :meth:`_set_dx_route` wrote: the kernel flushes ``default via NH dev D`` with the last
+        address of NH's subnet on D, and an address taken away and put back between two calls
+        resolves as before (issue 35, the reconciler attack: the DX4 site lost for good); a node's
+        root can rewrite the table with an iproute2 that bypasses its front (the second attack:
+        another tenant's CE as the next hop). Only a change costs a flush and an ``ip route
+        replace``. Returns how many tables changed."""
         changed = 0
         for h in self.helpers.values():
             if not h.nh:
                 continue
             now = resolve(h.nh)
             fam = socket.AF_INET if ipaddress.ip_address(h.nh).version == 4 else socket.AF_INET6
-            if now == h.resolved and (present is None or present(fam, h.table)):
+            want = [(1, 0, now[0], now[1] or h.nh)] if now is not None else [(7, 0, "", "")]  # RTN_UNICAST, RTN_UNREACHABLE
+            if now == h.resolved and (read_table is None or read_table(fam, h.table) == want):
                 continue
+            if read_table is not None:
+                subprocess.run(["ip", "-4" if fam == socket.AF_INET else "-6", "-n", self.netns, "route", "flush", "table",
+                                str(h.table)], capture_output=True, check=False)  # fmt: skip
             h.resolved = now
             self._set_dx_route(h)
             changed += 1

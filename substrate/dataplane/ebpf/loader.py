@@ -887,6 +887,8 @@ def gso_helper_up(netns: str | None, node_maps: NodeMaps, *, ifname: str = GSO_H
         d.mkdir()
         pin = d / "encap_gso"
         pin_program(obj.fds["tc"], pin)
+        # a clsact left with other filters (a node's, put before ours) goes whole, with them
+        subprocess.run([tc, *pre, "qdisc", "del", "dev", ifname, "clsact"], capture_output=True, check=False)
         run(tc, *pre, "qdisc", "replace", "dev", ifname, "clsact")
         run(tc, *pre, "filter", "replace", "dev", ifname, "ingress", "pref", "1", "handle", "1", "bpf",
             "direct-action", "object-pinned", str(pin))

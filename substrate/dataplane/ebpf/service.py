@@ -296,11 +296,29 @@ class Node:
                 self.nl = s
         return self.nl_strict if strict else self.nl  # type: ignore[return-value]
 
-    def table_has_routes(self, family: int, table: int) -> bool:
-        """Whether routing table ``table`` of ``family`` holds a route (a dump the kernel filters
-        by table: ``ip route show table N`` does the same; no process)."""
+    def table_routes(self, family: int, table: int) -> list[tuple[int, int, str, str]]:
+        """The routes of routing table ``table`` of ``family``, as ``(type, destination length,
+        output ifindex, gateway)`` (``""`` for none), sorted (a dump the kernel filters by table:
+        ``ip route show table N`` does the same; no process)."""
+        import ipaddress
+
         body = RTMSG.pack(family, 0, 0, 0, table if table < 256 else 0, 0, 0, 0, 0) + attr(RTA_TABLE, struct.pack("=I", table))
-        return bool(self.dump(RTM_GETROUTE, body, strict=True))
+        out = []
+        for m in self.dump(RTM_GETROUTE, body, strict=True):
+            a = dict(attrs(m[16 + RTMSG.size:]))
+            oif, gw = a.get(RTA_OIF), a.get(5)  # RTA_GATEWAY
+            if m[16 + 7] != 1:  # not RTN_UNICAST: no next hop (an IPv6 unreachable route shows dev lo)
+                out.append((m[16 + 7], m[16 + 1], "", ""))
+                continue
+            out.append((m[16 + 7], m[16 + 1], str(struct.unpack_from("=i", oif)[0]) if oif else "",
+                        str(ipaddress.ip_address(gw)) if gw else ""))  # fmt: skip
+        return sorted(out)
+
+    def routes_via(self, family: int, ifindex: int) -> list[bytes]:
+        """The RTM_NEWROUTE messages of every route of ``family``, in any table, whose output
+        device is ``ifindex`` (a dump the kernel filters by RTA_OIF)."""
+        body = RTMSG.pack(family, 0, 0, 0, 0, 0, 0, 0, 0) + attr(RTA_TABLE, struct.pack("=I", 0)) + attr(RTA_OIF, struct.pack("=i", ifindex))
+        return self.dump(RTM_GETROUTE, body, strict=True)
 
     def route_get(self, addr: str) -> tuple[str, str] | None:
         """The main table's (output ifindex, gateway) for ``addr`` in the node (an RTM_GETROUTE
@@ -374,17 +392,20 @@ class Node:
             )  # fmt: skip
         return out
 
-    def ingress_progs(self, ifindex: int) -> set[int]:
-        """Program ids of the bpf filters on device ``ifindex``'s clsact ingress (one
-        RTM_GETTFILTER dump; TCA_OPTIONS/TCA_BPF_ID, linux/pkt_cls.h)."""
+    def ingress_progs(self, ifindex: int) -> list[int]:
+        """One entry per filter on device ``ifindex``'s clsact ingress, in the kernel's order: the
+        eBPF program id of a bpf filter, 0 for any other (a classic BPF bytecode, another
+        classifier) -- one RTM_GETTFILTER dump; a message without TCA_OPTIONS or with handle 0
+        heads a filter list and is not counted (TCA_BPF_ID, linux/pkt_cls.h)."""
         body = struct.pack("=BxxxiIII", socket.AF_UNSPEC, ifindex, 0, 0xFFFFFFF2, 0)  # TC_H_CLSACT:TC_H_MIN_INGRESS
-        ids: set[int] = set()
+        ids: list[int] = []
         for m in self.dump(RTM_GETTFILTER, body):
+            handle = struct.unpack_from("=I", m, 16 + 8)[0]  # struct tcmsg: family, pad, ifindex, handle
             a = dict(attrs(m[16 + 20:]))
-            if a.get(1, b"").rstrip(b"\0") == b"bpf":  # TCA_KIND
-                opts = dict(attrs(a.get(2, b"")))  # TCA_OPTIONS
-                if 11 in opts:  # TCA_BPF_ID
-                    ids.add(struct.unpack_from("=I", opts[11])[0])
+            if 2 not in a or not handle:  # TCA_OPTIONS
+                continue
+            opts = dict(attrs(a[2])) if a.get(1, b"").rstrip(b"\0") == b"bpf" else {}  # TCA_KIND
+            ids.append(struct.unpack_from("=I", opts[11])[0] if 11 in opts else 0)  # TCA_BPF_ID
         return ids
 
     def talk(self, msg: bytes) -> tuple[int, list[tuple[int, bytes]]]:
@@ -677,7 +698,7 @@ class Service:
                 dn = getattr(node, "decap", None)
                 try:
                     if dn is not None:
-                        dn.refresh(node.route_get, node.table_has_routes)
+                        dn.refresh(node.route_get, node.table_routes)
                         if dn.helpers:
                             dn.repair_rules(node.rules())
                     self.repair_helpers(node)
@@ -700,21 +721,41 @@ class Service:
         links = node.links()
         put = 0
         for h in list(dn.helpers.values()) if dn is not None else []:
-            if not dn.helper_intact(h, links.get(h.ifindex), node.ingress_progs(h.ifindex) if h.ifindex in links else set()):
+            if not dn.helper_intact(h, links.get(h.ifindex), node.ingress_progs(h.ifindex) if h.ifindex in links else []):
                 print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name, "helper": h.name}),
                       file=sys.stderr, flush=True)
                 dn.restore(h)
                 put += 1
+        for ifindex in sorted(node.hidden):
+            put += self._drop_routes_via(node, ifindex)
         if gso is not None:
             ifindex, prog = gso
             link = links.get(ifindex)
             if not (link is not None and link.name == loader.GSO_HELPER and link.up and link.mtu == 65535
-                    and prog in node.ingress_progs(ifindex)):
+                    and node.ingress_progs(ifindex) == [prog]):
                 print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name,
                                   "helper": loader.GSO_HELPER}), file=sys.stderr, flush=True)
                 node.hidden.add(loader.gso_helper_up(os.path.basename(node.netns), node.maps))
                 put += 1
         return put
+
+    @staticmethod
+    def _drop_routes_via(node: Node, ifindex: int) -> int:
+        """Delete every route through helper ``ifindex`` but the kernel's own (its IPv6 multicast
+        and link-local routes): no helper is any route's output device, so such a route is a
+        node's, made with a tool that bypasses its front, and it sends traffic into a helper where
+        it is lost (the second reconciler attack, issue 35). Returns how many went."""
+        gone = 0
+        for fam in (socket.AF_INET, socket.AF_INET6):
+            for m in node.routes_via(fam, ifindex):
+                if m[16 + 5] == 2:  # rtm_protocol RTPROT_KERNEL
+                    continue
+                err, _tlvs = node.talk(HDR.pack(len(m), RTM_DELROUTE, NLM_F_REQUEST, 0, 0) + m[16:])
+                if not err:
+                    gone += 1
+                    print(json.dumps({"t": time.time(), "event": "route through a helper deleted", "node": node.name,
+                                      "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
+        return gone
 
     # -- the loop ----------------------------------------------------------------------------
 
