@@ -386,6 +386,7 @@ REAL_IP = "LD_PRELOAD= /run/anibench/ip"  # the node's iproute2 without its fron
     # passes every packet undecapsulated, a route through the helper in the table DT6 looks up
     "tc filter add dev {dt} ingress protocol all pref 1 handle 2 bpf bytecode '1,6 0 0 4294967295,'",
     f"{REAL_IP} -6 route add fd00:1:3::2/128 dev {{dt}}",
+    f"{REAL_IP} -6 rule add pref 0 iif {{dt}} blackhole",
     "tc filter add dev sr6gso ingress protocol all pref 1 handle 2 bpf bytecode '1,6 0 0 4294967295,'",
 ])  # fmt: skip
 def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: str) -> None:

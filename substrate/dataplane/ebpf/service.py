@@ -48,7 +48,7 @@ from pathlib import Path
 
 from substrate.dataplane import OWN_DEVICE_PREFIXES
 from substrate.dataplane.ebpf import seg6
-from substrate.dataplane.ebpf.decap import LinkState
+from substrate.dataplane.ebpf.decap import HELPER_PREFIX, LinkState
 from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr, attrs
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -728,6 +728,8 @@ class Service:
                 put += 1
         for ifindex in sorted(node.hidden):
             put += self._drop_routes_via(node, ifindex)
+        if dn is not None and dn.helpers:
+            put += self._drop_foreign_rules(node, dn)
         if gso is not None:
             ifindex, prog = gso
             link = links.get(ifindex)
@@ -755,6 +757,38 @@ class Service:
                     gone += 1
                     print(json.dumps({"t": time.time(), "event": "route through a helper deleted", "node": node.name,
                                       "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
+        return gone
+
+    @staticmethod
+    def _drop_foreign_rules(node: Node, dn: object) -> int:
+        """Delete every policy rule on a decapsulation helper's input (``iif sr6d*``) or looking up
+        a helper's private table, but the helper's own two (``lookup N`` and ``unreachable``, at
+        :meth:`decap.DecapNode._pref`): another rule there sends a tenant's decapsulated packets
+        into another tenant's table (the second reconciler attack, issue 35). One RTM_GETRULE
+        dump; each deletion is the dumped rule sent back (RTM_DELRULE), so only it goes."""
+        own: set[tuple[int, int, str, int, int]] = set()
+        tables: dict[int, str] = {}
+        for h in dn.helpers.values():  # type: ignore[attr-defined]
+            for fam in h.families:
+                af = socket.AF_INET if fam == "-4" else socket.AF_INET6
+                own |= {(af, dn._pref(0), h.name, h.table, 1), (af, dn._pref(1), h.name, 0, 7)}  # type: ignore[attr-defined]  # FR_ACT_TO_TBL, FR_ACT_UNREACHABLE
+            if h.table >= HIDDEN_TABLE_BASE:
+                tables[h.table] = h.name
+        gone = 0
+        for m in node.dump(34, bytes(12)):  # RTM_GETRULE
+            a = dict(attrs(m[16 + 12:]))
+            iif = a.get(FRA_IIFNAME, b"").rstrip(b"\0").decode(errors="replace")
+            table = struct.unpack_from("=I", a[FRA_TABLE])[0] if FRA_TABLE in a else m[16 + 4]
+            action = m[16 + 7]
+            key = (m[16], struct.unpack_from("=I", a[6])[0] if 6 in a else 0, iif, table if action == 1 else 0, action)
+            ours_dev = iif.startswith(HELPER_PREFIX)
+            if not (ours_dev or table in tables) or key in own:
+                continue
+            err, _tlvs = node.talk(HDR.pack(len(m), 33, NLM_F_REQUEST, 0, 0) + m[16:])  # RTM_DELRULE
+            if not err:
+                gone += 1
+                print(json.dumps({"t": time.time(), "event": "rule on a helper deleted", "node": node.name, "iif": iif,
+                                  "table": table}), file=sys.stderr, flush=True)  # fmt: skip
         return gone
 
     # -- the loop ----------------------------------------------------------------------------
