@@ -387,6 +387,7 @@ REAL_IP = "LD_PRELOAD= /run/anibench/ip"  # the node's iproute2 without its fron
     "tc filter add dev {dt} ingress protocol all pref 1 handle 2 bpf bytecode '1,6 0 0 4294967295,'",
     f"{REAL_IP} -6 route add fd00:1:3::2/128 dev {{dt}}",
     f"{REAL_IP} -6 rule add pref 0 iif {{dt}} blackhole",
+    f"{REAL_IP} -6 addr add fd00:1:3::2/128 dev {{dt}}",
     "tc filter add dev sr6gso ingress protocol all pref 1 handle 2 bpf bytecode '1,6 0 0 4294967295,'",
 ])  # fmt: skip
 def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: str) -> None:
@@ -418,8 +419,10 @@ def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: st
                               text=True).stdout  # fmt: skip
         dis = subprocess.run(["ip", "netns", "exec", ns["r3"], "sysctl", "-n", f"net.ipv6.conf.{dt}.disable_ipv6"],
                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        addrs = subprocess.run(["ip", "-n", ns["r3"], "-j", "addr", "show", "dev", dt], capture_output=True, text=True).stdout
+        own = [a for a in (json.loads(addrs or "[]") or [{}])[0].get("addr_info", []) if a.get("scope") == "global"]
         return ("UP" in link.get("flags", []) and link.get("mtu") == 65535 and "bpf" in gso and "bpf" in dt_f
-                and dis == "0")
+                and dis == "0" and not own and gso.count("handle") == 1 and dt_f.count("handle") == 1)
 
     try:
         _wait(pings, 20, "SRv6 forwarding before the breakage")

@@ -727,7 +727,7 @@ class Service:
                 dn.restore(h)
                 put += 1
         for ifindex in sorted(node.hidden):
-            put += self._drop_routes_via(node, ifindex)
+            put += self._drop_routes_via(node, ifindex) + self._drop_addresses(node, ifindex)
         if dn is not None and dn.helpers:
             put += self._drop_foreign_rules(node, dn)
         if gso is not None:
@@ -756,6 +756,24 @@ class Service:
                 if not err:
                     gone += 1
                     print(json.dumps({"t": time.time(), "event": "route through a helper deleted", "node": node.name,
+                                      "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
+        return gone
+
+    @staticmethod
+    def _drop_addresses(node: Node, ifindex: int) -> int:
+        """Delete every address on helper ``ifindex`` (a helper has none: ``addrgenmode none``; an
+        address there makes a hidden ``local`` route that takes packets for it). One RTM_GETADDR
+        dump per family, filtered by the kernel (strict: ifa_index); each deletion is the dumped
+        address sent back (RTM_DELADDR). Returns how many went."""
+        gone = 0
+        for fam in (socket.AF_INET, socket.AF_INET6):
+            for m in node.dump(22, struct.pack("=BBBBi", fam, 0, 0, 0, ifindex), strict=True):  # RTM_GETADDR, struct ifaddrmsg
+                if struct.unpack_from("=i", m, 16 + 4)[0] != ifindex:
+                    continue
+                err, _tlvs = node.talk(HDR.pack(len(m), 21, NLM_F_REQUEST, 0, 0) + m[16:])  # RTM_DELADDR
+                if not err:
+                    gone += 1
+                    print(json.dumps({"t": time.time(), "event": "address on a helper deleted", "node": node.name,
                                       "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
         return gone
 
