@@ -798,7 +798,9 @@ def _kernel_routes_foreign(state: DeviceState, under: Underlay) -> list[str]:
     have = {(r.split()[0], _kernel_route_id(r.split()[1:])) for r in state.kernel_routes}
     for r in sorted(under.kernel_routes):
         w = r.split()
-        if (w[0], ident := _kernel_route_id(w[1:])) not in have and ident in made:
+        # not an anycast or multicast one: the kernel keeps an IPv6 subnet-router anycast only while
+        # forwarding is on (a sysctl: drift of its own), and multicast routes with the device's IPv6
+        if (w[0], ident := _kernel_route_id(w[1:])) not in have and ident in made and ident[0] not in ("anycast", "multicast"):
             out.append(f"route missing: ip {w[0]} route {' '.join(w[1:])}")
     for r in state.kernel_routes:
         if r in under.kernel_routes:
