@@ -388,6 +388,11 @@ REAL_IP = "LD_PRELOAD= /run/anibench/ip"  # the node's iproute2 without its fron
     f"{REAL_IP} -6 route add fd00:1:3::2/128 dev {{dt}}",
     f"{REAL_IP} -6 rule add pref 0 iif {{dt}} blackhole",
     f"{REAL_IP} -6 addr add fd00:1:3::2/128 dev {{dt}}",
+    # the third attack: a rule into a table the node's ip hides, a rule on the GSO helper's input,
+    # the GSO helper's IPv6 turned off (TCP bulk through H.Encaps enters IPv6 there)
+    f"{REAL_IP} -6 route add blackhole fd00:1:3::2/128 table 2130706433 && {REAL_IP} -6 rule add pref 5 lookup 2130706433",
+    f"{REAL_IP} -6 rule add pref 5 iif sr6gso prohibit",
+    "sysctl -qw net.ipv6.conf.sr6gso.disable_ipv6=1",
     "tc filter add dev sr6gso ingress protocol all pref 1 handle 2 bpf bytecode '1,6 0 0 4294967295,'",
 ])  # fmt: skip
 def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: str) -> None:
@@ -420,9 +425,13 @@ def test_a_helper_a_node_breaks_behind_its_ip_is_put_back(ebpf_lab, breakage: st
         dis = subprocess.run(["ip", "netns", "exec", ns["r3"], "sysctl", "-n", f"net.ipv6.conf.{dt}.disable_ipv6"],
                              capture_output=True, text=True).stdout.strip()  # fmt: skip
         addrs = subprocess.run(["ip", "-n", ns["r3"], "-j", "addr", "show", "dev", dt], capture_output=True, text=True).stdout
+        gso6 = subprocess.run(["ip", "netns", "exec", ns["r1"], "sysctl", "-n", "net.ipv6.conf.sr6gso.disable_ipv6"],
+                              capture_output=True, text=True).stdout.strip()  # fmt: skip
+        rules = "".join(subprocess.run(["ip", "-n", ns[n], "-6", "rule"], capture_output=True, text=True).stdout for n in ("r1", "r3"))
         own = [a for a in (json.loads(addrs or "[]") or [{}])[0].get("addr_info", []) if a.get("scope") == "global"]
         return ("UP" in link.get("flags", []) and link.get("mtu") == 65535 and "bpf" in gso and "bpf" in dt_f
-                and dis == "0" and not own and gso.count("handle") == 1 and dt_f.count("handle") == 1)
+                and dis == "0" and not own and gso.count("handle") == 1 and dt_f.count("handle") == 1 and gso6 == "0"
+                and "2130706433" not in rules and "sr6gso" not in rules)
 
     try:
         _wait(pings, 20, "SRv6 forwarding before the breakage")

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from substrate.dataplane import OWN_DEVICE_PREFIXES
 from substrate.dataplane.ebpf import seg6
-from substrate.dataplane.ebpf.decap import HELPER_PREFIX, LinkState
+from substrate.dataplane.ebpf.decap import LinkState
 from substrate.dataplane.ebpf.seg6 import Seg6Encap, Seg6Error, Seg6Local, attr, attrs
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
@@ -716,10 +716,10 @@ class Service:
 
         dn = getattr(node, "decap", None)
         gso = getattr(node.maps, "gso", None) if getattr(node, "gso_ready", False) else None
+        put = self._drop_foreign_rules(node, dn)
         if not (dn is not None and dn.helpers) and gso is None:
-            return 0
+            return put
         links = node.links()
-        put = 0
         for h in list(dn.helpers.values()) if dn is not None else []:
             if not dn.helper_intact(h, links.get(h.ifindex), node.ingress_progs(h.ifindex) if h.ifindex in links else []):
                 print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name, "helper": h.name}),
@@ -728,11 +728,16 @@ class Service:
                 put += 1
         for ifindex in sorted(node.hidden):
             put += self._drop_routes_via(node, ifindex) + self._drop_addresses(node, ifindex)
-        if dn is not None and dn.helpers:
-            put += self._drop_foreign_rules(node, dn)
         if gso is not None:
             ifindex, prog = gso
             link = links.get(ifindex)
+            if link is not None and link.name == loader.GSO_HELPER and link.v6_disabled != 0:
+                # the re-encapsulated GSO packets enter IPv6 on it (the third reconciler attack, issue 35)
+                from substrate import nsread
+
+                with nsread.entered(node.netns), open(f"/proc/sys/net/ipv6/conf/{loader.GSO_HELPER}/disable_ipv6", "w") as f:
+                    f.write("0")
+                put += 1
             if not (link is not None and link.name == loader.GSO_HELPER and link.up and link.mtu == 65535
                     and node.ingress_progs(ifindex) == [prog]):
                 print(json.dumps({"t": time.time(), "event": "helper restored", "node": node.name,
@@ -778,20 +783,20 @@ class Service:
         return gone
 
     @staticmethod
-    def _drop_foreign_rules(node: Node, dn: object) -> int:
-        """Delete every policy rule on a decapsulation helper's input (``iif sr6d*``) or looking up
-        a helper's private table, but the helper's own two (``lookup N`` and ``unreachable``, at
-        :meth:`decap.DecapNode._pref`): another rule there sends a tenant's decapsulated packets
-        into another tenant's table (the second reconciler attack, issue 35). One RTM_GETRULE
-        dump; each deletion is the dumped rule sent back (RTM_DELRULE), so only it goes."""
+    def _drop_foreign_rules(node: Node, dn: object | None) -> int:
+        """Delete every policy rule on a helper's input (``iif sr6d*``, ``iif sr6gso``) or looking
+        up a table the node's ip hides (at or above :data:`HIDDEN_TABLE_BASE`), but the
+        decapsulation helpers' own two each (``lookup N`` and ``unreachable``, at
+        :meth:`decap.DecapNode._pref`): another rule there sends a tenant's decapsulated or
+        re-encapsulated packets into another tenant's table, or into a hidden table no capture
+        shows (the second and third reconciler attacks, issue 35). A route in a hidden table no
+        rule looks up decides nothing. One RTM_GETRULE dump; each deletion is the dumped rule
+        sent back (RTM_DELRULE), so only it goes."""
         own: set[tuple[int, int, str, int, int]] = set()
-        tables: dict[int, str] = {}
-        for h in dn.helpers.values():  # type: ignore[attr-defined]
+        for h in (dn.helpers.values() if dn is not None else []):  # type: ignore[attr-defined]
             for fam in h.families:
                 af = socket.AF_INET if fam == "-4" else socket.AF_INET6
                 own |= {(af, dn._pref(0), h.name, h.table, 1), (af, dn._pref(1), h.name, 0, 7)}  # type: ignore[attr-defined]  # FR_ACT_TO_TBL, FR_ACT_UNREACHABLE
-            if h.table >= HIDDEN_TABLE_BASE:
-                tables[h.table] = h.name
         gone = 0
         for m in node.dump(34, bytes(12)):  # RTM_GETRULE
             a = dict(attrs(m[16 + 12:]))
@@ -799,8 +804,7 @@ class Service:
             table = struct.unpack_from("=I", a[FRA_TABLE])[0] if FRA_TABLE in a else m[16 + 4]
             action = m[16 + 7]
             key = (m[16], struct.unpack_from("=I", a[6])[0] if 6 in a else 0, iif, table if action == 1 else 0, action)
-            ours_dev = iif.startswith(HELPER_PREFIX)
-            if not (ours_dev or table in tables) or key in own:
+            if not (iif.startswith(OWN_DEVICE_PREFIXES) or (action == 1 and table >= HIDDEN_TABLE_BASE)) or key in own:
                 continue
             err, _tlvs = node.talk(HDR.pack(len(m), 33, NLM_F_REQUEST, 0, 0) + m[16:])  # RTM_DELRULE
             if not err:
