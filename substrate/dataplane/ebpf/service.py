@@ -747,6 +747,17 @@ class Service:
         return put
 
     @staticmethod
+    def _delete_dumped(node: Node, msg: bytes, typ: int, event: str, **fields: object) -> int:
+        """Send a dumped object (``msg``, a whole netlink message) back to the node's kernel as the
+        delete request ``typ`` (RTM_DELROUTE, RTM_DELADDR, RTM_DELRULE): exactly that object goes.
+        Logs ``event``; returns 1 when the kernel deleted it, else 0."""
+        err, _tlvs = node.talk(HDR.pack(len(msg), typ, NLM_F_REQUEST, 0, 0) + msg[16:])
+        if err:
+            return 0
+        print(json.dumps({"t": time.time(), "event": event, "node": node.name, **fields}), file=sys.stderr, flush=True)
+        return 1
+
+    @staticmethod
     def _drop_routes_via(node: Node, ifindex: int) -> int:
         """Delete every route through helper ``ifindex`` but the kernel's own (its IPv6 multicast
         and link-local routes): no helper is any route's output device, so such a route is a
@@ -757,11 +768,7 @@ class Service:
             for m in node.routes_via(fam, ifindex):
                 if m[16 + 5] == 2:  # rtm_protocol RTPROT_KERNEL
                     continue
-                err, _tlvs = node.talk(HDR.pack(len(m), RTM_DELROUTE, NLM_F_REQUEST, 0, 0) + m[16:])
-                if not err:
-                    gone += 1
-                    print(json.dumps({"t": time.time(), "event": "route through a helper deleted", "node": node.name,
-                                      "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
+                gone += Service._delete_dumped(node, m, RTM_DELROUTE, "route through a helper deleted", ifindex=ifindex)
         return gone
 
     @staticmethod
@@ -775,11 +782,7 @@ class Service:
             for m in node.dump(22, struct.pack("=BBBBi", fam, 0, 0, 0, ifindex), strict=True):  # RTM_GETADDR, struct ifaddrmsg
                 if struct.unpack_from("=i", m, 16 + 4)[0] != ifindex:
                     continue
-                err, _tlvs = node.talk(HDR.pack(len(m), 21, NLM_F_REQUEST, 0, 0) + m[16:])  # RTM_DELADDR
-                if not err:
-                    gone += 1
-                    print(json.dumps({"t": time.time(), "event": "address on a helper deleted", "node": node.name,
-                                      "ifindex": ifindex}), file=sys.stderr, flush=True)  # fmt: skip
+                gone += Service._delete_dumped(node, m, 21, "address on a helper deleted", ifindex=ifindex)  # RTM_DELADDR
         return gone
 
     @staticmethod
@@ -806,11 +809,7 @@ class Service:
             key = (m[16], struct.unpack_from("=I", a[6])[0] if 6 in a else 0, iif, table if action == 1 else 0, action)
             if not (iif.startswith(OWN_DEVICE_PREFIXES) or (action == 1 and table >= HIDDEN_TABLE_BASE)) or key in own:
                 continue
-            err, _tlvs = node.talk(HDR.pack(len(m), 33, NLM_F_REQUEST, 0, 0) + m[16:])  # RTM_DELRULE
-            if not err:
-                gone += 1
-                print(json.dumps({"t": time.time(), "event": "rule on a helper deleted", "node": node.name, "iif": iif,
-                                  "table": table}), file=sys.stderr, flush=True)  # fmt: skip
+            gone += Service._delete_dumped(node, m, 33, "rule on a helper deleted", iif=iif, table=table)  # RTM_DELRULE
         return gone
 
     # -- the loop ----------------------------------------------------------------------------
