@@ -97,8 +97,9 @@ def _plan_digest(sc: Any, ops: list[dict[str, Any]]) -> dict[str, Any]:
         return {"rejected": [str(x) for x in e.problems]}
     return {
         "ops": [r.as_dict() for r in p.ops],
-        # (a device change of the reference had no qdiscs: a field added with the rate limits)
-        "deltas": {n: {k: v for k, v in asdict(d).items() if not (k == "qdiscs" and not v)} for n, d in p.deltas.items()},
+        # (a device change of the reference had no qdiscs, no ingress-side qdiscs: fields added with
+        # the rate limits and with A3-R's repairs, issue 35)
+        "deltas": {n: {k: v for k, v in asdict(d).items() if not (k in ("qdiscs", "ingress") and not v)} for n, d in p.deltas.items()},
         "changed": p.changed_services,
         "scope": [i.model_dump(mode="json") for i in p.invariants],
         "warnings": p.warnings,

@@ -87,9 +87,9 @@ def test_end_with_next_csid_and_counters_dumps_in_the_kernels_attribute_order() 
     (_local(99), errno.EINVAL, ""),  # no such action
     (_local(seg6.END_BPF), errno.EOPNOTSUPP, "End.BPF"),  # a behaviour this data plane does not forward
     (_local(seg6.END, attr(seg6.SEG6_LOCAL_FLAVORS | seg6.NLA_F_NESTED, attr(seg6.SEG6_LOCAL_FLV_OPERATION, struct.pack("=I", 2)))),
-     errno.EOPNOTSUPP, "Flavor operation"),  # PSP, not NEXT-C-SID
+     errno.EOPNOTSUPP, "Unsupported Flavor operation(s)"),  # PSP, not NEXT-C-SID (the kernel's words, conformance)
     (_local(seg6.END, attr(seg6.SEG6_LOCAL_FLAVORS | seg6.NLA_F_NESTED, attr(seg6.SEG6_LOCAL_FLV_OPERATION, struct.pack("=I", 16))
-                           + attr(seg6.SEG6_LOCAL_FLV_LCBLOCK_BITS, b"\x0c"))), errno.EINVAL, "Locator Block length"),
+                           + attr(seg6.SEG6_LOCAL_FLV_LCBLOCK_BITS, b"\x0c"))), errno.EINVAL, "Invalid Locator Block/Node Function lengths"),
 ])  # fmt: skip
 def test_seg6local_requests_are_checked_as_the_kernel_checks_them(encap: bytes, want: int, text: str) -> None:
     with pytest.raises(Seg6Error) as e:
