@@ -92,6 +92,11 @@ def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
     report = CleanupReport()
     keep_ns: set[str] = set()
     keep_prefixes: list[str] = []
+    # the namespaces as they are before the labs are read: a lab's directory exists before its
+    # namespaces, so each of these belongs to a lab read below; one a bring-up makes while this
+    # runs (destroying a leftover takes seconds) is not taken for a stray (a lab test's bring-up
+    # lost its namespaces to another worker's cleanup: "Invalid netns value")
+    namespaces = _list_netns()
     if LABS_DIR.is_dir():
         for d in sorted(LABS_DIR.iterdir()):
             if not d.is_dir() or not d.name.startswith(prefix):
@@ -145,8 +150,9 @@ def cleanup(all_labs: bool = False, prefix: str = "") -> CleanupReport:
             unmount_under(d)
             shutil.rmtree(d, ignore_errors=True)
             report.labs.append(d.name)
-    for ns in _list_netns():
-        if not ns.startswith(NETNS_PREFIX + prefix) or ns in keep_ns or ns.startswith(tuple(keep_prefixes)):
+    still = set(_list_netns())
+    for ns in namespaces:
+        if ns not in still or not ns.startswith(NETNS_PREFIX + prefix) or ns in keep_ns or ns.startswith(tuple(keep_prefixes)):
             continue
         m = re.fullmatch(rf"{NETNS_PREFIX}probe-(\d+)", ns)
         if m and pid_alive(int(m.group(1))) and not all_labs:
